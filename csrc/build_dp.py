@@ -1,0 +1,36 @@
+"""cffi API-mode build of ``mrc._dp`` from csrc/.
+
+The declarations come from the one contract header, csrc/include/mrc_dp.h,
+between its ``CDEF BEGIN`` and ``CDEF END`` markers, so Python sees exactly
+what C declares and every constant comes from the compiler.
+"""
+
+import os
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HEADER = os.path.join(HERE, "include", "mrc_dp.h")
+SOURCES = ["wire.c", "crc32c.c"]
+
+
+def cdef_text() -> str:
+    with open(HEADER) as f:
+        text = f.read()
+    return text.split("/* CDEF BEGIN */", 1)[1].split("/* CDEF END */", 1)[0]
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(cdef_text())
+ffibuilder.set_source(
+    "mrc._dp",
+    '#include "mrc_dp.h"\n',
+    sources=[os.path.relpath(os.path.join(HERE, s)) for s in SOURCES],
+    include_dirs=[os.path.relpath(os.path.join(HERE, "include")), os.path.relpath(HERE)],
+    extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-std=gnu11"]
+    + os.environ.get("MRC_CFLAGS", "").split(),
+    extra_link_args=os.environ.get("MRC_LDFLAGS", "").split(),
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

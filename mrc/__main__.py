@@ -1,0 +1,5 @@
+import sys
+
+from mrc.cli import main
+
+sys.exit(main())

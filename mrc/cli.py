@@ -1,0 +1,284 @@
+"""The ``mrc`` command.
+
+    mrc fabric up [--planes 8 --spines 4 --leaves 2 --hosts 4] [--name NAME]
+    mrc fabric check [--json]      prove every path delivers
+    mrc fabric paths [--json]      every (src, dst, plane, spine) address
+    mrc fabric status [--json]     nodes, links, faults in force
+    mrc fabric fail|heal|flap|loss|rate ...   real, reversible faults
+    mrc fabric exec HOST -- CMD    run a command inside a namespace
+    mrc fabric down [--name NAME | --all]
+
+Every error prints one line saying what is wrong and what to do, and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from mrc.errors import MrcError, UsageError
+
+DEFAULT_NAME = os.environ.get("MRC_FABRIC", "mrc0")
+
+
+def _name(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", default=DEFAULT_NAME,
+                   help=f"fabric name, 1-10 lower-case letters or digits (default: {DEFAULT_NAME}, or $MRC_FABRIC)")
+
+
+def _json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="mrc",
+        description="MRC (Multipath Reliable Connection) in user space: a multi-plane SRv6 uSID fabric "
+                    "in network namespaces, and the tools around it.",
+        epilog="Run `mrc fabric --help` for the fabric commands. Most commands need root.",
+    )
+    top.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = top.add_subparsers(dest="cmd")
+    d = sub.add_parser("demo", help="build the default fabric, prove every path, cut a link, tear down",
+                       description="The main demo: needs root; always removes what it built.")
+    d.add_argument("--name", help="fabric name (default: demo<pid>)")
+
+    fab = sub.add_parser("fabric", help="build, check, break and remove a multi-plane SRv6 fabric",
+                         description="A fabric of P independent planes (each a 2-tier Clos of T0 leaves and T1 "
+                                     "spines) built from network namespaces and veth pairs; switches forward with "
+                                     "the kernel's SRv6 End next-CSID (uSID) behaviour and static routes only. "
+                                     "Nodes are hosts h0.., leaves p<plane>l<i>, spines p<plane>s<i>; links are "
+                                     "named <lower>-<upper>, e.g. h0-p0l0 or p0l0-p0s1.")
+    fsub = fab.add_subparsers(dest="fcmd")
+
+    p = fsub.add_parser("up", help="build a fabric",
+                        description="Build a fabric: namespaces, veths (MTU 9000), addresses, sysctls, uSID routes, "
+                                    "kernel-traffic encap routes and the management bridge.")
+    _name(p)
+    p.add_argument("--planes", type=int, default=8, help="independent network planes (default 8, max 16)")
+    p.add_argument("--spines", type=int, default=4, help="T1 spine switches per plane (default 4)")
+    p.add_argument("--leaves", type=int, default=2, help="T0 leaf switches per plane (default 2)")
+    p.add_argument("--hosts", type=int, default=4, help="hosts, spread over the leaves (default 4)")
+    p.add_argument("--check", action="store_true", help="run `check` after building")
+    _json(p)
+
+    p = fsub.add_parser("down", help="remove a fabric (or every fabric with --all)",
+                        description="Remove a fabric's namespaces (every link and route goes with them).")
+    _name(p)
+    p.add_argument("--all", action="store_true", help="remove every mrc-* namespace, also after a crash")
+
+    p = fsub.add_parser("status", help="show nodes, links and the faults in force")
+    _name(p)
+    _json(p)
+
+    p = fsub.add_parser("check", help="send a packet on every path and show which arrived",
+                        description="Send one packet per (src, dst, plane, spine) path and print a matrix: a cell "
+                                    "counts the spines of that plane that delivered. Exit status 1 if any failed.")
+    _name(p)
+    _json(p)
+    p.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for packets (default 2)")
+
+    p = fsub.add_parser("paths", help="list every path and its uSID destination address")
+    _name(p)
+    _json(p)
+
+    p = fsub.add_parser("exec", help="run a command inside a host or switch namespace",
+                        description="Run CMD inside NODE's namespace, e.g. `mrc fabric exec h0 -- ping fd6d:2:0::1`.")
+    _name(p)
+    p.add_argument("node", help="h0.., p<plane>l<i>, p<plane>s<i> or mgmt")
+    p.add_argument("argv", nargs=argparse.REMAINDER, help="the command (after --)")
+
+    for verb, helptext in (("fail", "take a LINK or every link of a SWITCH down"),):
+        p = fsub.add_parser(verb, help=helptext)
+        _name(p)
+        p.add_argument("target", help="a link (h0-p0l0, p0l0-p0s1) or a switch (p0s1) or a host (h0)")
+
+    p = fsub.add_parser("heal", help="undo faults on a LINK or SWITCH, or on everything with --all")
+    _name(p)
+    p.add_argument("target", nargs="?", help="a link or switch; omit with --all")
+    p.add_argument("--all", action="store_true", help="heal every link")
+
+    p = fsub.add_parser("flap", help="fail and heal a link every PERIOD seconds",
+                        description="Flap LINK (down for half the period, up for the other half) until --count "
+                                    "cycles or --duration seconds or Ctrl-C; the link is always left up.")
+    _name(p)
+    p.add_argument("target", help="the link")
+    p.add_argument("--period", type=float, default=1.0, help="seconds per down+up cycle (default 1)")
+    p.add_argument("--count", type=int, help="number of cycles")
+    p.add_argument("--duration", type=float, help="seconds to keep flapping")
+
+    p = fsub.add_parser("loss", help="drop PERCENT of the packets crossing a link (nftables numgen)")
+    _name(p)
+    p.add_argument("target", help="the link")
+    p.add_argument("percent", type=float, help="0-100; 0 keeps the rule, `heal` removes it")
+
+    p = fsub.add_parser("rate", help="limit a link to RATE with tbf on both ends (e.g. 1gbit)")
+    _name(p)
+    p.add_argument("target", help="the link")
+    p.add_argument("rate", help="bits per second, with k/m/g suffixes: 500mbit, 1gbit")
+    return top
+
+
+def _print(obj, as_json: bool, text: str) -> None:
+    print(json.dumps(obj, indent=1) if as_json else text)
+
+
+def status_text(t, state: dict, present: list[str]) -> tuple[dict, str]:
+    from mrc.fabric.topology import Topology  # noqa: F401  (type only)
+
+    faults = state.get("faults", {})
+    expected = [t.ns(n) for n in t.nodes()]
+    missing = [n for n in expected if n not in present]
+    hosts = []
+    for h in range(t.hosts):
+        hosts.append({
+            "host": t.host(h), "namespace": t.ns(t.host(h)), "leaf": t.host_leaf(h), "mgmt": t.mgmt_address(h),
+            "ports": [{"plane": p, "ifname": t.port_ifname(p), "address": t.port_address(h, p),
+                       "kernel_address": t.inner_address(h, p)} for p in range(t.planes)],
+        })
+    obj = {"name": t.name, "topology": t.to_dict(), "namespaces": len(expected), "missing_namespaces": missing,
+           "links": len(t.links()), "hosts": hosts, "faults": faults}
+    lines = [f"fabric {t.name}: {t.planes} planes x ({t.spines} spines, {t.leaves} leaves), {t.hosts} hosts; "
+             f"{len(expected) - len(missing)}/{len(expected)} namespaces, {len(t.links())} links"]
+    lines.append(f"{'host':<5} {'leaf':<5} {'mgmt':<10} ports (plane: uSID address / kernel address)")
+    for h in hosts:
+        first = True
+        for port in h["ports"]:
+            pre = f"{h['host']:<5} {h['leaf']:<5} {h['mgmt']:<10}" if first else " " * 22
+            lines.append(f"{pre} p{port['plane']}: {port['address']:<18} {port['kernel_address']}")
+            first = False
+    if faults:
+        lines.append("faults in force:")
+        for ln, f in sorted(faults.items()):
+            lines.append(f"  {ln}: " + ", ".join(f"{k}={v}" for k, v in f.items()))
+    else:
+        lines.append("no faults in force")
+    if missing:
+        lines.append(f"MISSING namespaces: {', '.join(missing)} (run `mrc fabric down --name {t.name}` and up again)")
+    return obj, "\n".join(lines)
+
+
+def fabric_main(a: argparse.Namespace) -> int:
+    from mrc.fabric import apply, ns
+    from mrc.fabric.topology import Topology
+
+    if a.fcmd == "up":
+        t = Topology(planes=a.planes, spines=a.spines, leaves=a.leaves, hosts=a.hosts, name=a.name)
+
+        def progress(done: int, total: int) -> None:
+            if not a.json and sys.stderr.isatty():
+                print(f"\rbuilding {t.name}: {done}/{total} operations", end="", file=sys.stderr, flush=True)
+
+        secs = apply.up(t, progress)
+        if not a.json and sys.stderr.isatty():
+            print(file=sys.stderr)
+        res = {"name": t.name, "seconds": round(secs, 3), "namespaces": len(t.nodes()), "links": len(t.links()),
+               "paths": len(t.paths())}
+        if a.check:
+            from mrc.fabric.check import check
+
+            r = check(t)
+            res.update(ok_count=r["ok_count"], failed_count=r["failed_count"])
+        _print(res, a.json, f"fabric {t.name} up in {secs:.2f} s: {res['namespaces']} namespaces, "
+                            f"{res['links']} links, {res['paths']} paths"
+                            + (f"; check: {res['ok_count']} ok, {res['failed_count']} failed" if a.check else ""))
+        return 1 if a.check and res["failed_count"] else 0
+    if a.fcmd == "down":
+        removed = apply.down(a.name, all_fabrics=a.all)
+        print(f"removed {len(removed)} namespaces" + ("" if a.all else f" of fabric {a.name}"))
+        return 0
+    if a.fcmd == "status":
+        t = apply.load_topology(a.name)
+        obj, text = status_text(t, apply.load_state(a.name), ns.list_netns())
+        _print(obj, a.json, text)
+        return 0
+    if a.fcmd == "paths":
+        t = apply.load_topology(a.name)
+        paths = t.paths()
+        _print(paths, a.json, "\n".join(f"{p['src']:<4} -> {p['dst']:<4} plane {p['plane']:<2} spine {p['spine']:<2} "
+                                        f"{p['address']}" for p in paths))
+        return 0
+    if a.fcmd == "check":
+        from mrc.fabric.check import check, matrix
+
+        apply.require_root("mrc fabric check")
+        t = apply.load_topology(a.name)
+        r = check(t, timeout=a.timeout)
+        _print(r, a.json, matrix(t, r))
+        return 1 if r["failed_count"] else 0
+    if a.fcmd == "exec":
+        t = apply.load_topology(a.name)
+        argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+        if not argv:
+            raise UsageError("nothing to run: use `mrc fabric exec NODE -- CMD ARGS...`")
+        if a.node not in t.nodes():
+            raise UsageError(f"unknown node {a.node!r}: use a host h0..h{t.hosts - 1}, a switch such as "
+                             f"{t.leaf(0, 0)} or {t.spine(0, 0)}, or mgmt")
+        apply.require_root("mrc fabric exec")
+        ns.execvp(t.ns(a.node), argv)
+        return 127  # not reached
+    if a.fcmd == "fail":
+        links = apply.fail(a.name, a.target)
+        print(f"down: {', '.join(links)}")
+        return 0
+    if a.fcmd == "heal":
+        if not a.all and not a.target:
+            raise UsageError("say what to heal: a LINK, a SWITCH, or --all")
+        links = apply.heal(a.name, None if a.all else a.target)
+        print(f"healed {len(links)} link(s)" + ("" if a.all else f": {', '.join(links)}"))
+        return 0
+    if a.fcmd == "flap":
+        if a.period <= 0:
+            raise UsageError("--period must be positive")
+
+        def event(kind: str, link: str, at: float) -> None:
+            print(f"{at:8.2f}s {link} {kind}", flush=True)
+
+        try:
+            n = apply.flap(a.name, a.target, a.period, a.count, a.duration, on_event=event)
+        except KeyboardInterrupt:
+            print("stopped; link left up")
+            return 0
+        print(f"{n} flap cycle(s); link left up")
+        return 0
+    if a.fcmd == "loss":
+        apply.loss(a.name, a.target, a.percent)
+        print(f"{a.target}: dropping {a.percent}% in both directions (undo with `mrc fabric heal {a.target}`)")
+        return 0
+    if a.fcmd == "rate":
+        bps = apply.rate(a.name, a.target, a.rate)
+        print(f"{a.target}: limited to {bps / 1e6:g} Mbit/s in both directions (undo with `mrc fabric heal {a.target}`)")
+        return 0
+    raise UsageError("missing fabric command: see `mrc fabric --help`")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    try:
+        if a.version:
+            from mrc import __version__
+
+            print(__version__)
+            return 0
+        if a.cmd == "demo":
+            from mrc import demo
+
+            return demo.main(a.name)
+        if a.cmd == "fabric":
+            if not a.fcmd:
+                parser.parse_args(["fabric", "--help"])
+            return fabric_main(a)
+        parser.print_help()
+        return 2
+    except MrcError as e:
+        print(f"mrc: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,410 @@
+"""Execute a fabric plan with pyroute2, tear it down, and inject real faults.
+
+State of a running fabric (its topology and the faults in force) lives in
+``/run/mrc/fabrics/<name>.json`` so that every ``mrc fabric`` command, from
+any process, finds it. Namespaces are named ``mrc-<name>-<node>``; ``down
+--all`` removes every ``mrc-*`` namespace even when no state file survived.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import time
+from contextlib import suppress
+
+from mrc.errors import FabricError, PrivilegeError, UsageError
+from mrc.fabric import nl, ns
+from mrc.fabric.plan import Op, link_ops, plan
+from mrc.fabric.topology import NS_PREFIX, Topology
+
+STATE_DIR = os.environ.get("MRC_STATE_DIR", "/run/mrc/fabrics")
+
+
+def require_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise PrivilegeError(
+            f"{what} needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN to create namespaces); run it with sudo"
+        )
+
+
+def _pyroute2():
+    from pyroute2 import IPRoute, netns
+
+    return IPRoute, netns
+
+
+# --------------------------------------------------------------------- state
+def state_path(name: str) -> str:
+    return os.path.join(STATE_DIR, f"{name}.json")
+
+
+def save_state(t: Topology, faults: dict | None = None) -> None:
+    os.makedirs(STATE_DIR, exist_ok=True)
+    tmp = state_path(t.name) + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({"topology": t.to_dict(), "faults": faults or {}, "created": time.time()}, f, indent=1)
+    os.replace(tmp, state_path(t.name))
+
+
+def load_state(name: str) -> dict:
+    try:
+        with open(state_path(name)) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        running = sorted(list_fabrics())
+        hint = f"running fabrics: {', '.join(running)}" if running else "no fabric is running"
+        raise FabricError(f"no fabric named {name!r} ({hint}); start one with `mrc fabric up --name {name}`") from None
+
+
+def load_topology(name: str) -> Topology:
+    return Topology.from_dict(load_state(name)["topology"])
+
+
+def list_fabrics() -> list[str]:
+    names = set()
+    with suppress(FileNotFoundError):
+        names.update(f[:-5] for f in os.listdir(STATE_DIR) if f.endswith(".json"))
+    for n in project_namespaces(ns.list_netns()):
+        names.add(n[len(NS_PREFIX):].split("-", 1)[0])
+    return sorted(names)
+
+
+def project_namespaces(names: list[str], fabric: str | None = None) -> list[str]:
+    """The namespaces this project made (all of them, or one fabric's)."""
+    prefix = f"{NS_PREFIX}{fabric}-" if fabric else NS_PREFIX
+    return [n for n in names if n.startswith(prefix)]
+
+
+# ------------------------------------------------------------------ executor
+class Executor:
+    """Runs plan operations; keeps one netlink socket per namespace."""
+
+    def __init__(self, t: Topology) -> None:
+        self.t = t
+        self.IPRoute, self.netns = _pyroute2()
+        self._ipr: dict[str, object] = {}
+        self._nl: dict[str, nl.NetlinkRoute] = {}
+        self._idx: dict[tuple[str, str], int] = {}
+
+    def ipr(self, node: str):
+        if node not in self._ipr:
+            self._ipr[node] = self.IPRoute(netns=self.t.ns(node))
+        return self._ipr[node]
+
+    def raw(self, node: str) -> nl.NetlinkRoute:
+        if node not in self._nl:
+            sock = ns.run_in(self.t.ns(node), lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
+            self._nl[node] = nl.NetlinkRoute(sock)
+        return self._nl[node]
+
+    def index(self, node: str, ifname: str) -> int:
+        key = (node, ifname)
+        if key not in self._idx:
+            found = self.ipr(node).link_lookup(ifname=ifname)
+            if not found:
+                raise FabricError(f"interface {ifname} not found in {self.t.ns(node)}")
+            self._idx[key] = found[0]
+        return self._idx[key]
+
+    def close(self) -> None:
+        for i in self._ipr.values():
+            with suppress(Exception):
+                i.close()
+        for r in self._nl.values():
+            r.close()
+        self._ipr.clear()
+        self._nl.clear()
+
+    def run(self, ops: list[Op], exist_ok: bool = False) -> None:
+        for op in ops:
+            try:
+                getattr(self, "op_" + op.kind)(op.node, **op.args)
+            except OSError as e:
+                if exist_ok and e.errno == errno.EEXIST:
+                    continue
+                raise FabricError(f"{self.t.ns(op.node)}: {op.kind} {op.args}: {e}") from e
+            except Exception as e:  # pyroute2 raises NetlinkError (an OSError subclass) mostly
+                code = getattr(e, "code", None)
+                if exist_ok and code == errno.EEXIST:
+                    continue
+                raise FabricError(f"{self.t.ns(op.node)}: {op.kind} {op.args}: {e}") from e
+
+    # one method per op kind ----------------------------------------------
+    def op_netns(self, node: str) -> None:
+        self.netns.create(self.t.ns(node))
+
+    def op_sysctl(self, node: str, values: dict) -> None:
+        ns.write_sysctls(self.t.ns(node), values)
+
+    def op_up(self, node: str, ifname: str) -> None:
+        self.ipr(node).link("set", index=self.index(node, ifname), state="up")
+
+    def op_down(self, node: str, ifname: str) -> None:
+        self.ipr(node).link("set", index=self.index(node, ifname), state="down")
+
+    def op_mtu(self, node: str, ifname: str, mtu: int) -> None:
+        self.ipr(node).link("set", index=self.index(node, ifname), mtu=mtu)
+
+    def op_bridge(self, node: str, ifname: str) -> None:
+        self.ipr(node).link("add", ifname=ifname, kind="bridge")
+
+    def op_veth(self, node: str, ifname: str, peer_node: str, peer_ifname: str,
+                address: str | None = None, peer_address: str | None = None) -> None:
+        peer = {"ifname": peer_ifname, "net_ns_fd": self.t.ns(peer_node)}
+        extra = {}
+        if address:
+            extra["address"] = address
+            peer["address"] = peer_address
+        self.ipr(node).link("add", ifname=ifname, kind="veth", peer=peer, **extra)
+
+    def op_neigh(self, node: str, ifname: str, address: str, lladdr: str) -> None:
+        # NUD_PERMANENT (0x80); "replace" so that a heal simply rewrites it
+        self.ipr(node).neigh("replace", dst=address, lladdr=lladdr, ifindex=self.index(node, ifname),
+                             state=0x80, family=socket.AF_INET6)
+
+    def op_master(self, node: str, ifname: str, master: str) -> None:
+        self.ipr(node).link("set", index=self.index(node, ifname), master=self.index(node, master))
+
+    def op_addr(self, node: str, ifname: str, address: str, prefixlen: int) -> None:
+        # IFA_F_NODAD: the address is usable at once (no duplicate detection wait)
+        self.ipr(node).addr("add", index=self.index(node, ifname), address=address,
+                            prefixlen=prefixlen, flags=0x02)
+
+    def op_route(self, node: str, dst: str, gateway: str, ifname: str) -> None:
+        self.ipr(node).route("add", dst=dst, gateway=gateway, oif=self.index(node, ifname))
+
+    def op_rule(self, node: str, src: str, table: int, priority: int) -> None:
+        self.ipr(node).rule("add", family=socket.AF_INET6, src=src, src_len=128,
+                            table=table, priority=priority)
+
+    def op_end(self, node: str, prefix: str, ifname: str) -> None:
+        self.raw(node).add(prefix, self.index(node, ifname), nl.end_next_csid(32, 16))
+
+    def op_dt6(self, node: str, prefix: str, ifname: str, table: int) -> None:
+        self.raw(node).add(prefix, self.index(node, ifname), nl.end_dt6(table))
+
+    def op_encap(self, node: str, dst: str, segment: str, ifname: str, prefsrc: str | None = None,
+                 table: int = nl.RT_TABLE_MAIN) -> None:
+        self.raw(node).add(dst, self.index(node, ifname), nl.encap_red(segment), table=table, prefsrc=prefsrc)
+
+
+# ------------------------------------------------------------------ up/down
+def up(t: Topology, progress=None) -> float:
+    """Build fabric ``t``; on any failure remove whatever was built. Returns seconds."""
+    require_root("mrc fabric up")
+    existing = project_namespaces(ns.list_netns(), t.name)
+    if existing or os.path.exists(state_path(t.name)):
+        raise UsageError(
+            f"a fabric named {t.name!r} already exists; pick another --name or remove it with "
+            f"`mrc fabric down --name {t.name}`"
+        )
+    start = time.monotonic()
+    ops = plan(t)
+    ex = Executor(t)
+    try:
+        save_state(t)
+        batch = max(1, len(ops) // 20)
+        for i in range(0, len(ops), batch):
+            ex.run(ops[i:i + batch])
+            if progress:
+                progress(min(i + batch, len(ops)), len(ops))
+    except BaseException:
+        ex.close()
+        down(t.name)
+        raise
+    ex.close()
+    return time.monotonic() - start
+
+
+def down(name: str | None = None, all_fabrics: bool = False) -> list[str]:
+    """Remove one fabric's namespaces (or every ``mrc-*`` one). Returns the names removed."""
+    require_root("mrc fabric down")
+    _, netns = _pyroute2()
+    targets = project_namespaces(ns.list_netns(), None if all_fabrics else name)
+    for n in targets:
+        with suppress(FileNotFoundError):
+            netns.remove(n)
+    if all_fabrics:
+        with suppress(FileNotFoundError):
+            for f in os.listdir(STATE_DIR):
+                os.unlink(os.path.join(STATE_DIR, f))
+    elif name:
+        with suppress(FileNotFoundError):
+            os.unlink(state_path(name))
+    return targets
+
+
+# -------------------------------------------------------------------- faults
+def _nodes_of(t: Topology, target: str) -> list:
+    """Links named by a LINK or SWITCH (or host) argument."""
+    if target in t.switch_nodes() or target in t.host_nodes():
+        return t.links_of(target)
+    return [t.link(target)]
+
+
+def _set_link(ex: Executor, link, state: str) -> None:
+    for node, ifname in ((link.a_node, link.a_if), (link.b_node, link.b_if)):
+        ex.ipr(node).link("set", index=ex.index(node, ifname), state=state)
+
+
+def fail(name: str, target: str) -> list[str]:
+    """Take a link (both veth ends) or every link of a switch down."""
+    require_root("mrc fabric fail")
+    t = load_topology(name)
+    links = _nodes_of(t, target)
+    ex = Executor(t)
+    try:
+        for link in links:
+            _set_link(ex, link, "down")
+    finally:
+        ex.close()
+    _record(t, "down", [link.name for link in links], True)
+    return [link.name for link in links]
+
+
+def heal(name: str, target: str | None = None) -> list[str]:
+    """Bring links back up and re-apply their addresses and routes; clear loss and rate faults."""
+    require_root("mrc fabric heal")
+    t = load_topology(name)
+    links = t.links() if target is None else _nodes_of(t, target)
+    faults = load_state(name)["faults"]
+    ex = Executor(t)
+    try:
+        for link in links:
+            f = faults.get(link.name, {})
+            # a link that was down lost its addresses and routes: re-apply all
+            # of them (an operation that still holds answers EEXIST)
+            ex.run(link_ops(t, link.name), exist_ok=True)
+            if f.get("loss") is not None:
+                _clear_loss(t, link)
+            if f.get("rate") is not None:
+                _clear_rate(ex, link)
+    finally:
+        ex.close()
+    state = load_state(name)
+    for link in links:
+        state["faults"].pop(link.name, None)
+    save_state(t, state["faults"])
+    return [link.name for link in links]
+
+
+def _record(t: Topology, key: str, links: list[str], value) -> None:
+    state = load_state(t.name)
+    for ln in links:
+        entry = state["faults"].setdefault(ln, {})
+        if value is None:
+            entry.pop(key, None)
+        else:
+            entry[key] = value
+        if not entry:
+            state["faults"].pop(ln)
+    save_state(t, state["faults"])
+
+
+def _switch_end(link) -> tuple[str, str]:
+    """The end of a link that sits in a switch (forwarded traffic passes its nftables hook)."""
+    return link.b_node, link.b_if
+
+
+def _nft(t: Topology, node: str, script: str) -> None:
+    r = ns.command(t.ns(node), ["nft", "-f", "-"], input=script, text=True, capture_output=True)
+    if r.returncode != 0:
+        raise FabricError(f"nft in {t.ns(node)} failed: {r.stderr.strip()} (is nftables installed?)")
+
+
+def loss(name: str, target: str, percent: float) -> None:
+    """Drop ``percent``% of the packets crossing a link, in both directions
+    (nftables ``numgen random`` in the switch at its upper end; no netem here)."""
+    require_root("mrc fabric loss")
+    if not 0 <= percent <= 100:
+        raise UsageError(f"loss must be a percentage between 0 and 100, got {percent}")
+    t = load_topology(name)
+    link = t.link(target)
+    node, ifname = _switch_end(link)
+    table = f"mrcloss_{ifname}"
+    # numgen gives 0..9999: two decimals of precision
+    threshold = int(round(percent * 100))
+    _nft(t, node, f"table inet {table}\ndelete table inet {table}\n"
+                  f"table inet {table} {{\n chain lossfwd {{\n  type filter hook forward priority 0; policy accept;\n"
+                  f"  iifname \"{ifname}\" numgen random mod 10000 < {threshold} counter drop\n"
+                  f"  oifname \"{ifname}\" numgen random mod 10000 < {threshold} counter drop\n }}\n}}\n")
+    _record(t, "loss", [link.name], percent)
+
+
+def _clear_loss(t: Topology, link) -> None:
+    node, ifname = _switch_end(link)
+    _nft(t, node, f"table inet mrcloss_{ifname}\ndelete table inet mrcloss_{ifname}\n")
+
+
+def parse_rate(rate: str) -> int:
+    """'1gbit', '500mbit', '10m' -> bits per second."""
+    s = rate.strip().lower().removesuffix("bit").removesuffix("bps").removesuffix("b")
+    units = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+    try:
+        if s and s[-1] in units:
+            return int(float(s[:-1]) * units[s[-1]])
+        return int(float(s))
+    except ValueError:
+        raise UsageError(f"cannot read rate {rate!r}: use for example 1gbit, 500mbit or 100m") from None
+
+
+def rate(name: str, target: str, rate_spec: str) -> int:
+    """Limit a link to a rate with tbf on both ends' egress (a real queue)."""
+    require_root("mrc fabric rate")
+    bps = parse_rate(rate_spec)
+    if bps <= 0:
+        raise UsageError("rate must be positive")
+    t = load_topology(name)
+    link = t.link(target)
+    ex = Executor(t)
+    try:
+        for node, ifname in ((link.a_node, link.a_if), (link.b_node, link.b_if)):
+            idx = ex.index(node, ifname)
+            _del_root_qdisc(ex, node, idx)
+            # tbf as measured in machine-notes: burst 256 KB, latency 20 ms
+            ex.ipr(node).tc("add", "tbf", index=idx, handle="1:", rate=bps // 8,
+                            burst=256 * 1024, latency=20_000)
+    finally:
+        ex.close()
+    _record(t, "rate", [link.name], bps)
+    return bps
+
+
+def _del_root_qdisc(ex: Executor, node: str, idx: int) -> None:
+    try:
+        ex.ipr(node).tc("del", index=idx, root=True)
+    except Exception as e:
+        if getattr(e, "code", None) not in (errno.ENOENT, errno.EINVAL):  # none installed
+            raise FabricError(f"cannot remove the rate limit in {ex.t.ns(node)}: {e}") from e
+
+
+def _clear_rate(ex: Executor, link) -> None:
+    for node, ifname in ((link.a_node, link.a_if), (link.b_node, link.b_if)):
+        _del_root_qdisc(ex, node, ex.index(node, ifname))
+
+
+def flap(name: str, target: str, period: float, count: int | None = None, duration: float | None = None,
+         on_event=None) -> int:
+    """Fail and heal a link every ``period`` seconds until ``count`` cycles or
+    ``duration`` seconds pass (or Ctrl-C); always leaves the link healed."""
+    t = load_topology(name)
+    link = t.link(target)
+    cycles = 0
+    start = time.monotonic()
+    try:
+        while (count is None or cycles < count) and (duration is None or time.monotonic() - start < duration):
+            fail(name, link.name)
+            if on_event:
+                on_event("down", link.name, time.monotonic() - start)
+            time.sleep(period / 2)
+            heal(name, link.name)
+            if on_event:
+                on_event("up", link.name, time.monotonic() - start)
+            cycles += 1
+            time.sleep(period / 2)
+    finally:
+        heal(name, link.name)
+    return cycles

@@ -1,0 +1,62 @@
+"""Wire-format constants of mrc wire v1, read from the compiled C module.
+
+Nothing here is hand-copied: every name ``MRC_X`` of csrc/include/mrc_dp.h
+appears as ``X`` (``wire.OP_SACK``, ``wire.NACK_TRIMMED``, ``wire.UDP_PORT``).
+
+>>> from mrc import wire
+>>> hex(wire.OP_WRITE_ONLY)
+'0xca'
+"""
+
+from __future__ import annotations
+
+from mrc._dp import ffi, lib
+
+_names = [n for n in dir(lib) if n.startswith("MRC_") and isinstance(getattr(lib, n), int)]
+globals().update({n[4:]: getattr(lib, n) for n in _names})
+CONSTANTS: dict[str, int] = {n[4:]: getattr(lib, n) for n in _names}
+
+OPCODE_NAMES = {v: k[3:] for k, v in CONSTANTS.items() if k.startswith("OP_")}
+NACK_REASONS = {v: k[5:] for k, v in CONSTANTS.items() if k.startswith("NACK_")}
+
+
+def psn_cmp(a: int, b: int) -> int:
+    """Serial compare of 24-bit PSNs (the C function): <0, 0 or >0."""
+    return lib.mrc_psn_cmp(a, b)
+
+
+def crc32c(data: bytes, crc: int = 0) -> int:
+    return lib.mrc_crc32c(crc, data, len(data))
+
+
+PKT_FIELDS = [name for name, _ in ffi.typeof("struct mrc_pkt").fields]
+
+
+def build(payload: bytes = b"", **fields) -> bytes:
+    """Build a packet from BTH to ICRC. ``fields`` are ``struct mrc_pkt`` members.
+
+    >>> len(build(opcode=OP_NACK, nack_reason=NACK_TRIMMED))
+    36
+    """
+    p = ffi.new("struct mrc_pkt *")
+    for k, v in fields.items():
+        setattr(p, k, v)
+    if payload:
+        p.payload_len = len(payload)
+    out = ffi.new("uint8_t[]", len(payload) + 256)
+    n = lib.mrc_pkt_build(p, payload, out, len(out))
+    if n < 0:
+        raise ValueError(f"cannot build packet: {fields} (errno {-n})")
+    return bytes(ffi.buffer(out, n))
+
+
+def parse(data: bytes, trimmed: bool = False) -> dict:
+    """Parse BTH..ICRC into a dict of ``struct mrc_pkt`` fields (payload included)."""
+    p = ffi.new("struct mrc_pkt *")
+    rc = lib.mrc_pkt_parse(data, len(data), int(trimmed), p)
+    if rc < 0:
+        raise ValueError(f"malformed MRC packet (errno {-rc}, {len(data)} bytes)")
+    d = {k: getattr(p, k) for k in PKT_FIELDS}
+    d["payload"] = data[p.payload_off:p.payload_off + p.payload_len] if p.payload_len else b""
+    d["icrc_ok"] = bool(lib.mrc_pkt_icrc_ok(data, len(data))) if not trimmed else None
+    return d

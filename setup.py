@@ -1,0 +1,20 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="mrc",
+    version="0.1.0",
+    description="MRC (Multipath Reliable Connection) in user space: engine, fabric and tools",
+    license="Apache-2.0",
+    python_requires=">=3.11",
+    packages=find_packages(include=["mrc", "mrc.*"]),
+    setup_requires=["cffi>=1.15"],
+    cffi_modules=["csrc/build_dp.py:ffibuilder"],
+    install_requires=["cffi>=1.15", "pyroute2==0.9.7"],
+    extras_require={
+        # scapy is GPL: only the dissector, the tools and the tests use it
+        "dissect": ["scapy>=2.5"],
+        "test": ["pytest>=7", "hypothesis>=6", "scapy>=2.5"],
+    },
+    entry_points={"console_scripts": ["mrc=mrc.cli:main"]},
+    zip_safe=False,
+)

@@ -1,0 +1,28 @@
+import os
+import secrets
+
+import pytest
+
+from mrc.fabric import apply, ns
+from mrc.fabric.topology import Topology
+
+
+def unique_name(tag: str) -> str:
+    """Namespaces and links carry a unique suffix so runs cannot collide."""
+    return f"{tag}{secrets.token_hex(3)}"[:10]
+
+
+@pytest.fixture
+def small_fabric():
+    """2 planes, 2 spines, 2 leaves, 2 hosts, uniquely named; always torn down."""
+    t = Topology(planes=2, spines=2, leaves=2, hosts=2, name=unique_name("t"))
+    apply.up(t)
+    try:
+        yield t
+    finally:
+        apply.down(t.name)
+        assert not apply.project_namespaces(ns.list_netns(), t.name)
+
+
+def pytest_configure(config):
+    os.environ.setdefault("MRC_STATE_DIR", "/run/mrc/fabrics")

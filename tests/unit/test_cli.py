@@ -1,0 +1,75 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mrc import cli
+from mrc.errors import PrivilegeError
+from mrc.fabric import apply
+
+
+def run(*argv):
+    return subprocess.run([sys.executable, "-m", "mrc", *argv], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["fabric", "up", "--planes", "0"], "impossible topology"),
+    (["fabric", "up", "--hosts", "1", "--leaves", "1"], "at least 2 hosts"),
+    (["fabric", "up", "--name", "Bad_Name"], "not valid"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, msg):
+    r = run(*argv)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and msg in lines[0] and lines[0].startswith("mrc: ")
+
+
+def test_no_fabric_with_that_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(apply, "STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(apply.ns, "list_netns", lambda: [])
+    assert cli.main(["fabric", "status", "--name", "nosuch"]) == 2
+
+
+def test_without_root_the_message_says_sudo(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(PrivilegeError, match="needs root.*sudo"):
+        apply.require_root("mrc fabric up")
+
+
+def test_paths_json_lists_every_path(tmp_path, monkeypatch):
+    from mrc.fabric.topology import Topology
+
+    monkeypatch.setattr(apply, "STATE_DIR", str(tmp_path))
+    apply.save_state(Topology(name="x", planes=2, spines=2, leaves=2, hosts=2))
+    r = subprocess.run([sys.executable, "-m", "mrc", "fabric", "paths", "--name", "x", "--json"],
+                       capture_output=True, text=True, env={**os.environ, "MRC_STATE_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    paths = json.loads(r.stdout)
+    assert len(paths) == 2 * 2 * 2
+    assert set(paths[0]) == {"src", "dst", "plane", "spine", "address"}
+
+
+def test_help_explains():
+    r = run("fabric", "--help")
+    assert r.returncode == 0 and "End next-CSID" in r.stdout and "h0-p0l0" in r.stdout
+
+
+def test_project_namespaces_selects_only_ours():
+    names = ["mrc-a-h0", "mrc-a-p0l0", "mrc-b-h0", "other", "mrcx"]
+    assert apply.project_namespaces(names, "a") == ["mrc-a-h0", "mrc-a-p0l0"]
+    assert apply.project_namespaces(names) == ["mrc-a-h0", "mrc-a-p0l0", "mrc-b-h0"]
+
+
+def test_rate_parsing():
+    assert apply.parse_rate("1gbit") == 10**9
+    assert apply.parse_rate("500mbit") == 5 * 10**8
+    with pytest.raises(Exception, match="cannot read rate"):
+        apply.parse_rate("fast")
+
+
+def test_core_package_imports_without_scapy():
+    code = "import sys; sys.modules['scapy'] = None; import mrc, mrc.wire, mrc.fabric.apply, mrc.cli; print('ok')"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr

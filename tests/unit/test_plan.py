@@ -1,0 +1,68 @@
+from collections import Counter
+
+from mrc.fabric.plan import link_ops, plan
+from mrc.fabric.topology import Topology
+
+
+def t():
+    return Topology(planes=2, spines=2, leaves=2, hosts=2, name="t")
+
+
+def test_namespaces_come_first_one_per_node():
+    ops = plan(t())
+    n = len(t().nodes())
+    assert [o.kind for o in ops[:n]] == ["netns"] * n
+    assert {o.node for o in ops[:n]} == set(t().nodes())
+    assert all(o.kind != "netns" for o in ops[n:])
+
+
+def test_sysctls_before_any_interface_and_forwarding_only_on_switches():
+    ops = plan(t())
+    first_veth = next(i for i, o in enumerate(ops) if o.kind == "veth")
+    assert all(i < first_veth for i, o in enumerate(ops) if o.kind == "sysctl")
+    for o in ops:
+        if o.kind == "sysctl":
+            fwd = o.args["values"].get("net.ipv6.conf.all.forwarding")
+            assert (fwd == "1") == (o.node.startswith("p"))
+
+
+def test_every_switch_has_one_end_route_for_its_own_usid():
+    topo = t()
+    ends = [o for o in plan(topo) if o.kind == "end"]
+    assert Counter(o.node for o in ends) == Counter(topo.switch_nodes())
+    assert {o.args["prefix"] for o in ends if o.node == "p1s0"} == {"fc00:0:2100::/48"}
+
+
+def test_every_link_is_a_veth_created_before_it_is_configured():
+    topo = t()
+    ops = plan(topo)
+    for link in topo.links():
+        idx = [i for i, o in enumerate(ops) if link.name in o.links]
+        assert ops[idx[0]].kind == "veth"
+        kinds = {ops[i].kind for i in idx}
+        assert {"veth", "mtu", "addr", "up", "route"} <= kinds
+
+
+def test_routes_point_toward_the_next_usid_in_both_directions():
+    topo = t()
+    routes = [(o.node, o.args["dst"]) for o in plan(topo) if o.kind == "route"]
+    assert ("p0l0", "fc00:0:2001::/48") in routes  # leaf -> spine 1
+    assert ("p0s1", "fc00:0:1000::/48") in routes  # spine 1 -> leaf 0
+    assert ("p0l1", "fc00:0:b001::/48") in routes  # leaf -> host port
+    assert ("h1", "fc00:0:1001::/48") in routes    # host -> its leaf
+
+
+def test_heal_reapplies_addresses_and_routes_of_that_link_only():
+    topo = t()
+    ops = link_ops(topo, "h0-p1l0")
+    assert ops and all(o.links == ("h0-p1l0",) for o in ops)
+    kinds = [o.kind for o in ops]
+    assert kinds.count("up") == 2 and "dt6" in kinds and "encap" in kinds
+    assert "veth" not in kinds
+
+
+def test_kernel_traffic_routes_for_every_other_host_and_plane():
+    topo = Topology(name="t")
+    enc = [o for o in plan(topo) if o.kind == "encap" and o.node == "h0"]
+    # per plane: 3 other hosts, one main-table route and one per-plane table route each
+    assert len(enc) == topo.planes * 3 * 2

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Set up mrc on a fresh Debian machine (as root) and run the demo or the tests.
+#
+#   bash tools/setup.sh demo     install, then build the default fabric, prove it, tear down
+#   bash tools/setup.sh test     install, then run the whole test suite (what CI runs)
+#   bash tools/setup.sh          install only
+#
+# It installs the Debian packages the fabric needs, makes a virtualenv in
+# .venv, and installs mrc into it (building the C data path with cffi).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-install}"
+
+if [ "$(id -u)" != 0 ]; then
+    echo "tools/setup.sh: run as root (it installs packages and builds network namespaces)" >&2
+    exit 2
+fi
+
+need=()
+for pair in ip:iproute2 nft:nftables tcpdump:tcpdump ping:iputils-ping cc:build-essential; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
+python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+    || need+=(python3-dev)
+if [ "${#need[@]}" -gt 0 ]; then
+    echo "== apt-get install ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "== python3 -m venv .venv"
+    python3 -m venv .venv
+fi
+echo "== pip install -e .[test]"
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[test]'
+
+case "$what" in
+    demo) exec .venv/bin/mrc demo ;;
+    test) exec .venv/bin/python -m pytest -q tests ;;
+    install) echo "installed: activate with '. .venv/bin/activate', then run 'mrc --help'" ;;
+    *) echo "tools/setup.sh: unknown step '$what' (use demo, test or nothing)" >&2; exit 2 ;;
+esac
