@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Run CMD inside NODE's namespace, e.g. `mrc fabric exec h0 -- ping fd6d:2:0::1`.")
     _name(p)
     p.add_argument("node", help="h0.., p<plane>l<i>, p<plane>s<i> or mgmt")
-    p.add_argument("argv", nargs=argparse.REMAINDER, help="the command (after --)")
+    p.add_argument("argv", nargs="*", help="the command, after --")
 
     for verb, helptext in (("fail", "take a LINK or every link of a SWITCH down"),):
         p = fsub.add_parser(verb, help=helptext)
@@ -210,7 +210,7 @@ def fabric_main(a: argparse.Namespace) -> int:
         return 1 if r["failed_count"] else 0
     if a.fcmd == "exec":
         t = apply.load_topology(a.name)
-        argv = a.argv[1:] if a.argv[:1] == ["--"] else a.argv
+        argv = a.argv
         if not argv:
             raise UsageError("nothing to run: use `mrc fabric exec NODE -- CMD ARGS...`")
         if a.node not in t.nodes():
@@ -256,7 +256,18 @@ def fabric_main(a: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after the first "--" is the command of `mrc fabric exec`,
+    # wherever the options stand
+    command: list[str] | None = None
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1:]
     a = parser.parse_args(argv)
+    if command is not None:
+        if getattr(a, "fcmd", None) != "exec":
+            parser.error("`--` only goes with `mrc fabric exec NODE -- CMD`")
+        a.argv = a.argv + command
     try:
         if a.version:
             from mrc import __version__
