@@ -3,8 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "mrc_dp.h"
-#include "hdr.h"
+#include "core.h"
 
 const char *mrc_dp_version(void) { return "mrc-dp 0.1.0 wire v1"; }
 
@@ -72,6 +71,27 @@ static int ext_len(uint8_t op, uint8_t flags)
 
 int mrc_pkt_build(const struct mrc_pkt *p, const uint8_t *payload, uint8_t *out, size_t cap)
 {
+    int hl = mrc_pkt_build_hdr(p, out, cap);
+    if (hl < 0)
+        return hl;
+    uint32_t plen = mrc_opcode_is_data(p->opcode) ? p->payload_len : 0;
+    if (plen)
+        memcpy(out + hl, payload, plen);
+    return mrc_pkt_finish(out, (uint32_t)hl + plen);
+}
+
+/* Append the ICRC over BTH..payload; returns the whole length. */
+int mrc_pkt_finish(uint8_t *b, uint32_t len)
+{
+    put32(b + len, mrc_crc32c(0, b, len));
+    return (int)(len + MRC_ICRC_LEN);
+}
+
+/* Write BTH and the extension headers; returns their length. The caller
+ * places the payload after them and calls mrc_pkt_finish(). cap must also
+ * hold the payload and the ICRC. */
+int mrc_pkt_build_hdr(const struct mrc_pkt *p, uint8_t *out, size_t cap)
+{
     int el = ext_len(p->opcode, p->flags);
     if (el < 0)
         return -EINVAL;
@@ -104,9 +124,6 @@ int mrc_pkt_build(const struct mrc_pkt *p, const uint8_t *payload, uint8_t *out,
             put32(x, p->imm);
             x += MRC_IMMDT_LEN;
         }
-        if (plen)
-            memcpy(x, payload, plen);
-        x += plen;
     } else if (p->opcode == MRC_OP_SACK) {
         put16(x, p->sack_flags);
         put16(x + 2, (uint16_t)p->ack_psn_offset);
@@ -162,8 +179,7 @@ int mrc_pkt_build(const struct mrc_pkt *p, const uint8_t *payload, uint8_t *out,
         put32(x + 32, 0);
         x += MRC_EETH_LEN;
     }
-    put32(x, mrc_crc32c(0, b, (size_t)(x - b)));
-    return (int)total;
+    return (int)(x - b);
 }
 
 int mrc_pkt_icrc_ok(const uint8_t *buf, size_t len)

@@ -154,6 +154,200 @@ const char *mrc_nack_reason_name(uint8_t reason);
 int mrc_pkt_build(const struct mrc_pkt *p, const uint8_t *payload, uint8_t *out, size_t cap);
 int mrc_pkt_parse(const uint8_t *buf, size_t len, int trimmed, struct mrc_pkt *p);
 int mrc_pkt_icrc_ok(const uint8_t *buf, size_t len);
+
+/* ------------------------------------------------------------------ engine
+ * Sans-I/O core (architecture.md): no syscalls, no clock reads. Time is the
+ * now_ns argument; packets come in through mrc_ep_input() and go out through
+ * mrc_ep_poll_tx(); mrc_ep_next_timer() says when to call again. */
+
+enum mrc_qp_state { MRC_QPS_RESET = 0, MRC_QPS_INIT = 1, MRC_QPS_RTR = 2, MRC_QPS_RTS = 3, MRC_QPS_ERROR = 4 };
+enum mrc_wr_opcode { MRC_WR_WRITE = 0, MRC_WR_WRITE_IMM = 1 };
+enum mrc_wc_opcode { MRC_WC_WRITE = 0, MRC_WC_RECV_WRITE_IMM = 1 };
+enum mrc_wc_status {
+    MRC_WC_SUCCESS = 0,
+    MRC_WC_LOC_LEN_ERR = 1,
+    MRC_WC_LOC_PROT_ERR = 2,
+    MRC_WC_REM_ACCESS_ERR = 3,
+    MRC_WC_RETRY_EXC_ERR = 4,
+    MRC_WC_WR_FLUSH_ERR = 5,
+    MRC_WC_REM_OP_ERR = 6,
+};
+enum mrc_access { MRC_ACCESS_LOCAL_WRITE = 1, MRC_ACCESS_REMOTE_WRITE = 2 };
+enum mrc_ev_state { MRC_EV_GOOD = 0, MRC_EV_SKIP = 1, MRC_EV_ASSUMED_BAD = 2, MRC_EV_DENIED = 3, MRC_EV_UNKNOWN = 4 };
+enum { MRC_MAX_SGE = 4, MRC_MAX_PLANES = 16, MRC_RETRY_FOREVER = 25 };
+
+/* Why a received packet was dropped (counters, never a crash). */
+enum mrc_drop {
+    MRC_DROP_MALFORMED = 0,
+    MRC_DROP_ICRC = 1,
+    MRC_DROP_UNKNOWN_QP = 2,
+    MRC_DROP_QP_STATE = 3,
+    MRC_DROP_PSN_WINDOW = 4,
+    MRC_DROP_RKEY = 5,
+    MRC_DROP_RANGE = 6,
+    MRC_DROP_DUPLICATE = 7,
+    MRC_DROP_NO_RECV = 8,
+    MRC_DROP_TRIMMED = 9,
+    MRC_DROP_STALE_ACK = 10,
+    MRC_DROP_NREASONS = 11,
+};
+
+struct mrc_sge { uint64_t addr; uint32_t length; uint32_t lkey; };
+
+struct mrc_wr {
+    uint64_t wr_id;
+    uint8_t opcode;          /* MRC_WR_* */
+    uint8_t num_sge;
+    struct mrc_sge sg_list[4];
+    uint64_t remote_addr;
+    uint32_t rkey;
+    uint32_t imm_data;
+};
+
+struct mrc_wc {
+    uint64_t wr_id;
+    uint32_t qpn;
+    uint8_t status;          /* MRC_WC_* status */
+    uint8_t opcode;          /* MRC_WC_* opcode */
+    uint32_t byte_len;
+    uint32_t imm_data;
+};
+
+/* NSCC parameters, OCP names (protocol.md section 5). Times in ns. */
+struct mrc_cc_params {
+    uint64_t base_rtt;
+    uint64_t target_delay;
+    uint64_t max_cwnd;
+    uint64_t fi;             /* fair increase, bytes per adjustment */
+    uint64_t fi_scale;       /* proportional increase scale (x / 1000) */
+    uint64_t eta;            /* additive increase, bytes per adjustment */
+    uint64_t gamma;          /* MD gain (x / 1000) */
+    uint64_t max_md_jump;    /* smallest MD factor (x / 1000) */
+    uint64_t qa_gate;
+    uint64_t qa_threshold;
+    uint64_t adjust_bytes_threshold;
+    uint64_t adjust_period_threshold;
+    uint32_t disable_qa;
+    uint32_t algorithm;      /* 0 = NSCC, 1 = fixed window (no CC) */
+};
+
+struct mrc_qp_attr {
+    uint32_t mpr;            /* window, units of 128 PSNs */
+    uint32_t max_wimm;
+    uint32_t timeout;        /* RTO = 1.024 us x 2^timeout */
+    uint32_t linear_cnt;
+    uint32_t exp_cnt;        /* 25 = forever */
+    uint32_t mtu;            /* payload bytes per packet */
+    uint32_t ev_count;       /* EVs per QP, equal per plane */
+    uint32_t ev_min_active;
+    uint32_t ev_backup;      /* spare EVs per plane for replacement */
+    uint32_t planes;
+    uint32_t ack_bytes;      /* SACK every this many bytes (16 KiB) */
+    uint32_t probe_k;        /* successful probes that restore an EV */
+    uint64_t probe_interval_ns;
+    uint64_t skip_ns;        /* how long SKIP lasts (about one RTT) */
+    uint64_t reorder_ns;     /* reorder allowance of the loss detector */
+    uint32_t sq_depth;
+    uint32_t rq_depth;
+    struct mrc_cc_params cc;
+};
+
+struct mrc_ep_attr {
+    uint32_t max_qps;
+    uint32_t cq_depth;
+    uint32_t planes;
+    uint32_t port_bitmap;    /* local planes up */
+    uint32_t ev_event_depth;
+};
+
+/* Metadata the I/O layer (or the simulated link) passes with a packet. */
+struct mrc_meta {
+    uint32_t ev;             /* EV the packet travelled on */
+    uint16_t peer;           /* which remote endpoint it came from */
+    uint8_t port;            /* local plane it arrived on */
+    uint8_t ecn_ce;          /* IP ECN field was CE */
+    uint8_t trimmed;         /* DSCP says the payload was trimmed */
+};
+
+/* One packet to send: BTH..ICRC in the caller's buffer at off. */
+struct mrc_txdesc {
+    uint32_t off;
+    uint32_t len;
+    uint32_t ev;             /* EV: plane = ev >> 16, entropy = ev & 0xffff */
+    uint16_t peer;
+    uint8_t tclass;          /* DSCP << 2 | ECN */
+    uint8_t is_data;
+};
+
+struct mrc_qp_stats {
+    uint64_t tx_packets, tx_bytes, rtx_packets, rtx_bytes, rx_packets, rx_bytes;
+    uint64_t sacks_tx, sacks_rx, nacks_tx, nacks_rx, probes_tx, probes_rx;
+    uint64_t losses, timeouts, ecn_marks, trims;
+    uint64_t plane_tx[16];
+    uint64_t cwnd, srtt_ns, inflight;
+    uint32_t state, next_psn, una_psn, epsn, good_evs, bad_evs;
+};
+
+struct mrc_ev_info { uint32_t ev; uint8_t state; uint8_t in_slot; uint16_t slot; };
+struct mrc_ev_event { uint32_t qpn; uint32_t ev; uint8_t old_state; uint8_t new_state; uint64_t t_ns; uint32_t dropped; };
+
+struct mrc_ep;
+
+void mrc_qp_attr_default(struct mrc_qp_attr *a);
+int mrc_ep_create(const struct mrc_ep_attr *attr, struct mrc_ep **out);
+void mrc_ep_destroy(struct mrc_ep *ep);
+size_t mrc_ep_qp_state_bytes(const struct mrc_qp_attr *a);
+int mrc_mr_reg(struct mrc_ep *ep, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey);
+int mrc_mr_dereg(struct mrc_ep *ep, uint32_t lkey);
+int mrc_qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *attr, uint32_t *qpn);
+int mrc_qp_destroy(struct mrc_ep *ep, uint32_t qpn);
+int mrc_qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer);
+int mrc_qp_query(struct mrc_ep *ep, uint32_t qpn, struct mrc_qp_stats *st);
+const char *mrc_qp_state_name(uint32_t state);
+int mrc_post_write(struct mrc_ep *ep, uint32_t qpn, const struct mrc_wr *wr, uint32_t n);
+int mrc_post_recv(struct mrc_ep *ep, uint32_t qpn, const uint64_t *wr_ids, uint32_t n);
+int mrc_poll_cq(struct mrc_ep *ep, struct mrc_wc *wc, uint32_t max);
+int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const struct mrc_meta *meta, uint64_t now_ns);
+int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now_ns, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max);
+uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now_ns);
+int mrc_ep_drops(struct mrc_ep *ep, uint64_t *counts, uint32_t n);
+int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now_ns);
+int mrc_ev_list(struct mrc_ep *ep, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
+int mrc_ev_set_state(struct mrc_ep *ep, uint32_t qpn, uint32_t ev, uint32_t state);
+int mrc_ev_poll_events(struct mrc_ep *ep, struct mrc_ev_event *out, uint32_t max);
+
+/* ----------------------------------------------------- in-memory link
+ * Two or more endpoints joined by npaths paths (path = plane * per_plane +
+ * entropy % per_plane). Deterministic: all randomness from the seed. */
+struct mrc_sim_path {
+    uint64_t delay_ns;
+    uint64_t jitter_ns;      /* extra random delay up to this: reordering */
+    uint32_t loss_ppm;       /* random loss, parts per million */
+    uint64_t loss_mask;      /* bit i set: drop the i-th packet mod 64 */
+    uint32_t dup_ppm;
+    uint32_t trim_ppm;
+    uint64_t rate_bps;       /* 0: infinite; else queueing at this rate */
+    uint32_t ecn_queue_bytes;/* mark CE above this queue depth */
+    uint32_t trim_queue_bytes;/* trim above this queue depth (0: never) */
+    uint64_t down_from_ns;   /* path dead in [down_from, down_until) */
+    uint64_t down_until_ns;
+    uint64_t flap_period_ns; /* if set: down for half of every period */
+};
+
+struct mrc_sim_stats {
+    uint64_t delivered, dropped, duplicated, trimmed, ecn_marked, events;
+    uint64_t per_path_tx[256];
+    uint64_t now_ns;
+};
+
+struct mrc_sim;
+int mrc_sim_create(uint32_t planes, uint32_t per_plane, uint64_t seed, struct mrc_sim **out);
+void mrc_sim_destroy(struct mrc_sim *s);
+int mrc_sim_attach(struct mrc_sim *s, struct mrc_ep *ep);
+int mrc_sim_set_path(struct mrc_sim *s, uint32_t path, const struct mrc_sim_path *p);
+int mrc_sim_get_path(struct mrc_sim *s, uint32_t path, struct mrc_sim_path *p);
+int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe);
+int mrc_sim_stats(struct mrc_sim *s, struct mrc_sim_stats *st);
 /* CDEF END */
 
 #endif

@@ -1,0 +1,195 @@
+/* Internal state of the sans-I/O core. Not part of the Python contract.
+ * Threading: an endpoint and everything it owns is used by one thread at a
+ * time (the engine thread, or the test driving it by hand). */
+#ifndef MRC_CORE_H
+#define MRC_CORE_H
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hdr.h"
+#include "mrc_dp.h"
+
+#define MRC_INF_NS UINT64_MAX
+
+static inline uint32_t psn_add(uint32_t a, uint32_t n) { return (a + n) & MRC_PSN_MASK; }
+/* a - b modulo 2^24 (only meaningful when a is not before b) */
+static inline uint32_t psn_sub(uint32_t a, uint32_t b) { return (a - b) & MRC_PSN_MASK; }
+static inline int psn_lt(uint32_t a, uint32_t b) { return mrc_psn_cmp(a, b) < 0; }
+static inline int psn_le(uint32_t a, uint32_t b) { return mrc_psn_cmp(a, b) <= 0; }
+
+struct mr {
+    uint8_t *addr;
+    uint64_t len;
+    uint32_t access;
+    uint32_t key;   /* lkey == rkey: (index + 1) << 8 | generation */
+    int used;
+};
+
+struct wqe {
+    struct mrc_wr wr;
+    uint64_t total;
+    uint32_t psn_first;
+    uint32_t npkts;
+    uint16_t msn;
+    uint8_t done;
+    uint8_t status;
+};
+
+enum { PE_FREE = 0, PE_INFLIGHT = 1, PE_ACKED = 2, PE_LOST = 3 };
+
+/* One PSN of the send window. */
+struct pent {
+    uint64_t sent_ns;
+    uint32_t wqe;   /* index into the send queue */
+    uint32_t off;   /* payload offset inside the message */
+    uint32_t ev;
+    uint16_t len;
+    uint8_t st;
+    uint8_t nrtx;
+};
+
+struct event {
+    uint64_t until_ns;       /* SKIP expiry */
+    uint64_t probe_due_ns;
+    uint64_t probe_sent_ns;
+    uint32_t ev;
+    uint32_t probe_id;
+    uint8_t state;
+    uint8_t probe_ok;        /* consecutive successful probes */
+    uint8_t probing;         /* a probe is outstanding */
+    uint8_t slot_plus1;      /* unused; slot membership is in qp->slot */
+};
+
+struct pimm { uint32_t psn; uint32_t imm; uint32_t len; uint8_t valid; };
+
+struct qp;
+struct cc_ops {
+    const char *name;
+    void (*init)(struct qp *q);
+    void (*on_ack)(struct qp *q, uint64_t bytes, uint64_t rtt_ns, int ecn, uint64_t now);
+    void (*on_loss)(struct qp *q, uint64_t now);
+};
+extern const struct cc_ops mrc_cc_nscc, mrc_cc_fixed;
+
+struct cc_state {
+    uint64_t cwnd;
+    double avg_delay;
+    double pending;
+    uint64_t acked_since;
+    uint64_t last_adjust_ns;
+    uint64_t last_md_ns;
+    uint64_t achieved;
+    uint64_t achieved_start_ns;
+    uint64_t last_qa_ns;
+    uint32_t near_zero_acks;
+};
+
+struct qp {
+    uint32_t qpn, dqpn;
+    uint16_t peer;
+    uint32_t state;
+    struct mrc_qp_attr a;
+    uint32_t win;            /* mpr * 128 */
+    /* requester */
+    struct wqe *sq;
+    uint32_t sq_size, sq_head, sq_tail, sq_cur, cur_off;
+    uint16_t next_msn;
+    uint32_t next_psn, una_psn;
+    struct pent *pe;
+    uint32_t nlost;
+    uint32_t wimm_out;
+    uint64_t inflight;
+    uint64_t last_progress_ns;
+    uint32_t retries;
+    uint64_t srtt, min_rtt;
+    uint64_t rack_sent_ns;
+    /* EVs */
+    struct event *evs;
+    uint32_t nevs;
+    uint16_t *slot;          /* slot -> index into evs */
+    uint32_t nslots, rr;
+    uint32_t nbad;           /* EVs in ASSUMED_BAD (probing) */
+    uint32_t remote_ports;
+    uint32_t probe_seq;
+    /* congestion control */
+    const struct cc_ops *cc;
+    struct cc_state ccs;
+    /* responder */
+    uint32_t epsn;
+    uint64_t *rbits;
+    struct pimm *pimm;
+    uint64_t *rq;
+    uint32_t rq_size, rq_head, rq_tail;
+    uint32_t bytes_unacked;
+    uint32_t rcv_bytes;
+    uint32_t ooo;
+    struct mrc_qp_stats st;
+};
+
+struct ctrl {
+    uint8_t buf[112];
+    uint16_t len;
+    uint16_t peer;
+    uint32_t ev;
+    uint8_t tclass;
+};
+
+struct mrc_ep {
+    struct mrc_ep_attr a;
+    struct mr *mrs;
+    uint32_t mr_cap;
+    uint8_t mr_gen;
+    struct qp **qps;
+    struct mrc_wc *cq;
+    uint32_t cq_size, cq_head, cq_tail;
+    struct ctrl *ctl;
+    uint32_t ctl_size, ctl_head, ctl_tail;
+    uint64_t drops[MRC_DROP_NREASONS];
+    uint64_t cq_overflow;
+    struct mrc_ev_event *evq;
+    uint32_t evq_size, evq_head, evq_tail, ev_dropped;
+    uint32_t port_up;
+    uint32_t rr_qp;
+};
+
+/* wire.c */
+int mrc_pkt_build_hdr(const struct mrc_pkt *p, uint8_t *out, size_t cap);
+int mrc_pkt_finish(uint8_t *b, uint32_t len);
+
+/* ep.c */
+struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn);
+struct mr *ep_mr(struct mrc_ep *ep, uint32_t key);
+int ep_push_wc(struct mrc_ep *ep, const struct mrc_wc *wc);
+struct ctrl *ep_ctrl_slot(struct mrc_ep *ep);
+void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
+uint32_t qp_usable_ports(struct mrc_ep *ep, struct qp *q);
+
+/* requester.c */
+int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uint32_t buflen, uint32_t *used,
+                struct mrc_txdesc *d, uint32_t max);
+void req_on_sack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const struct mrc_meta *m, uint64_t now);
+void req_on_nack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, uint64_t now);
+void req_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now);
+uint64_t req_next_timer(struct mrc_ep *ep, struct qp *q, uint64_t now);
+void req_complete(struct mrc_ep *ep, struct qp *q);
+
+/* responder.c */
+void resp_on_data(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t len, const struct mrc_pkt *p,
+                  const struct mrc_meta *m, uint64_t now);
+void resp_on_probe(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const struct mrc_meta *m);
+void resp_send_sack(struct mrc_ep *ep, struct qp *q, uint32_t ev, int ecn, uint32_t trig_psn, uint16_t flags,
+                    uint16_t ts);
+
+/* ev.c */
+int ev_init(struct qp *q);
+int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, uint32_t *ev_out);
+void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
+void ev_on_congestion(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
+void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
+int ev_probe_due(struct mrc_ep *ep, struct qp *q, uint64_t now, struct event **out);
+uint64_t ev_next_timer(struct qp *q, uint64_t now);
+void ev_set_state(struct mrc_ep *ep, struct qp *q, struct event *e, uint8_t st, uint64_t now);
+struct event *ev_find(struct qp *q, uint32_t ev);
+uint32_t ev_count_good(struct qp *q);
+#endif

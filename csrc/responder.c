@@ -1,0 +1,135 @@
+/* Responder: validate, place by (rkey, VA) in any order, SACK/NACK, and
+ * WRITE_IMM receive completions in message order (protocol.md section 3,
+ * "Responder"). Nothing is ever written outside a registered region. */
+#include "core.h"
+
+static inline uint32_t widx(const struct qp *q, uint32_t psn) { return psn & (q->win - 1); }
+static inline int rbit(const struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); return (int)((q->rbits[i >> 6] >> (i & 63)) & 1); }
+static inline void rset(struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); q->rbits[i >> 6] |= 1ull << (i & 63); }
+static inline void rclr(struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); q->rbits[i >> 6] &= ~(1ull << (i & 63)); }
+
+static struct ctrl *ctrl_for(struct mrc_ep *ep, struct qp *q, uint32_t ev)
+{
+    struct ctrl *c = ep_ctrl_slot(ep);
+    if (c) {
+        c->peer = q->peer;
+        c->ev = ev; /* answer on the path the packet came in on */
+        c->tclass = MRC_DSCP_CONTROL << 2;
+    }
+    return c;
+}
+
+void resp_send_sack(struct mrc_ep *ep, struct qp *q, uint32_t ev, int ecn, uint32_t trig, uint16_t flags, uint16_t ts)
+{
+    struct ctrl *c = ctrl_for(ep, q, ev);
+    if (!c)
+        return;
+    uint32_t cack = psn_add(q->epsn, MRC_PSN_MASK); /* epsn - 1 */
+    uint64_t bm = 0;
+    /* bitmap base = cack + 2 = epsn + 1 (epsn itself is, by definition, missing) */
+    for (uint32_t i = 0; i < 64 && i + 1 < q->win; i++)
+        if (rbit(q, psn_add(q->epsn, i + 1)))
+            bm |= 1ull << i;
+    int32_t off = (int32_t)(psn_sub(trig, cack));
+    if (off > 0x7FFF)
+        off = off - (int32_t)(MRC_PSN_MASK + 1); /* trig before cack: a duplicate */
+    if (off > 0x7FFF || off < -0x8000)
+        off = 0;
+    struct mrc_pkt p = {.opcode = MRC_OP_SACK, .dqpn = q->dqpn, .sack_flags = (uint16_t)(flags | (ecn ? MRC_SETH_ECN : 0)),
+                        .ack_psn_offset = (int16_t)off, .ev = ev, .scid = (uint16_t)q->qpn, .dcid = (uint16_t)q->dqpn,
+                        .cack_psn = cack, .mpr = (uint8_t)q->a.mpr, .sack_base_off = 2, .bitmap = bm,
+                        .ts_echo = ts, .ooo_cnt = (uint16_t)q->ooo, .rcv_bytes = q->rcv_bytes >> 8};
+    int len = mrc_pkt_build(&p, NULL, c->buf, sizeof(c->buf));
+    c->len = (uint16_t)(len > 0 ? len : 0);
+    q->bytes_unacked = 0;
+    q->st.sacks_tx++;
+}
+
+static void send_nack(struct mrc_ep *ep, struct qp *q, uint8_t reason, uint32_t psn, uint32_t ev)
+{
+    struct ctrl *c = ctrl_for(ep, q, ev);
+    if (!c)
+        return;
+    struct mrc_pkt p = {.opcode = MRC_OP_NACK, .dqpn = q->dqpn, .nack_reason = reason, .ev = ev,
+                        .scid = (uint16_t)q->qpn, .dcid = (uint16_t)q->dqpn, .nack_psn = psn};
+    int len = mrc_pkt_build(&p, NULL, c->buf, sizeof(c->buf));
+    c->len = (uint16_t)(len > 0 ? len : 0);
+    q->st.nacks_tx++;
+}
+
+void resp_on_data(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t len, const struct mrc_pkt *p,
+                  const struct mrc_meta *m, uint64_t now)
+{
+    (void)len;
+    (void)now;
+    q->st.rx_packets++;
+    if (m->trimmed) {
+        ep->drops[MRC_DROP_TRIMMED]++;
+        send_nack(ep, q, MRC_NACK_TRIMMED, p->psn, m->ev);
+        return;
+    }
+    uint32_t psn = p->psn;
+    if (psn_lt(psn, q->epsn) || (psn_sub(psn, q->epsn) < q->win && rbit(q, psn))) {
+        /* a duplicate writes nothing and says what we have */
+        ep->drops[MRC_DROP_DUPLICATE]++;
+        resp_send_sack(ep, q, m->ev, m->ecn_ce, psn, 0, 0);
+        return;
+    }
+    if (psn_sub(psn, q->epsn) >= q->win) {
+        ep->drops[MRC_DROP_PSN_WINDOW]++;
+        send_nack(ep, q, MRC_NACK_PSN_OUT_OF_WINDOW, psn, m->ev);
+        return;
+    }
+    struct mr *mr = ep_mr(ep, p->rkey);
+    if (!mr || !(mr->access & MRC_ACCESS_REMOTE_WRITE)) {
+        ep->drops[MRC_DROP_RKEY]++;
+        send_nack(ep, q, MRC_NACK_REMOTE_ACCESS, psn, m->ev);
+        return;
+    }
+    uint64_t base = (uint64_t)(uintptr_t)mr->addr, va = p->va, plen = p->payload_len;
+    if (va < base || plen > mr->len || va - base > mr->len - plen || plen > p->dma_len) {
+        ep->drops[MRC_DROP_RANGE]++;
+        send_nack(ep, q, MRC_NACK_REMOTE_ACCESS, psn, m->ev);
+        return;
+    }
+    if (plen)
+        memcpy(mr->addr + (va - base), pkt + p->payload_off, plen);
+    q->st.rx_bytes += plen;
+    q->rcv_bytes += (uint32_t)plen;
+    q->bytes_unacked += (uint32_t)plen;
+    rset(q, psn);
+    if (mrc_opcode_has_imm(p->opcode)) {
+        struct pimm *pi = &q->pimm[widx(q, psn)];
+        *pi = (struct pimm){.psn = psn, .imm = p->imm, .len = p->dma_len, .valid = 1};
+    }
+    int ooo = psn != q->epsn;
+    if (ooo)
+        q->ooo++;
+    /* advance the cumulative PSN; a WRITE_IMM completes once it and every
+     * earlier PSN are placed: in message order, never before its data */
+    while (rbit(q, q->epsn)) {
+        rclr(q, q->epsn);
+        struct pimm *pi = &q->pimm[widx(q, q->epsn)];
+        if (pi->valid && pi->psn == q->epsn) {
+            pi->valid = 0;
+            if (q->rq_head == q->rq_tail) {
+                ep->drops[MRC_DROP_NO_RECV]++;
+            } else {
+                struct mrc_wc wc = {.wr_id = q->rq[q->rq_head], .qpn = q->qpn, .status = MRC_WC_SUCCESS,
+                                    .opcode = MRC_WC_RECV_WRITE_IMM, .byte_len = pi->len, .imm_data = pi->imm};
+                ep_push_wc(ep, &wc);
+                q->rq_head = q->rq_head + 1 == q->rq_size ? 0 : q->rq_head + 1;
+            }
+        }
+        q->epsn = psn_add(q->epsn, 1);
+    }
+    if (m->ecn_ce || (p->flags & (MRC_BTH_ACKREQ | MRC_BTH_RTX)) || ooo || q->bytes_unacked >= q->a.ack_bytes)
+        resp_send_sack(ep, q, m->ev, m->ecn_ce, psn, 0, (uint16_t)p->ts);
+}
+
+void resp_on_probe(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const struct mrc_meta *m)
+{
+    (void)m;
+    q->st.probes_rx++;
+    resp_send_sack(ep, q, p->ev, 0, psn_add(q->epsn, MRC_PSN_MASK), MRC_SETH_PR, 0);
+}

@@ -1,0 +1,296 @@
+/* In-memory link: a deterministic simulated fabric for tests, benchmarks and
+ * simulation (architecture.md: "the simulated link is a first-class part of
+ * the product"). Paths have delay, jitter (reordering), loss (seeded
+ * probability or a 64-bit mask), duplication, trimming, a rate with a queue
+ * that marks ECN above a threshold, and down/flap intervals. The run loop
+ * lives in C: Python only starts it and reads the results. */
+#include "core.h"
+
+enum { SIM_MAX_EPS = 8, SIM_TXBUF = 1 << 20, SIM_TXD = 256, SIM_BUFSZ = 9216 };
+
+struct sim_pkt {
+    uint64_t t;
+    uint64_t seq;
+    uint8_t *data;
+    uint32_t len;
+    uint16_t dst;
+    struct mrc_meta m;
+};
+
+struct mrc_sim {
+    uint32_t planes, per_plane, npaths;
+    struct mrc_sim_path *paths;
+    uint64_t *busy;      /* npaths x SIM_MAX_EPS: when the path's queue toward an ep drains */
+    uint64_t *txn;       /* packets offered per path (loss mask position) */
+    struct mrc_ep *eps[SIM_MAX_EPS];
+    uint32_t neps;
+    struct sim_pkt *heap;
+    uint32_t hn, hcap;
+    uint64_t seq;
+    uint8_t **freel;
+    uint32_t nfree, free_cap;
+    uint64_t rng;
+    uint64_t now;
+    struct mrc_sim_stats st;
+    uint8_t *txbuf;
+    struct mrc_txdesc *txd;
+};
+
+static uint64_t rnd(struct mrc_sim *s)
+{
+    uint64_t x = s->rng; /* xorshift64* */
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    s->rng = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+static int chance(struct mrc_sim *s, uint32_t ppm) { return ppm && (rnd(s) % 1000000) < ppm; }
+
+int mrc_sim_create(uint32_t planes, uint32_t per_plane, uint64_t seed, struct mrc_sim **out)
+{
+    if (!planes || planes > MRC_MAX_PLANES || !per_plane || planes * per_plane > 4096)
+        return -EINVAL;
+    struct mrc_sim *s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->planes = planes;
+    s->per_plane = per_plane;
+    s->npaths = planes * per_plane;
+    s->paths = calloc(s->npaths, sizeof(*s->paths));
+    s->busy = calloc((size_t)s->npaths * SIM_MAX_EPS, sizeof(uint64_t));
+    s->txn = calloc(s->npaths, sizeof(uint64_t));
+    s->hcap = 4096;
+    s->heap = malloc(s->hcap * sizeof(*s->heap));
+    s->free_cap = 8192;
+    s->freel = malloc(s->free_cap * sizeof(*s->freel));
+    s->txbuf = malloc(SIM_TXBUF);
+    s->txd = malloc(SIM_TXD * sizeof(*s->txd));
+    s->rng = seed ? seed : 0x9E3779B97F4A7C15ull;
+    if (!s->paths || !s->busy || !s->txn || !s->heap || !s->freel || !s->txbuf || !s->txd) {
+        mrc_sim_destroy(s);
+        return -ENOMEM;
+    }
+    for (uint32_t i = 0; i < s->npaths; i++)
+        s->paths[i].delay_ns = 2000;
+    *out = s;
+    return 0;
+}
+
+void mrc_sim_destroy(struct mrc_sim *s)
+{
+    if (!s)
+        return;
+    for (uint32_t i = 0; i < s->hn; i++)
+        free(s->heap[i].data);
+    for (uint32_t i = 0; i < s->nfree; i++)
+        free(s->freel[i]);
+    free(s->paths);
+    free(s->busy);
+    free(s->txn);
+    free(s->heap);
+    free(s->freel);
+    free(s->txbuf);
+    free(s->txd);
+    free(s);
+}
+
+int mrc_sim_attach(struct mrc_sim *s, struct mrc_ep *ep)
+{
+    if (s->neps == SIM_MAX_EPS)
+        return -ENOSPC;
+    s->eps[s->neps] = ep;
+    return (int)s->neps++;
+}
+
+int mrc_sim_set_path(struct mrc_sim *s, uint32_t path, const struct mrc_sim_path *p)
+{
+    if (path >= s->npaths)
+        return -EINVAL;
+    s->paths[path] = *p;
+    return 0;
+}
+
+int mrc_sim_get_path(struct mrc_sim *s, uint32_t path, struct mrc_sim_path *p)
+{
+    if (path >= s->npaths)
+        return -EINVAL;
+    *p = s->paths[path];
+    return 0;
+}
+
+int mrc_sim_stats(struct mrc_sim *s, struct mrc_sim_stats *st)
+{
+    *st = s->st;
+    st->now_ns = s->now;
+    return 0;
+}
+
+static uint8_t *buf_get(struct mrc_sim *s) { return s->nfree ? s->freel[--s->nfree] : malloc(SIM_BUFSZ); }
+
+static void buf_put(struct mrc_sim *s, uint8_t *b)
+{
+    if (s->nfree < s->free_cap)
+        s->freel[s->nfree++] = b;
+    else
+        free(b);
+}
+
+static int before(const struct sim_pkt *a, const struct sim_pkt *b) { return a->t < b->t || (a->t == b->t && a->seq < b->seq); }
+
+static int heap_push(struct mrc_sim *s, struct sim_pkt *p)
+{
+    if (s->hn == s->hcap) {
+        struct sim_pkt *h = realloc(s->heap, 2 * s->hcap * sizeof(*h));
+        if (!h)
+            return -ENOMEM;
+        s->heap = h;
+        s->hcap *= 2;
+    }
+    p->seq = s->seq++;
+    uint32_t i = s->hn++;
+    while (i && before(p, &s->heap[(i - 1) / 2])) {
+        s->heap[i] = s->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    s->heap[i] = *p;
+    return 0;
+}
+
+static struct sim_pkt heap_pop(struct mrc_sim *s)
+{
+    struct sim_pkt top = s->heap[0], last = s->heap[--s->hn];
+    uint32_t i = 0;
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= s->hn)
+            break;
+        if (c + 1 < s->hn && before(&s->heap[c + 1], &s->heap[c]))
+            c++;
+        if (!before(&s->heap[c], &last))
+            break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (s->hn)
+        s->heap[i] = last;
+    return top;
+}
+
+static int path_down(const struct mrc_sim_path *p, uint64_t now)
+{
+    if (now < p->down_from_ns || now >= p->down_until_ns)
+        return 0;
+    if (!p->flap_period_ns)
+        return 1;
+    return ((now - p->down_from_ns) % p->flap_period_ns) < p->flap_period_ns / 2;
+}
+
+static void offer(struct mrc_sim *s, uint32_t src, const struct mrc_txdesc *d, const uint8_t *data)
+{
+    uint32_t plane = (d->ev >> 16) % s->planes;
+    uint32_t path = plane * s->per_plane + (d->ev & 0xFFFF) % s->per_plane;
+    struct mrc_sim_path *P = &s->paths[path];
+    uint32_t dst = d->peer;
+    if (dst >= s->neps || d->len > SIM_BUFSZ) {
+        s->st.dropped++;
+        return;
+    }
+    s->st.per_path_tx[path & 255]++;
+    uint64_t n = s->txn[path]++;
+    if (path_down(P, s->now) || (P->loss_mask & (1ull << (n & 63))) || chance(s, P->loss_ppm)) {
+        s->st.dropped++;
+        return;
+    }
+    uint64_t depart = s->now, qbytes = 0;
+    if (P->rate_bps) {
+        uint64_t *busy = &s->busy[(size_t)path * SIM_MAX_EPS + dst];
+        uint64_t start = *busy > s->now ? *busy : s->now;
+        qbytes = (start - s->now) * P->rate_bps / 8000000000ull;
+        *busy = start + (uint64_t)d->len * 8000000000ull / P->rate_bps;
+        depart = *busy;
+    }
+    struct sim_pkt pk = {.dst = (uint16_t)dst, .len = d->len};
+    pk.m.ev = d->ev;
+    pk.m.peer = (uint16_t)src;
+    pk.m.port = (uint8_t)plane;
+    if ((d->tclass & 3) && P->ecn_queue_bytes && qbytes > P->ecn_queue_bytes) {
+        pk.m.ecn_ce = 1;
+        s->st.ecn_marked++;
+    }
+    uint32_t len = d->len;
+    if (d->is_data && (chance(s, P->trim_ppm) || (P->trim_queue_bytes && qbytes > P->trim_queue_bytes))) {
+        struct mrc_pkt pp;
+        if (mrc_pkt_parse(data, len, 0, &pp) == 0) {
+            len = pp.payload_off; /* the switch keeps the headers through ImmDt */
+            pk.m.trimmed = 1;
+            s->st.trimmed++;
+        }
+    }
+    for (int copy = 0; copy < 1 + chance(s, P->dup_ppm); copy++) {
+        pk.data = buf_get(s);
+        if (!pk.data)
+            return;
+        memcpy(pk.data, data, len);
+        pk.len = len;
+        pk.t = depart + P->delay_ns + (P->jitter_ns ? rnd(s) % P->jitter_ns : 0) + (uint64_t)copy * 1000;
+        if (copy)
+            s->st.duplicated++;
+        if (heap_push(s, &pk) < 0)
+            buf_put(s, pk.data);
+    }
+}
+
+static int cq_busy(struct mrc_ep *ep, uint32_t stop_on_cqe)
+{
+    uint32_t used = (ep->cq_tail + ep->cq_size - ep->cq_head) % ep->cq_size;
+    return (stop_on_cqe && used) || used > ep->cq_size / 2;
+}
+
+/* Advance simulated time to until_ns, or until the link is idle, or (with
+ * stop_on_cqe) until a completion is waiting. Returns 1 if it stopped for a
+ * completion, 0 otherwise. */
+int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe)
+{
+    for (;;) {
+        uint64_t progress = 0;
+        for (uint32_t i = 0; i < s->neps; i++) {
+            int n;
+            do {
+                n = mrc_ep_poll_tx(s->eps[i], s->now, s->txbuf, SIM_TXBUF, s->txd, SIM_TXD);
+                for (int k = 0; k < n; k++)
+                    offer(s, i, &s->txd[k], s->txbuf + s->txd[k].off);
+                progress += (uint64_t)(n > 0 ? n : 0);
+            } while (n == SIM_TXD);
+        }
+        while (s->hn && s->heap[0].t <= s->now) {
+            struct sim_pkt p = heap_pop(s);
+            mrc_ep_input(s->eps[p.dst], p.data, p.len, &p.m, s->now);
+            buf_put(s, p.data);
+            s->st.delivered++;
+            s->st.events++;
+            progress++;
+        }
+        for (uint32_t i = 0; i < s->neps; i++)
+            if (cq_busy(s->eps[i], stop_on_cqe))
+                return 1;
+        if (progress)
+            continue;
+        uint64_t next = s->hn ? s->heap[0].t : MRC_INF_NS;
+        for (uint32_t i = 0; i < s->neps; i++) {
+            uint64_t t = mrc_ep_next_timer(s->eps[i], s->now);
+            if (t < next)
+                next = t;
+        }
+        if (next == MRC_INF_NS)
+            return 0; /* idle */
+        if (next <= s->now)
+            next = s->now + 100; /* a timer that is due but made no progress: step on */
+        if (next > until_ns) {
+            s->now = until_ns > s->now ? until_ns : s->now;
+            return 0;
+        }
+        s->now = next;
+    }
+}
