@@ -151,6 +151,8 @@ struct mrc_ep {
     uint32_t evq_size, evq_head, evq_tail, ev_dropped;
     uint32_t port_up;
     uint32_t rr_qp;
+    uint32_t *act;           /* indices of QPs in RTS: the only ones the tx path visits */
+    uint32_t nact;
 };
 
 /* wire.c */
@@ -163,6 +165,7 @@ struct mr *ep_mr(struct mrc_ep *ep, uint32_t key);
 int ep_push_wc(struct mrc_ep *ep, const struct mrc_wc *wc);
 struct ctrl *ep_ctrl_slot(struct mrc_ep *ep);
 void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
+void ep_set_active(struct mrc_ep *ep, struct qp *q, int on);
 uint32_t qp_usable_ports(struct mrc_ep *ep, struct qp *q);
 
 /* requester.c */

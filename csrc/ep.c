@@ -68,13 +68,14 @@ int mrc_ep_create(const struct mrc_ep_attr *attr, struct mrc_ep **out)
     ep->mr_cap = 1024;
     ep->mrs = calloc(ep->mr_cap, sizeof(*ep->mrs));
     ep->qps = calloc(ep->a.max_qps, sizeof(*ep->qps));
+    ep->act = calloc(ep->a.max_qps, sizeof(*ep->act));
     ep->cq_size = ep->a.cq_depth + 1;
     ep->cq = calloc(ep->cq_size, sizeof(*ep->cq));
     ep->ctl_size = 4096;
     ep->ctl = calloc(ep->ctl_size, sizeof(*ep->ctl));
     ep->evq_size = ep->a.ev_event_depth + 1;
     ep->evq = calloc(ep->evq_size, sizeof(*ep->evq));
-    if (!ep->mrs || !ep->qps || !ep->cq || !ep->ctl || !ep->evq) {
+    if (!ep->mrs || !ep->qps || !ep->act || !ep->cq || !ep->ctl || !ep->evq) {
         mrc_ep_destroy(ep);
         return -ENOMEM;
     }
@@ -104,6 +105,7 @@ void mrc_ep_destroy(struct mrc_ep *ep)
         for (uint32_t i = 0; i < ep->a.max_qps; i++)
             qp_free(ep->qps[i]);
     free(ep->qps);
+    free(ep->act);
     free(ep->mrs);
     free(ep->cq);
     free(ep->ctl);
@@ -205,6 +207,20 @@ int mrc_qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *attr, uint32_t *q
     return 0;
 }
 
+void ep_set_active(struct mrc_ep *ep, struct qp *q, int on)
+{
+    uint32_t idx = q->qpn - 1;
+    for (uint32_t i = 0; i < ep->nact; i++) {
+        if (ep->act[i] == idx) {
+            if (!on)
+                ep->act[i] = ep->act[--ep->nact];
+            return;
+        }
+    }
+    if (on)
+        ep->act[ep->nact++] = idx;
+}
+
 struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn)
 {
     if (qpn == 0 || qpn > ep->a.max_qps)
@@ -217,6 +233,7 @@ int mrc_qp_destroy(struct mrc_ep *ep, uint32_t qpn)
     struct qp *q = ep_qp(ep, qpn);
     if (!q)
         return -ENOENT;
+    ep_set_active(ep, q, 0);
     ep->qps[qpn - 1] = NULL;
     qp_free(q);
     return 0;
@@ -235,6 +252,7 @@ int mrc_qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, uint32_t dest
     }
     if (state == MRC_QPS_RESET) {
         q->state = MRC_QPS_RESET;
+        ep_set_active(ep, q, 0);
         return 0;
     }
     if (!((cur == MRC_QPS_RESET && state == MRC_QPS_INIT) || (cur == MRC_QPS_INIT && state == MRC_QPS_RTR) ||
@@ -247,6 +265,8 @@ int mrc_qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, uint32_t dest
         q->peer = peer;
     }
     q->state = state;
+    if (state == MRC_QPS_RTS)
+        ep_set_active(ep, q, 1);
     return 0;
 }
 
@@ -312,6 +332,7 @@ void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
     if (q->state == MRC_QPS_ERROR)
         return;
     q->state = MRC_QPS_ERROR;
+    ep_set_active(ep, q, 0);
     uint8_t status = first_status;
     for (uint32_t i = q->sq_head; i != q->sq_tail; i = ring_next(i, q->sq_size)) {
         struct wqe *w = &q->sq[i];
@@ -453,11 +474,11 @@ int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t bufle
         n++;
         ep->ctl_head = ring_next(ep->ctl_head, ep->ctl_size);
     }
-    /* then every QP in turn, starting after the one served first last time */
-    uint32_t nq = ep->a.max_qps;
-    for (uint32_t k = 0; k < nq && n < max; k++) {
-        uint32_t i = (ep->rr_qp + k) % nq;
-        struct qp *q = ep->qps[i];
+    /* then every active QP in turn, starting after the one served first last time */
+    uint32_t nq = ep->nact;
+    for (uint32_t k = 0; k < nq && n < max && ep->nact; k++) {
+        uint32_t slot = (ep->rr_qp + k) % ep->nact;
+        struct qp *q = ep->qps[ep->act[slot]];
         if (!q || q->state != MRC_QPS_RTS)
             continue;
         req_on_timer(ep, q, now);
@@ -466,7 +487,8 @@ int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t bufle
         int got = req_poll_tx(ep, q, now, buf, buflen, &used, d + n, max - n);
         n += (uint32_t)got;
     }
-    ep->rr_qp = (ep->rr_qp + 1) % nq;
+    if (ep->nact)
+        ep->rr_qp = (ep->rr_qp + 1) % ep->nact;
     return (int)n;
 }
 
@@ -475,8 +497,8 @@ uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now)
     if (ep->ctl_head != ep->ctl_tail)
         return now;
     uint64_t t = MRC_INF_NS;
-    for (uint32_t i = 0; i < ep->a.max_qps; i++) {
-        struct qp *q = ep->qps[i];
+    for (uint32_t i = 0; i < ep->nact; i++) {
+        struct qp *q = ep->qps[ep->act[i]];
         if (!q || q->state != MRC_QPS_RTS)
             continue;
         uint64_t x = req_next_timer(ep, q, now);

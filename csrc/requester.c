@@ -83,7 +83,8 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         struct pent *pe = pe_at(q, psn);
         if (pe->st != PE_LOST)
             continue;
-        if (*used + room_hdr + pe->len > buflen || !cwnd_allows(q, pe->len))
+        /* the oldest hole may always go: the window must never block recovery */
+        if (*used + room_hdr + pe->len > buflen || (psn != q->una_psn && !cwnd_allows(q, pe->len)))
             return (int)n;
         uint32_t ev;
         if (ev_pick(ep, q, now, pe->ev, &ev) < 0)
@@ -190,9 +191,10 @@ static void mark_lost(struct mrc_ep *ep, struct qp *q, struct pent *pe, uint64_t
     q->nlost++;
     q->inflight -= pe->len;
     if (path_failed) {
+        /* a loss is a path failure: the EV manager retires the path; the
+         * window is not cut for it (protocol.md section 1) */
         q->st.losses++;
         ev_on_loss(ep, q, pe->ev, now);
-        q->cc->on_loss(q, now);
     }
 }
 
@@ -331,10 +333,15 @@ void req_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
         qp_to_error(ep, q, MRC_WC_RETRY_EXC_ERR);
         return;
     }
+    /* everything that has been out for a whole RTO is lost */
+    uint64_t rto = rto_ns(q);
+    for (uint32_t psn = q->una_psn; psn != q->next_psn; psn = psn_add(psn, 1)) {
+        struct pent *pe = pe_at(q, psn);
+        if (pe->st == PE_INFLIGHT && (psn == q->una_psn || pe->sent_ns + rto <= now))
+            mark_lost(ep, q, pe, now, 1);
+    }
+    q->cc->on_loss(q, now);
     q->last_progress_ns = now;
-    struct pent *pe = pe_at(q, q->una_psn);
-    if (pe->st == PE_INFLIGHT)
-        mark_lost(ep, q, pe, now, 1);
 }
 
 uint64_t req_next_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)

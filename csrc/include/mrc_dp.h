@@ -146,6 +146,7 @@ struct mrc_pkt {
 const char *mrc_dp_version(void);
 uint32_t mrc_crc32c(uint32_t crc, const uint8_t *buf, size_t len);
 int mrc_crc32c_hw(void);
+uint32_t mrc_crc32c_sw(uint32_t crc, const uint8_t *buf, size_t len);
 int mrc_psn_cmp(uint32_t a, uint32_t b);
 int mrc_opcode_is_data(uint8_t opcode);
 int mrc_opcode_has_imm(uint8_t opcode);

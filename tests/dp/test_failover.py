@@ -1,0 +1,133 @@
+"""Path and plane failures over the in-memory link (protocol.md section 3)."""
+from mrc._dp import lib
+
+from .harness import PER_PLANE, PLANES, Pair, attr, digest
+
+FOREVER = 1 << 62
+RTT_NS = 2 * 5000  # two 5 us path delays
+
+
+def evs_on(pair, plane, idx, active_only=True):
+    return [e for e in pair.qa.evs() if e["plane"] == plane and e["entropy"] % PER_PLANE == idx
+            and (e["active"] or not active_only)]
+
+
+def start_big(pair, size=16 << 20):
+    src = bytearray(pair.rng.randbytes(size))
+    dst = bytearray(size)
+    ms, md = pair.a.reg_mr(src), pair.b.reg_mr(dst, remote_write=True)
+    pair.qa.post_write(ms, 0, size, md.addr, md.rkey, wr_id=1)
+    return src, dst
+
+
+def finish(pair, budget_ns=5_000_000_000):
+    wc = pair.sim.run_until(lambda: pair.a.poll_cq(), budget_ns=budget_ns, step_ns=100_000)
+    return wc
+
+
+def test_one_path_dead_from_the_start():
+    pair = Pair(seed=11)
+    pair.sim.set_path(pair.sim.path(2, 1), down_from_ns=0, down_until_ns=FOREVER)
+    src, dst = start_big(pair)
+    wc = finish(pair)
+    assert wc[0].ok and digest(dst) == digest(src)
+    # every EV that was tried on the dead path is retired, none is left in the rotation
+    assert pair.qa.stats()["losses"] > 0
+    assert not [e for e in evs_on(pair, 2, 1) if e["state"] == "GOOD"]
+    assert [e for e in evs_on(pair, 2, 1, active_only=False) if e["state"] == "ASSUMED_BAD"]
+
+
+def test_path_dying_mid_transfer_is_retired_within_a_few_rtts_and_probed_back():
+    pair = Pair(seed=12)
+    src, dst = start_big(pair)
+    pair.sim.run(200_000)
+    t_dead = pair.sim.now
+    victims = {e["ev"] for e in evs_on(pair, 1, 3)}
+    assert victims
+    pair.sim.set_path(pair.sim.path(1, 3), down_from_ns=t_dead, down_until_ns=FOREVER)
+    # step in small increments until no active EV on the dead path is GOOD
+    while True:
+        pair.sim.run(pair.sim.now + 2000)
+        states = pair.ev_states()
+        if all(states[v] != "GOOD" for v in victims):
+            break
+        assert pair.sim.now - t_dead < 20 * RTT_NS, "dead path's EVs still GOOD after 20 RTTs"
+    retired_after = pair.sim.now - t_dead
+    assert retired_after <= 10 * RTT_NS, retired_after
+    assert all(states[v] == "ASSUMED_BAD" for v in victims)
+    # none of the active slots uses the dead path any more (spares replaced them)
+    assert not [e for e in evs_on(pair, 1, 3) if e["state"] == "GOOD"]
+    # heal: probes bring every victim back to GOOD
+    pair.sim.set_path(pair.sim.path(1, 3), down_from_ns=0, down_until_ns=0)
+    t_heal = pair.sim.now
+    pair.sim.run_until(lambda: all(pair.ev_states()[v] == "GOOD" for v in victims),
+                       budget_ns=5_000_000, step_ns=10_000)
+    assert pair.sim.now - t_heal < 2_000_000
+    events = pair.a.ev_events()
+    assert {(e["ev"], e["old"], e["new"]) for e in events if e["ev"] in victims} >= \
+        {(v, "GOOD", "ASSUMED_BAD") for v in victims} | {(v, "ASSUMED_BAD", "GOOD") for v in victims}
+    wc = finish(pair)
+    assert wc[0].ok and digest(dst) == digest(src)
+
+
+def test_whole_plane_dying_keeps_the_load_equal_on_the_others():
+    pair = Pair(seed=13, qp_attr=attr(sq_depth=256))
+    size = 64 << 20
+    src, dst = start_big(pair, size)
+    pair.sim.run(200_000)
+    for i in range(PER_PLANE):
+        pair.sim.set_path(pair.sim.path(3, i), down_from_ns=pair.sim.now, down_until_ns=FOREVER)
+    pair.sim.run(pair.sim.now + 300_000)  # let the loss detector retire the plane
+    before = pair.qa.stats()["plane_tx"][:PLANES]
+    wc = finish(pair)
+    after = pair.qa.stats()["plane_tx"][:PLANES]
+    assert wc[0].ok and digest(dst) == digest(src)
+    share = [after[p] - before[p] for p in range(PLANES)]
+    alive = share[:3]
+    assert share[3] < 0.01 * sum(alive), share
+    mean = sum(alive) / 3
+    assert all(abs(s - mean) <= 0.10 * mean for s in alive), share
+
+
+def test_flapping_path_every_few_rtts():
+    pair = Pair(seed=14)
+    pair.sim.set_path(pair.sim.path(0, 2), down_from_ns=0, down_until_ns=FOREVER, flap_period_ns=6 * RTT_NS)
+    src, dst = start_big(pair)
+    wc = finish(pair)
+    assert wc[0].ok and digest(dst) == digest(src)
+    assert pair.qa.stats()["losses"] > 0
+
+
+def test_all_paths_dead_ends_in_error_with_retry_exceeded_and_flush():
+    pair = Pair(seed=15, qp_attr=attr(timeout=4, linear_cnt=3, exp_cnt=3))
+    pair.sim.set_all(delay_ns=5000, down_from_ns=0, down_until_ns=FOREVER)
+    buf = bytearray(100_000)
+    dst = bytearray(100_000)
+    ms, md = pair.a.reg_mr(buf), pair.b.reg_mr(dst, remote_write=True)
+    for i in range(3):
+        pair.qa.post_write(ms, 0, 30_000, md.addr, md.rkey, wr_id=i)
+    # budget: RTO 16 us x (3 linear + 2 + 4 + 8 exponential) is well under 1 ms
+    wcs = pair.sim.run_until(lambda: pair.a.poll_cq(), budget_ns=50_000_000, step_ns=100_000)
+    wcs += pair.a.poll_cq()
+    assert [w.wr_id for w in wcs] == [0, 1, 2]
+    assert wcs[0].status == lib.MRC_WC_RETRY_EXC_ERR
+    assert all(w.status == lib.MRC_WC_WR_FLUSH_ERR for w in wcs[1:])
+    assert pair.qa.state == "ERROR"
+    assert pair.sim.now < 5_000_000
+    # nothing hangs: the link goes idle
+    pair.sim.run(pair.sim.now + 10_000_000)
+    assert pair.qa.stats()["inflight"] == 0
+
+
+def test_port_down_moves_traffic_to_other_planes_and_tells_the_peer():
+    pair = Pair(seed=16)
+    src, dst = start_big(pair)
+    pair.sim.run(100_000)
+    pair.b.set_port(2, False, pair.sim.now)  # the receiver's plane-2 port goes down
+    for i in range(PER_PLANE):
+        pair.sim.set_path(pair.sim.path(2, i), down_from_ns=pair.sim.now, down_until_ns=FOREVER)
+    pair.sim.run(pair.sim.now + 100_000)
+    before = pair.qa.stats()["plane_tx"][2]
+    wc = finish(pair)
+    assert wc[0].ok and digest(dst) == digest(src)
+    assert pair.qa.stats()["plane_tx"][2] - before <= 2  # at most a straggler or a probe
