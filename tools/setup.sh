@@ -2,7 +2,8 @@
 # Set up mrc on a fresh Debian machine (as root) and run the demo or the tests.
 #
 #   bash tools/setup.sh demo     install, then build the default fabric, prove it, tear down
-#   bash tools/setup.sh test     install, then run the whole test suite (what CI runs)
+#   bash tools/setup.sh test     install, then run the whole test suite and the
+#                                sanitizer build of the C tests (what CI runs)
 #   bash tools/setup.sh          install only
 #
 # It installs the Debian packages the fabric needs, makes a virtualenv in
@@ -40,7 +41,11 @@ echo "== pip install -e .[test]"
 
 case "$what" in
     demo) exec .venv/bin/mrc demo ;;
-    test) exec .venv/bin/python -m pytest -q tests ;;
+    test)
+        .venv/bin/python -m pytest -q tests
+        echo "== the C data path again, built with AddressSanitizer and UBSan"
+        bash tools/sanitize.sh .venv/bin/python
+        ;;
     install) echo "installed: activate with '. .venv/bin/activate', then run 'mrc --help'" ;;
     *) echo "tools/setup.sh: unknown step '$what' (use demo, test or nothing)" >&2; exit 2 ;;
 esac
