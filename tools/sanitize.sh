@@ -4,7 +4,7 @@
 #   bash tools/sanitize.sh [PYTHON]
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
-py="${1:-$here/.venv/bin/python}"
+py="$(realpath "${1:-$here/.venv/bin/python}")"
 work="$(mktemp -d /tmp/mrc-asan.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 cp -r "$here/csrc" "$here/mrc" "$here/tests" "$here/pyproject.toml" "$work/"

@@ -44,7 +44,7 @@ case "$what" in
     test)
         .venv/bin/python -m pytest -q tests
         echo "== the C data path again, built with AddressSanitizer and UBSan"
-        bash tools/sanitize.sh .venv/bin/python
+        bash tools/sanitize.sh "$PWD/.venv/bin/python"
         ;;
     install) echo "installed: activate with '. .venv/bin/activate', then run 'mrc --help'" ;;
     *) echo "tools/setup.sh: unknown step '$what' (use demo, test or nothing)" >&2; exit 2 ;;

@@ -67,5 +67,6 @@ def digest(b) -> str:
     return hashlib.sha256(bytes(b)).hexdigest()
 
 
-SIZES = [1, 7, 4096, 4097, 65536, 1 << 20, 16 << 20]
+# 1 B to 16 MiB in log steps (x4), plus sizes just past a packet boundary
+SIZES = [4 ** k for k in range(13)] + [4097, 9000]
 WR_OK = lib.MRC_WC_SUCCESS
