@@ -58,7 +58,7 @@ struct event {
     uint8_t state;
     uint8_t probe_ok;        /* consecutive successful probes */
     uint8_t probing;         /* a probe is outstanding */
-    uint8_t slot_plus1;      /* unused; slot membership is in qp->slot */
+    uint8_t in_slot;         /* the EV occupies a rotation slot (else it is a spare) */
 };
 
 struct pimm { uint32_t psn; uint32_t imm; uint32_t len; uint8_t valid; };

@@ -22,7 +22,7 @@ int ev_init(struct qp *q)
         return -ENOMEM;
     for (uint32_t i = 0; i < q->a.ev_count; i++) {
         q->evs[i].ev = ((i % P) << 16) | (i / P);
-        q->evs[i].slot_plus1 = 1;
+        q->evs[i].in_slot = 1;
         q->slot[i] = (uint16_t)i;
     }
     for (uint32_t p = 0; p < P; p++)
@@ -78,10 +78,10 @@ static void replace_in_slot(struct qp *q, struct event *bad)
             continue;
         for (uint32_t i = 0; i < q->nevs; i++) {
             struct event *c = &q->evs[i];
-            if (!c->slot_plus1 && c->state == MRC_EV_GOOD && (c->ev >> 16) == plane) {
+            if (!c->in_slot && c->state == MRC_EV_GOOD && (c->ev >> 16) == plane) {
                 q->slot[s] = (uint16_t)i;
-                c->slot_plus1 = 1;
-                bad->slot_plus1 = 0;
+                c->in_slot = 1;
+                bad->in_slot = 0;
                 return;
             }
         }
@@ -143,7 +143,7 @@ void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now)
     struct event *e = ev_find(q, ev);
     if (!e || (e->state != MRC_EV_GOOD && e->state != MRC_EV_SKIP))
         return;
-    if (e->slot_plus1 && ev_count_good(q) <= q->a.ev_min_active)
+    if (e->in_slot && ev_count_good(q) <= q->a.ev_min_active)
         return; /* the floor: never demote below ev_min_active */
     ev_set_state(ep, q, e, MRC_EV_ASSUMED_BAD, now);
 }

@@ -73,6 +73,19 @@ static int cwnd_allows(const struct qp *q, uint32_t len)
     return q->inflight == 0 || q->inflight + len <= q->ccs.cwnd;
 }
 
+/* Payload length of the next new-data packet, or -1 when there is none or
+ * the PSN window or max_wimm holds it back (the congestion window is the
+ * caller's check). */
+static int64_t next_data_len(const struct qp *q)
+{
+    if (q->sq_cur == q->sq_tail || psn_sub(q->next_psn, q->una_psn) >= q->win)
+        return -1;
+    const struct wqe *w = &q->sq[q->sq_cur];
+    if (q->cur_off == 0 && w->wr.opcode == MRC_WR_WRITE_IMM && q->wimm_out >= q->a.max_wimm)
+        return -1;
+    return w->total - q->cur_off < q->a.mtu ? (int64_t)(w->total - q->cur_off) : (int64_t)q->a.mtu;
+}
+
 int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uint32_t buflen, uint32_t *used,
                 struct mrc_txdesc *d, uint32_t max)
 {
@@ -122,13 +135,10 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         q->st.probes_tx++;
     }
     /* 3. new data while the PSN window, the congestion window and max_wimm allow */
-    while (n < max && q->sq_cur != q->sq_tail) {
+    int64_t next;
+    while (n < max && (next = next_data_len(q)) >= 0) {
         struct wqe *w = &q->sq[q->sq_cur];
-        if (psn_sub(q->next_psn, q->una_psn) >= q->win)
-            break;
-        if (q->cur_off == 0 && w->wr.opcode == MRC_WR_WRITE_IMM && q->wimm_out >= q->a.max_wimm)
-            break;
-        uint32_t len = (uint32_t)(w->total - q->cur_off < q->a.mtu ? w->total - q->cur_off : q->a.mtu);
+        uint32_t len = (uint32_t)next;
         if (*used + room_hdr + len > buflen || !cwnd_allows(q, len))
             break;
         uint32_t ev;
@@ -352,13 +362,8 @@ uint64_t req_next_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
         if (x < t)
             t = x < now ? now : x;
     }
-    int want = q->nlost > 0;
-    if (!want && q->sq_cur != q->sq_tail && psn_sub(q->next_psn, q->una_psn) < q->win) {
-        struct wqe *w = &q->sq[q->sq_cur];
-        uint32_t len = (uint32_t)(w->total - q->cur_off < q->a.mtu ? w->total - q->cur_off : q->a.mtu);
-        want = cwnd_allows(q, len) &&
-               !(q->cur_off == 0 && w->wr.opcode == MRC_WR_WRITE_IMM && q->wimm_out >= q->a.max_wimm);
-    }
+    int64_t len = next_data_len(q);
+    int want = q->nlost > 0 || (len >= 0 && cwnd_allows(q, (uint32_t)len));
     if (want) {
         /* sendable now if an EV is usable, else when the first SKIP ends */
         uint32_t usable = qp_usable_ports(ep, q);

@@ -126,8 +126,6 @@ def _print(obj, as_json: bool, text: str) -> None:
 
 
 def status_text(t, state: dict, present: list[str]) -> tuple[dict, str]:
-    from mrc.fabric.topology import Topology  # noqa: F401  (type only)
-
     faults = state.get("faults", {})
     expected = [t.ns(n) for n in t.nodes()]
     missing = [n for n in expected if n not in present]

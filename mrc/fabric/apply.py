@@ -122,12 +122,9 @@ class Executor:
         for op in ops:
             try:
                 getattr(self, "op_" + op.kind)(op.node, **op.args)
-            except OSError as e:
-                if exist_ok and e.errno == errno.EEXIST:
-                    continue
-                raise FabricError(f"{self.t.ns(op.node)}: {op.kind} {op.args}: {e}") from e
-            except Exception as e:  # pyroute2 raises NetlinkError (an OSError subclass) mostly
-                code = getattr(e, "code", None)
+            except Exception as e:
+                # OSError carries errno, pyroute2's NetlinkError carries code
+                code = getattr(e, "errno", None) or getattr(e, "code", None)
                 if exist_ok and code == errno.EEXIST:
                     continue
                 raise FabricError(f"{self.t.ns(op.node)}: {op.kind} {op.args}: {e}") from e
@@ -238,27 +235,27 @@ def down(name: str | None = None, all_fabrics: bool = False) -> list[str]:
 
 
 # -------------------------------------------------------------------- faults
-def _nodes_of(t: Topology, target: str) -> list:
+def _links_of_target(t: Topology, target: str) -> list:
     """Links named by a LINK or SWITCH (or host) argument."""
     if target in t.switch_nodes() or target in t.host_nodes():
         return t.links_of(target)
     return [t.link(target)]
 
 
-def _set_link(ex: Executor, link, state: str) -> None:
+def _set_link(ex: Executor, link, up: bool) -> None:
     for node, ifname in ((link.a_node, link.a_if), (link.b_node, link.b_if)):
-        ex.ipr(node).link("set", index=ex.index(node, ifname), state=state)
+        (ex.op_up if up else ex.op_down)(node, ifname)
 
 
 def fail(name: str, target: str) -> list[str]:
     """Take a link (both veth ends) or every link of a switch down."""
     require_root("mrc fabric fail")
     t = load_topology(name)
-    links = _nodes_of(t, target)
+    links = _links_of_target(t, target)
     ex = Executor(t)
     try:
         for link in links:
-            _set_link(ex, link, "down")
+            _set_link(ex, link, up=False)
     finally:
         ex.close()
     _record(t, "down", [link.name for link in links], True)
@@ -269,7 +266,7 @@ def heal(name: str, target: str | None = None) -> list[str]:
     """Bring links back up and re-apply their addresses and routes; clear loss and rate faults."""
     require_root("mrc fabric heal")
     t = load_topology(name)
-    links = t.links() if target is None else _nodes_of(t, target)
+    links = t.links() if target is None else _links_of_target(t, target)
     faults = load_state(name)["faults"]
     ex = Executor(t)
     try:
@@ -284,10 +281,9 @@ def heal(name: str, target: str | None = None) -> list[str]:
                 _clear_rate(ex, link)
     finally:
         ex.close()
-    state = load_state(name)
     for link in links:
-        state["faults"].pop(link.name, None)
-    save_state(t, state["faults"])
+        faults.pop(link.name, None)
+    save_state(t, faults)
     return [link.name for link in links]
 
 

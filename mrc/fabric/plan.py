@@ -80,11 +80,12 @@ def plan(t: Topology) -> list[Op]:
         ops.append(Op("up", host, {"ifname": "mgmt"}))
 
     # 4. fabric links: veth pairs with MTU 9000 and static link-locals
-    for i, link in enumerate(t.links()):
+    for link in t.links():
         ln = (link.name,)
+        a_mac, b_mac = link_macs(link)
         ops.append(Op("veth", link.a_node,
                       {"ifname": link.a_if, "peer_node": link.b_node, "peer_ifname": link.b_if,
-                       "address": mac(0x6D, i, 1), "peer_address": mac(0x6D, i, 2)}, ln))
+                       "address": a_mac, "peer_address": b_mac}, ln))
         ops += link_config(t, link)
 
     # 5. kernel traffic: inner addresses on lo and per-plane source rules
@@ -115,9 +116,9 @@ def mac(kind: int, index: int, end: int) -> str:
     return f"02:{kind:02x}:{(index >> 16) & 0xFF:02x}:{(index >> 8) & 0xFF:02x}:{index & 0xFF:02x}:{end:02x}"
 
 
-def link_macs(t: Topology, link) -> tuple[str, str]:
-    i = t.links().index(link)
-    return mac(0x6D, i, 1), mac(0x6D, i, 2)
+def link_macs(link) -> tuple[str, str]:
+    """The planned MACs of a link's lower and upper end."""
+    return mac(0x6D, link.index, 1), mac(0x6D, link.index, 2)
 
 
 def link_config(t: Topology, link) -> list[Op]:
@@ -129,7 +130,7 @@ def link_config(t: Topology, link) -> list[Op]:
     heal.
     """
     ln = (link.name,)
-    a_mac, b_mac = link_macs(t, link)
+    a_mac, b_mac = link_macs(link)
     ops = [
         Op("mtu", link.a_node, {"ifname": link.a_if, "mtu": 9000}, ln),
         Op("mtu", link.b_node, {"ifname": link.b_if, "mtu": 9000}, ln),

@@ -82,6 +82,7 @@ class Link:
     """One cable (a veth pair). ``a`` is the lower tier end, ``b`` the upper."""
 
     name: str
+    index: int
     plane: int
     a_node: str
     a_if: str
@@ -298,17 +299,16 @@ class Topology:
     # ----------------------------------------------------------------- links
     def links(self) -> list[Link]:
         """Every cable, named ``<lower node>-<upper node>``."""
-        out = []
+        out: list[Link] = []
         for p in range(self.planes):
             for h in range(self.hosts):
                 leaf = self.leaf(p, self.host_leaf(h))
-                out.append(
-                    Link(f"{self.host(h)}-{leaf}", p, self.host(h), self.port_ifname(p), leaf, f"h{h}")
-                )
+                out.append(Link(f"{self.host(h)}-{leaf}", len(out), p, self.host(h), self.port_ifname(p),
+                                leaf, f"h{h}"))
             for leaf in range(self.leaves):
                 for s in range(self.spines):
                     ln, sn = self.leaf(p, leaf), self.spine(p, s)
-                    out.append(Link(f"{ln}-{sn}", p, ln, f"s{s}", sn, f"l{leaf}"))
+                    out.append(Link(f"{ln}-{sn}", len(out), p, ln, f"s{s}", sn, f"l{leaf}"))
         return out
 
     def link(self, name: str) -> Link:
