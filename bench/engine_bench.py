@@ -16,6 +16,7 @@ import sys
 import time
 
 from mrc._dp import ffi, lib
+
 from mrc.engine import Endpoint, QPAttr, Sim
 
 

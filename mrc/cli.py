@@ -247,7 +247,8 @@ def fabric_main(a: argparse.Namespace) -> int:
         return 0
     if a.fcmd == "rate":
         bps = apply.rate(a.name, a.target, a.rate)
-        print(f"{a.target}: limited to {bps / 1e6:g} Mbit/s in both directions (undo with `mrc fabric heal {a.target}`)")
+        print(f"{a.target}: limited to {bps / 1e6:g} Mbit/s in both directions "
+              f"(undo with `mrc fabric heal {a.target}`)")
         return 0
     raise UsageError("missing fabric command: see `mrc fabric --help`")
 

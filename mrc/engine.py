@@ -119,7 +119,7 @@ class WorkCompletion:
 class MemoryRegion:
     """A registered buffer; keeps the buffer alive while registered."""
 
-    def __init__(self, ep: "Endpoint", buf, remote_write: bool) -> None:
+    def __init__(self, ep: Endpoint, buf, remote_write: bool) -> None:
         self.ep = ep
         self.buf = buf
         self._cbuf = ffi.from_buffer(buf, require_writable=remote_write)
@@ -137,7 +137,7 @@ class MemoryRegion:
 
 
 class QueuePair:
-    def __init__(self, ep: "Endpoint", attr: QPAttr) -> None:
+    def __init__(self, ep: Endpoint, attr: QPAttr) -> None:
         self.ep = ep
         self.attr = attr
         qpn = ffi.new("uint32_t *")
@@ -266,7 +266,7 @@ class Endpoint:
             lib.mrc_ep_destroy(self._ep)
             self._ep = None
 
-    def __enter__(self) -> "Endpoint":
+    def __enter__(self) -> Endpoint:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -12,7 +12,8 @@ import ctypes
 import os
 import subprocess
 import threading
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from mrc.errors import FabricError
 

@@ -344,7 +344,7 @@ class Topology:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Topology":
+    def from_dict(cls, d: dict) -> Topology:
         return cls(
             planes=d["planes"], spines=d["spines"], leaves=d["leaves"], hosts=d["hosts"], name=d["name"]
         )

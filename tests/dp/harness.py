@@ -5,6 +5,7 @@ import hashlib
 import random
 
 from mrc._dp import lib
+
 from mrc.engine import Endpoint, QPAttr, Sim
 
 PLANES, PER_PLANE = 4, 4

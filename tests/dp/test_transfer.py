@@ -59,7 +59,7 @@ def test_multi_sge_gathers_in_order():
     dst = bytearray(14003)
     md = pair.b.reg_mr(dst, remote_write=True)
     pair.qa.post_write(None, 0, 0, md.addr, md.rkey, wr_id=9,
-                       sges=[(m, 0, len(p)) for m, p in zip(mrs, parts)])
+                       sges=[(m, 0, len(p)) for m, p in zip(mrs, parts, strict=True)])
     wc = pair.sim.run_until(lambda: pair.a.poll_cq())
     assert wc[0].ok and wc[0].byte_len == 14003
     assert bytes(dst) == b"A" * 5000 + b"B" * 3 + b"C" * 9000

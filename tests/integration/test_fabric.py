@@ -14,7 +14,6 @@ from mrc.fabric import apply, ns
 from mrc.fabric.check import PROTO_EXPERIMENT, check
 from mrc.fabric.topology import Topology
 
-
 pytestmark = pytest.mark.root
 
 

@@ -1,8 +1,8 @@
 """Wire format v1: every packet type round-trips through the C builder and parser."""
 import pytest
+from mrc._dp import lib
 
 from mrc import wire
-from mrc._dp import lib
 
 CASES = {
     "WRITE_FIRST": dict(opcode=wire.OP_WRITE_FIRST, dqpn=0xABCDEF, psn=0xFFFFFE, va=0x1122334455667788,
