@@ -11,7 +11,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADER = os.path.join(HERE, "include", "mrc_dp.h")
-SOURCES = ["wire.c", "crc32c.c", "ep.c", "requester.c", "responder.c", "ev.c", "cc_nscc.c", "simlink.c"]
+SOURCES = ["wire.c", "crc32c.c", "ep.c", "requester.c", "responder.c", "ev.c", "cc_nscc.c", "simlink.c", "engine.c"]
 
 
 def cdef_text() -> str:

@@ -23,7 +23,8 @@ static void gather(const struct wqe *w, uint32_t off, uint32_t len, uint8_t *dst
     }
 }
 
-static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int rtx, uint8_t *out, uint32_t cap)
+static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int ackreq, int rtx, uint8_t *out,
+                      uint32_t cap)
 {
     const struct wqe *w = &q->sq[pe->wqe];
     int first = pe->off == 0, last = pe->off + pe->len >= w->total;
@@ -37,7 +38,7 @@ static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int rtx
         p.opcode = imm ? MRC_OP_WRITE_LAST_IMM : MRC_OP_WRITE_LAST;
     else
         p.opcode = MRC_OP_WRITE_MIDDLE;
-    p.flags = (uint8_t)((last ? MRC_BTH_ACKREQ : 0) | (rtx ? MRC_BTH_RTX | MRC_BTH_ACKREQ : 0));
+    p.flags = (uint8_t)((last || ackreq ? MRC_BTH_ACKREQ : 0) | (rtx ? MRC_BTH_RTX | MRC_BTH_ACKREQ : 0));
     p.dqpn = q->dqpn;
     p.psn = psn;
     p.msn = w->msn;
@@ -103,7 +104,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         if (ev_pick(ep, q, now, pe->ev, &ev) < 0)
             break;
         pe->ev = ev;
-        int len = build_data(q, psn, pe, 1, buf + *used, buflen - *used);
+        int len = build_data(q, psn, pe, 1, 1, buf + *used, buflen - *used);
         if (len < 0)
             break;
         emit(&d[n++], *used, len, ev, q, MRC_DSCP_RTX << 2 | MRC_ECN_ECT0, 1);
@@ -153,7 +154,10 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         struct pent *pe = pe_at(q, q->next_psn);
         *pe = (struct pent){.sent_ns = now, .wqe = q->sq_cur, .off = q->cur_off, .ev = ev, .len = (uint16_t)len,
                             .st = PE_INFLIGHT, .nrtx = 0};
-        int plen = build_data(q, q->next_psn, pe, 0, buf + *used, buflen - *used);
+        /* ask for an ACK when this packet fills the congestion or PSN window:
+         * otherwise the receiver would wait for ack_bytes and we for the RTO */
+        int ackreq = q->inflight + 2ull * len > q->ccs.cwnd || psn_sub(q->next_psn, q->una_psn) + 1 >= q->win;
+        int plen = build_data(q, q->next_psn, pe, ackreq, 0, buf + *used, buflen - *used);
         if (plen < 0)
             break;
         emit(&d[n++], *used, plen, ev, q, MRC_DSCP_DATA << 2 | MRC_ECN_ECT0, 1);

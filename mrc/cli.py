@@ -45,6 +45,25 @@ def build_parser() -> argparse.ArgumentParser:
                        description="The main demo: needs root; always removes what it built.")
     d.add_argument("--name", help="fabric name (default: demo<pid>)")
 
+    perf = sub.add_parser("perf", help="RDMA WRITE bandwidth and latency over MRC (like ib_write_bw)",
+                          description="Run `mrc perf server` on one host and `mrc perf client SERVER` on another, "
+                                      "e.g. inside a fabric: `mrc fabric exec h2 -- mrc perf server` and "
+                                      "`mrc fabric exec h0 -- mrc perf client h2 --verify`.")
+    psub = perf.add_subparsers(dest="pcmd")
+    ps = psub.add_parser("server", help="wait for a client and receive its writes")
+    ps.add_argument("--port", type=int, default=18515, help="connection-setup TCP port (default 18515)")
+    ps.add_argument("--forever", action="store_true", help="serve one client after another")
+    pc = psub.add_parser("client", help="write to a server and measure")
+    pc.add_argument("server", help="the server: a fabric host (h2) or a management address")
+    pc.add_argument("--port", type=int, default=18515, help="connection-setup TCP port (default 18515)")
+    pc.add_argument("--sizes", default="4K,64K,1M", help="message sizes, comma separated (default 4K,64K,1M)")
+    pc.add_argument("--iters", type=int, default=100, help="messages per size (default 100)")
+    pc.add_argument("--depth", type=int, default=16, help="messages in flight (default 16)")
+    pc.add_argument("--imm", action="store_true", help="RDMA WRITE with immediate instead of WRITE")
+    pc.add_argument("--verify", action="store_true", help="check the received data by hash")
+    pc.add_argument("--qps", type=int, default=1, help="queue pairs (only 1 so far)")
+    _json(pc)
+
     fab = sub.add_parser("fabric", help="build, check, break and remove a multi-plane SRv6 fabric",
                          description="A fabric of P independent planes (each a 2-tier Clos of T0 leaves and T1 "
                                      "spines) built from network namespaces and veth pairs; switches forward with "
@@ -215,6 +234,8 @@ def fabric_main(a: argparse.Namespace) -> int:
             raise UsageError(f"unknown node {a.node!r}: use a host h0..h{t.hosts - 1}, a switch such as "
                              f"{t.leaf(0, 0)} or {t.spine(0, 0)}, or mgmt")
         apply.require_root("mrc fabric exec")
+        # tell mrc tools inside which fabric host they run (mrc.verbs, mrc.cm, mrc perf)
+        os.environ["MRC_FABRIC"], os.environ["MRC_HOST"] = t.name, a.node
         ns.execvp(t.ns(a.node), argv)
         return 127  # not reached
     if a.fcmd == "fail":
@@ -277,6 +298,20 @@ def main(argv: list[str] | None = None) -> int:
             from mrc import demo
 
             return demo.main(a.name)
+        if a.cmd == "perf":
+            from mrc import perf
+
+            if a.pcmd == "server":
+                return perf.server(a.port, once=not a.forever)
+            if a.pcmd == "client":
+                if a.qps != 1:
+                    raise UsageError("--qps: only one queue pair is supported so far")
+                sizes = [perf.parse_size(x) for x in a.sizes.split(",") if x]
+                res = perf.client(a.server, sizes, a.iters, a.imm, a.verify, a.depth, a.port,
+                                  progress=sys.stderr.isatty() or not a.json)
+                perf.main_json(res) if a.json else perf.print_table(res)
+                return 0 if all(r["verified"] is not False for r in res) else 1
+            parser.parse_args(["perf", "--help"])
         if a.cmd == "fabric":
             if not a.fcmd:
                 parser.parse_args(["fabric", "--help"])

@@ -18,6 +18,7 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import errno as _errno
 import os
 from dataclasses import dataclass, field, fields
@@ -127,12 +128,12 @@ class MemoryRegion:
         self.length = len(self._cbuf)
         lkey, rkey = ffi.new("uint32_t *"), ffi.new("uint32_t *")
         access = lib.MRC_ACCESS_LOCAL_WRITE | (lib.MRC_ACCESS_REMOTE_WRITE if remote_write else 0)
-        check(lib.mrc_mr_reg(ep._ep, self._cbuf, self.length, access, lkey, rkey), "register memory")
+        check(ep.call(lib.mrc_mr_reg, self._cbuf, self.length, access, lkey, rkey), "register memory")
         self.lkey, self.rkey = lkey[0], rkey[0]
 
     def close(self) -> None:
         if self._cbuf is not None and self.ep._ep is not None:
-            lib.mrc_mr_dereg(self.ep._ep, self.lkey)
+            self.ep.call(lib.mrc_mr_dereg, self.lkey)
         self._cbuf = None
 
 
@@ -141,11 +142,11 @@ class QueuePair:
         self.ep = ep
         self.attr = attr
         qpn = ffi.new("uint32_t *")
-        check(lib.mrc_qp_create(ep._ep, attr.to_c(), qpn), "create QP")
+        check(ep.call(lib.mrc_qp_create, attr.to_c(), qpn), "create QP")
         self.qpn = qpn[0]
 
     def modify(self, state: int, dest_qpn: int = 0, peer: int = 0) -> None:
-        check(lib.mrc_qp_modify(self.ep._ep, self.qpn, state, dest_qpn, peer),
+        check(self.ep.call(lib.mrc_qp_modify, self.qpn, state, dest_qpn, peer),
               f"modify QP {self.qpn} to {QP_STATES.get(state, state)}")
 
     def connect(self, dest_qpn: int, peer: int) -> None:
@@ -172,17 +173,17 @@ class QueuePair:
             wr.sg_list[i].addr = m.addr + off
             wr.sg_list[i].length = ln
             wr.sg_list[i].lkey = m.lkey
-        check(lib.mrc_post_write(self.ep._ep, self.qpn, wr, 1), f"post WRITE on QP {self.qpn}")
+        check(self.ep.call(lib.mrc_post_write, self.qpn, wr, 1), f"post WRITE on QP {self.qpn}")
 
     def post_recv(self, wr_ids: list[int]) -> None:
         arr = ffi.new("uint64_t[]", wr_ids)
-        n = check(lib.mrc_post_recv(self.ep._ep, self.qpn, arr, len(wr_ids)), f"post receives on QP {self.qpn}")
+        n = check(self.ep.call(lib.mrc_post_recv, self.qpn, arr, len(wr_ids)), f"post receives on QP {self.qpn}")
         if n != len(wr_ids):
             raise EngineError(_errno.ENOSPC, f"only {n} of {len(wr_ids)} receives fit the receive queue")
 
     def stats(self) -> dict:
         st = ffi.new("struct mrc_qp_stats *")
-        check(lib.mrc_qp_query(self.ep._ep, self.qpn, st), f"query QP {self.qpn}")
+        check(self.ep.call(lib.mrc_qp_query, self.qpn, st), f"query QP {self.qpn}")
         d = {name: getattr(st, name) for name, _ in ffi.typeof("struct mrc_qp_stats").fields}
         d["plane_tx"] = list(st.plane_tx)
         d["state_name"] = QP_STATES.get(d["state"], "?")
@@ -194,19 +195,34 @@ class QueuePair:
 
     def evs(self) -> list[dict]:
         out = ffi.new("struct mrc_ev_info[]", 8192)
-        n = check(lib.mrc_ev_list(self.ep._ep, self.qpn, out, 8192), "list EVs")
+        n = check(self.ep.call(lib.mrc_ev_list, self.qpn, out, 8192), "list EVs")
         return [{"ev": out[i].ev, "plane": out[i].ev >> 16, "entropy": out[i].ev & 0xFFFF,
                  "state": EV_STATES[out[i].state], "active": bool(out[i].in_slot)} for i in range(n)]
 
     def set_ev_state(self, ev: int, state: int) -> None:
-        check(lib.mrc_ev_set_state(self.ep._ep, self.qpn, ev, state), f"set EV {ev:#x} state")
+        check(self.ep.call(lib.mrc_ev_set_state, self.qpn, ev, state), f"set EV {ev:#x} state")
 
     def destroy(self) -> None:
-        check(lib.mrc_qp_destroy(self.ep._ep, self.qpn), f"destroy QP {self.qpn}")
+        check(self.ep.call(lib.mrc_qp_destroy, self.qpn), f"destroy QP {self.qpn}")
 
 
 class Endpoint:
-    """A sans-I/O engine instance (a NIC's worth of state)."""
+    """A sans-I/O engine instance (a NIC's worth of state).
+
+    Every call into the engine goes through ``call()``; a subclass that runs
+    an engine thread (``mrc.verbs.Context``) holds the engine lock there.
+    """
+
+    _ep = None
+
+    def _guard(self):
+        return contextlib.nullcontext()
+
+    def call(self, fn, *args):
+        if self._ep is None:
+            raise EngineError(_errno.EBADF, "the context is closed: open a new one")
+        with self._guard():
+            return fn(self._ep, *args)
 
     def __init__(self, planes: int = 8, max_qps: int = 1024, cq_depth: int = 65536) -> None:
         attr = ffi.new("struct mrc_ep_attr *", {"planes": planes, "max_qps": max_qps, "cq_depth": cq_depth})
@@ -225,22 +241,22 @@ class Endpoint:
         return QueuePair(self, attr or QPAttr())
 
     def poll_cq(self, max_entries: int = 1024) -> list[WorkCompletion]:
-        n = lib.mrc_poll_cq(self._ep, self._wc, min(max_entries, 1024))
+        n = self.call(lib.mrc_poll_cq, self._wc, min(max_entries, 1024))
         w = self._wc
         return [WorkCompletion(w[i].wr_id, w[i].qpn, w[i].status, w[i].opcode, w[i].byte_len, w[i].imm_data)
                 for i in range(n)]
 
     def drops(self) -> dict:
         arr = ffi.new("uint64_t[]", len(DROP_REASONS))
-        lib.mrc_ep_drops(self._ep, arr, len(DROP_REASONS))
+        self.call(lib.mrc_ep_drops, arr, len(DROP_REASONS))
         return {name: arr[i] for i, name in enumerate(DROP_REASONS)}
 
     def set_port(self, plane: int, up: bool, now_ns: int = 0) -> None:
-        check(lib.mrc_ep_set_port(self._ep, plane, int(up), now_ns), f"set port {plane}")
+        check(self.call(lib.mrc_ep_set_port, plane, int(up), now_ns), f"set port {plane}")
 
     def ev_events(self) -> list[dict]:
         out = ffi.new("struct mrc_ev_event[]", 4096)
-        n = lib.mrc_ev_poll_events(self._ep, out, 4096)
+        n = self.call(lib.mrc_ev_poll_events, out, 4096)
         return [{"qpn": out[i].qpn, "ev": out[i].ev, "old": EV_STATES[out[i].old_state],
                  "new": EV_STATES[out[i].new_state], "t_ns": out[i].t_ns, "dropped": out[i].dropped}
                 for i in range(n)]
@@ -250,13 +266,13 @@ class Endpoint:
         """Feed one packet (BTH..ICRC) to the engine; returns 0 or -errno (never raises)."""
         m = ffi.new("struct mrc_meta *", {"ev": ev, "peer": peer, "port": port, "ecn_ce": int(ecn_ce),
                                           "trimmed": int(trimmed)})
-        return lib.mrc_ep_input(self._ep, packet, len(packet), m, now_ns)
+        return self.call(lib.mrc_ep_input, packet, len(packet), m, now_ns)
 
     def poll_tx(self, now_ns: int = 0, max_packets: int = 256) -> list[tuple[bytes, dict]]:
         """Packets the engine wants to send now (for tests; the I/O layer does this in C)."""
         buf = ffi.new("uint8_t[]", 1 << 20)
         d = ffi.new("struct mrc_txdesc[]", max_packets)
-        n = check(lib.mrc_ep_poll_tx(self._ep, now_ns, buf, 1 << 20, d, max_packets), "poll tx")
+        n = check(self.call(lib.mrc_ep_poll_tx, now_ns, buf, 1 << 20, d, max_packets), "poll tx")
         return [(bytes(ffi.buffer(buf + d[i].off, d[i].len)),
                  {"ev": d[i].ev, "peer": d[i].peer, "tclass": d[i].tclass, "is_data": d[i].is_data})
                 for i in range(n)]

@@ -349,6 +349,43 @@ int mrc_sim_set_path(struct mrc_sim *s, uint32_t path, const struct mrc_sim_path
 int mrc_sim_get_path(struct mrc_sim *s, uint32_t path, struct mrc_sim_path *p);
 int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe);
 int mrc_sim_stats(struct mrc_sim *s, struct mrc_sim_stats *st);
+
+/* ------------------------------------------------------------ I/O + thread
+ * The only code with system calls (csrc/io_packet.c, csrc/engine.c): one
+ * AF_PACKET socket per port with a socket filter for UDP 4791, batched
+ * sendmmsg/recvmmsg, and an engine thread that plays the NIC. Calls on the
+ * context's endpoint must hold its lock (mrc_ctx_lock/unlock); unlock wakes
+ * the thread so posted work goes out at once. */
+struct mrc_port_cfg {
+    uint32_t ifindex;
+    uint32_t plane;
+    uint8_t src_mac[6];
+    uint8_t dst_mac[6];      /* next hop, from the kernel's neighbour table */
+    uint8_t src_addr[16];    /* the port's IPv6 address */
+};
+
+/* How to reach one peer: per plane, its final address (for the UDP
+ * checksum and to recognise its packets) and the destination addresses of
+ * the paths (uSID containers, or just the final address on a plain network). */
+struct mrc_peer_plane { uint8_t final_addr[16]; uint8_t paths[16][16]; uint32_t npaths; };
+struct mrc_peer_cfg { struct mrc_peer_plane plane[16]; uint32_t nplanes; };
+
+struct mrc_port_stats {
+    uint64_t tx_packets, tx_bytes, rx_packets, rx_bytes, tx_errors, rx_foreign, tx_no_path, rx_batches, tx_batches;
+};
+
+struct mrc_ctx;
+int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *ports, uint32_t nports,
+                   struct mrc_ctx **out);
+void mrc_ctx_destroy(struct mrc_ctx *c);
+struct mrc_ep *mrc_ctx_ep(struct mrc_ctx *c);
+int mrc_ctx_add_peer(struct mrc_ctx *c, const struct mrc_peer_cfg *peer);
+int mrc_ctx_start(struct mrc_ctx *c);
+void mrc_ctx_lock(struct mrc_ctx *c);
+void mrc_ctx_unlock(struct mrc_ctx *c);
+int mrc_ctx_comp_fd(struct mrc_ctx *c);
+int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st);
+uint64_t mrc_ctx_now_ns(void);
 /* CDEF END */
 
 #endif

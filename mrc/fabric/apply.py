@@ -177,6 +177,9 @@ class Executor:
         self.ipr(node).rule("add", family=socket.AF_INET6, src=src, src_len=128,
                             table=table, priority=priority)
 
+    def op_nft(self, node: str, script: str) -> None:
+        _nft(self.t, node, script)
+
     def op_end(self, node: str, prefix: str, ifname: str) -> None:
         self.raw(node).add(prefix, self.index(node, ifname), nl.end_next_csid(32, 16))
 

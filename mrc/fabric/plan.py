@@ -24,6 +24,10 @@ COMMON_SYSCTLS = {
 }
 SWITCH_SYSCTLS = {**COMMON_SYSCTLS, "net.ipv6.conf.all.forwarding": "1"}
 HOST_SYSCTLS = {**COMMON_SYSCTLS}
+HOST_NFT = """table inet mrc {
+ chain input { type filter hook input priority 0; policy accept; udp dport 4791 counter drop; }
+}
+"""
 KERNEL_TABLE_BASE = 100  # table 100 + p: kernel traffic pinned to plane p
 RULE_PRIORITY = 100
 
@@ -78,6 +82,11 @@ def plan(t: Topology) -> list[Op]:
         ops.append(Op("up", "mgmt", {"ifname": f"m{h}"}))
         ops.append(Op("addr", host, {"ifname": "mgmt", "address": t.mgmt_address(h), "prefixlen": 64}))
         ops.append(Op("up", host, {"ifname": "mgmt"}))
+
+    # 3b. no side effects from the kernel for MRC packets: the raw socket has
+    #     seen the frame before IP input drops it (no ICMP port unreachable)
+    for h in hosts:
+        ops.append(Op("nft", t.host(h), {"script": HOST_NFT}))
 
     # 4. fabric links: veth pairs with MTU 9000 and static link-locals
     for link in t.links():

@@ -1,0 +1,442 @@
+/* The engine thread ("the NIC") and the raw-socket I/O of a context.
+ * This file and no other makes system calls (architecture.md).
+ *
+ * Locking contract: ctx->lock protects ctx->ep and the peer table. The
+ * engine thread holds it while it runs the core (input, poll_tx, timers) and
+ * drops it around blocking waits; Python holds it (mrc_ctx_lock) around every
+ * call on the endpoint. mrc_ctx_unlock() writes wake_fd so new work goes out
+ * without waiting for the next timer. comp_fd (an eventfd) is written when
+ * completions were added to the CQ: select/epoll/asyncio can wait on it. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <linux/filter.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+
+enum { BATCH = 64, MAX_PORTS = 16, MAX_PEERS = 256, FRAME = 9216, HDRS = MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN };
+
+struct port {
+    struct mrc_port_cfg cfg;
+    int fd;
+    struct mrc_port_stats st;
+    /* tx batch */
+    struct mmsghdr tmsg[BATCH];
+    struct iovec tiov[BATCH];
+    uint8_t *tbuf;  /* BATCH frames */
+    uint32_t tn;
+    /* rx batch */
+    struct mmsghdr rmsg[BATCH];
+    struct iovec riov[BATCH];
+    uint8_t *rbuf;
+};
+
+struct mrc_ctx {
+    struct mrc_ep *ep;
+    struct port ports[MAX_PORTS];
+    uint32_t nports;
+    int plane_port[MRC_MAX_PLANES]; /* plane -> index into ports, -1 if none */
+    struct mrc_peer_cfg *peers;
+    uint32_t npeers;
+    pthread_mutex_t lock;
+    pthread_t thread;
+    int running, started;
+    int wake_fd, comp_fd;
+    uint8_t *txbuf;
+    struct mrc_txdesc txd[BATCH];
+};
+
+uint64_t mrc_ctx_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Classic BPF: IPv6, next header UDP, destination port 4791. */
+static int attach_filter(int fd)
+{
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 12),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IPV6, 0, 5),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, MRC_ETH_HLEN + 6),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 17, 0, 3),
+        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, MRC_ETH_HLEN + MRC_IPV6_HLEN + 2),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MRC_UDP_PORT, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, 0xFFFF),
+        BPF_STMT(BPF_RET | BPF_K, 0),
+    };
+    struct sock_fprog prog = {.len = sizeof(code) / sizeof(code[0]), .filter = code};
+    return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog));
+}
+
+static int open_port(struct port *p)
+{
+    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, htons(ETH_P_IPV6));
+    if (fd < 0)
+        return -errno;
+    int one = 1, big = 8 << 20;
+    if (attach_filter(fd) < 0 || setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)) < 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big)) < 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+    struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IPV6),
+                              .sll_ifindex = (int)p->cfg.ifindex};
+    if (bind(fd, (struct sockaddr *)&sll, sizeof(sll)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    p->fd = fd;
+    p->tbuf = malloc((size_t)BATCH * FRAME);
+    p->rbuf = malloc((size_t)BATCH * FRAME);
+    if (!p->tbuf || !p->rbuf)
+        return -ENOMEM;
+    for (int i = 0; i < BATCH; i++) {
+        p->riov[i] = (struct iovec){p->rbuf + (size_t)i * FRAME, FRAME};
+        p->rmsg[i].msg_hdr = (struct msghdr){.msg_iov = &p->riov[i], .msg_iovlen = 1};
+        p->tmsg[i].msg_hdr = (struct msghdr){.msg_iov = &p->tiov[i], .msg_iovlen = 1};
+    }
+    return 0;
+}
+
+int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *ports, uint32_t nports,
+                   struct mrc_ctx **out)
+{
+    if (nports == 0 || nports > MAX_PORTS)
+        return -EINVAL;
+    struct mrc_ctx *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    for (int i = 0; i < MRC_MAX_PLANES; i++)
+        c->plane_port[i] = -1;
+    for (uint32_t i = 0; i < MAX_PORTS; i++)
+        c->ports[i].fd = -1;
+    c->wake_fd = c->comp_fd = -1;
+    pthread_mutex_init(&c->lock, NULL);
+    int rc = mrc_ep_create(attr, &c->ep);
+    if (rc < 0)
+        goto fail;
+    c->peers = calloc(MAX_PEERS, sizeof(*c->peers));
+    c->txbuf = malloc((size_t)BATCH * FRAME);
+    if (!c->peers || !c->txbuf) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    for (uint32_t i = 0; i < nports; i++) {
+        if (ports[i].plane >= MRC_MAX_PLANES) {
+            rc = -EINVAL;
+            goto fail;
+        }
+        c->ports[i].cfg = ports[i];
+        c->plane_port[ports[i].plane] = (int)i;
+        c->nports = i + 1;
+        if ((rc = open_port(&c->ports[i])) < 0)
+            goto fail;
+    }
+    c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    c->comp_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (c->wake_fd < 0 || c->comp_fd < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    mrc_ctx_destroy(c);
+    return rc;
+}
+
+void mrc_ctx_destroy(struct mrc_ctx *c)
+{
+    if (!c)
+        return;
+    if (c->started) {
+        pthread_mutex_lock(&c->lock);
+        c->running = 0;
+        pthread_mutex_unlock(&c->lock);
+        uint64_t one = 1;
+        if (write(c->wake_fd, &one, sizeof(one)) < 0) { /* the thread also checks running on its timeout */ }
+        pthread_join(c->thread, NULL);
+    }
+    for (uint32_t i = 0; i < MAX_PORTS; i++) {
+        if (c->ports[i].fd >= 0)
+            close(c->ports[i].fd);
+        free(c->ports[i].tbuf);
+        free(c->ports[i].rbuf);
+    }
+    if (c->wake_fd >= 0)
+        close(c->wake_fd);
+    if (c->comp_fd >= 0)
+        close(c->comp_fd);
+    mrc_ep_destroy(c->ep);
+    free(c->peers);
+    free(c->txbuf);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+struct mrc_ep *mrc_ctx_ep(struct mrc_ctx *c) { return c->ep; }
+int mrc_ctx_comp_fd(struct mrc_ctx *c) { return c->comp_fd; }
+
+int mrc_ctx_add_peer(struct mrc_ctx *c, const struct mrc_peer_cfg *peer)
+{
+    pthread_mutex_lock(&c->lock);
+    int rc = -ENOSPC;
+    if (c->npeers < MAX_PEERS && peer->nplanes <= MRC_MAX_PLANES) {
+        c->peers[c->npeers] = *peer;
+        rc = (int)c->npeers++;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+void mrc_ctx_lock(struct mrc_ctx *c) { pthread_mutex_lock(&c->lock); }
+
+void mrc_ctx_unlock(struct mrc_ctx *c)
+{
+    pthread_mutex_unlock(&c->lock);
+    uint64_t one = 1;
+    if (write(c->wake_fd, &one, sizeof(one)) < 0) { /* counter saturated: the thread is awake anyway */ }
+}
+
+int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st)
+{
+    if (port >= c->nports)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    *st = c->ports[port].st;
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ tx */
+static uint32_t csum_add(uint32_t sum, const uint8_t *p, size_t n)
+{
+    uint64_t s = sum;
+    while (n >= 8) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + 4, 4);
+        s += (uint64_t)a + b;
+        p += 8;
+        n -= 8;
+    }
+    while (n >= 2) {
+        uint16_t a;
+        memcpy(&a, p, 2);
+        s += a;
+        p += 2;
+        n -= 2;
+    }
+    if (n)
+        s += *p; /* little-endian host: the odd byte is the high byte of a big-endian word */
+    while (s >> 32)
+        s = (s & 0xFFFFFFFFu) + (s >> 32);
+    return (uint32_t)s;
+}
+
+static uint16_t csum_fold(uint32_t s)
+{
+    while (s >> 16)
+        s = (s & 0xFFFF) + (s >> 16);
+    return (uint16_t)~s;
+}
+
+static void flush_port(struct port *p)
+{
+    uint32_t off = 0;
+    while (off < p->tn) {
+        int n = sendmmsg(p->fd, p->tmsg + off, p->tn - off, 0);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            p->st.tx_errors += p->tn - off; /* the engine retransmits what was lost */
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            p->st.tx_packets++;
+            p->st.tx_bytes += p->tiov[off + (uint32_t)i].iov_len;
+        }
+        off += (uint32_t)n;
+    }
+    p->st.tx_batches++;
+    p->tn = 0;
+}
+
+/* Wrap one engine packet in Ethernet/IPv6/UDP for its EV's plane and path. */
+static void queue_tx(struct mrc_ctx *c, const struct mrc_txdesc *d, const uint8_t *pkt)
+{
+    uint32_t plane = (d->ev >> 16) & 15, entropy = d->ev & 0xFFFF;
+    int pi = c->plane_port[plane];
+    if (pi < 0 || d->peer >= c->npeers || c->peers[d->peer].plane[plane].npaths == 0 || d->len + HDRS > FRAME) {
+        if (pi >= 0)
+            c->ports[pi].st.tx_no_path++;
+        return;
+    }
+    struct port *p = &c->ports[pi];
+    const struct mrc_peer_plane *pp = &c->peers[d->peer].plane[plane];
+    uint8_t *f = p->tbuf + (size_t)p->tn * FRAME;
+    memcpy(f, p->cfg.dst_mac, 6);
+    memcpy(f + 6, p->cfg.src_mac, 6);
+    f[12] = 0x86;
+    f[13] = 0xDD;
+    uint8_t *ip = f + MRC_ETH_HLEN;
+    uint32_t flow = d->ev & 0xFFFFF; /* flow label = low 20 bits of the EV (protocol.md 2) */
+    uint32_t w0 = (6u << 28) | ((uint32_t)d->tclass << 20) | flow;
+    put32(ip, w0);
+    put16(ip + 4, (uint16_t)(MRC_UDP_HLEN + d->len));
+    ip[6] = 17;
+    ip[7] = 64;
+    memcpy(ip + 8, p->cfg.src_addr, 16);
+    memcpy(ip + 24, pp->paths[entropy % pp->npaths], 16);
+    uint8_t *udp = ip + MRC_IPV6_HLEN;
+    put16(udp, (uint16_t)(0xC000 | ((d->ev >> 18) & 0x3FFF)));
+    put16(udp + 2, MRC_UDP_PORT);
+    put16(udp + 4, (uint16_t)(MRC_UDP_HLEN + d->len));
+    put16(udp + 6, 0);
+    memcpy(udp + MRC_UDP_HLEN, pkt, d->len);
+    /* checksum over the *final* destination, the one left after every uSID shift */
+    uint8_t ph[8] = {0};
+    put32(ph, MRC_UDP_HLEN + d->len);
+    ph[7] = 17;
+    uint32_t s = csum_add(0, p->cfg.src_addr, 16);
+    s = csum_add(s, pp->final_addr, 16);
+    s = csum_add(s, ph, 8);
+    s = csum_add(s, udp, MRC_UDP_HLEN + d->len);
+    uint16_t ck = csum_fold(s);
+    if (ck == 0)
+        ck = 0xFFFF;
+    memcpy(udp + 6, &ck, 2); /* already in network order: summed as raw words */
+    p->tiov[p->tn].iov_len = HDRS + d->len;
+    p->tiov[p->tn].iov_base = f;
+    if (++p->tn == BATCH)
+        flush_port(p);
+}
+
+/* ------------------------------------------------------------------ rx */
+static int peer_of(struct mrc_ctx *c, const uint8_t *src, uint32_t plane)
+{
+    for (uint32_t i = 0; i < c->npeers; i++)
+        if (!memcmp(c->peers[i].plane[plane].final_addr, src, 16))
+            return (int)i;
+    return -1;
+}
+
+static int rx_port(struct mrc_ctx *c, struct port *p, uint64_t now)
+{
+    int n = recvmmsg(p->fd, p->rmsg, BATCH, MSG_DONTWAIT, NULL);
+    if (n <= 0)
+        return 0;
+    p->st.rx_batches++;
+    for (int i = 0; i < n; i++) {
+        uint32_t len = p->rmsg[i].msg_len;
+        const uint8_t *f = p->rbuf + (size_t)i * FRAME;
+        p->rmsg[i].msg_hdr.msg_flags = 0;
+        if (len < HDRS + MRC_BTH_LEN) {
+            p->st.rx_foreign++;
+            continue;
+        }
+        const uint8_t *ip = f + MRC_ETH_HLEN, *udp = ip + MRC_IPV6_HLEN;
+        uint32_t w0 = get32(ip);
+        uint8_t tclass = (uint8_t)(w0 >> 20);
+        uint32_t ulen = get16(udp + 4);
+        if (ulen < MRC_UDP_HLEN || ulen > len - MRC_ETH_HLEN - MRC_IPV6_HLEN) {
+            p->st.rx_foreign++;
+            continue;
+        }
+        int peer = peer_of(c, ip + 8, p->cfg.plane);
+        if (peer < 0) {
+            p->st.rx_foreign++;
+            continue;
+        }
+        struct mrc_meta m = {.ev = (w0 & 0xFFFFF) | ((uint32_t)(get16(udp) & 0x3FFF) << 18 & 0xFFF00000u),
+                             .peer = (uint16_t)peer, .port = (uint8_t)p->cfg.plane,
+                             .ecn_ce = (tclass & 3) == MRC_ECN_CE,
+                             .trimmed = (tclass >> 2) == MRC_DSCP_TRIMMED};
+        p->st.rx_packets++;
+        p->st.rx_bytes += len;
+        mrc_ep_input(c->ep, udp + MRC_UDP_HLEN, ulen - MRC_UDP_HLEN, &m, now);
+    }
+    return n;
+}
+
+static void *engine_main(void *arg)
+{
+    struct mrc_ctx *c = arg;
+    struct pollfd pf[MAX_PORTS + 1];
+    for (uint32_t i = 0; i < c->nports; i++)
+        pf[i] = (struct pollfd){.fd = c->ports[i].fd, .events = POLLIN};
+    pf[c->nports] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
+    uint32_t idle = 0;
+    pthread_mutex_lock(&c->lock);
+    while (c->running) {
+        uint64_t now = mrc_ctx_now_ns();
+        uint32_t cq_before = c->ep->cq_tail;
+        int work = 0;
+        for (uint32_t i = 0; i < c->nports; i++)
+            work += rx_port(c, &c->ports[i], now);
+        int n;
+        do {
+            n = mrc_ep_poll_tx(c->ep, now, c->txbuf, (uint32_t)BATCH * FRAME, c->txd, BATCH);
+            for (int k = 0; k < n; k++)
+                queue_tx(c, &c->txd[k], c->txbuf + c->txd[k].off);
+            work += n;
+        } while (n == BATCH);
+        for (uint32_t i = 0; i < c->nports; i++)
+            if (c->ports[i].tn)
+                flush_port(&c->ports[i]);
+        if (c->ep->cq_tail != cq_before) {
+            uint64_t one = 1;
+            if (write(c->comp_fd, &one, sizeof(one)) < 0) { /* saturated: the reader is behind, it will see them */ }
+        }
+        if (work) {
+            idle = 0;
+            continue;
+        }
+        /* Spin a little before sleeping: the next SACK is usually microseconds away. */
+        if (++idle < 64) {
+            pthread_mutex_unlock(&c->lock);
+            pthread_mutex_lock(&c->lock);
+            continue;
+        }
+        uint64_t next = mrc_ep_next_timer(c->ep, now);
+        pthread_mutex_unlock(&c->lock);
+        uint64_t wait = next == UINT64_MAX ? 100000000ull : (next > now ? next - now : 0);
+        if (wait > 100000000ull)
+            wait = 100000000ull;
+        struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000ull), .tv_nsec = (long)(wait % 1000000000ull)};
+        if (ppoll(pf, c->nports + 1, &ts, NULL) > 0 && (pf[c->nports].revents & POLLIN)) {
+            uint64_t v;
+            if (read(c->wake_fd, &v, sizeof(v)) < 0) { /* spurious wake */ }
+        }
+        idle = 0;
+        pthread_mutex_lock(&c->lock);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+int mrc_ctx_start(struct mrc_ctx *c)
+{
+    if (c->started)
+        return -EALREADY;
+    c->running = 1;
+    int rc = pthread_create(&c->thread, NULL, engine_main, c);
+    if (rc)
+        return -rc;
+    c->started = 1;
+    return 0;
+}

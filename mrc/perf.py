@@ -1,0 +1,192 @@
+"""``mrc perf``: RDMA WRITE / WRITE_IMM bandwidth and latency over MRC.
+
+    mrc fabric exec h2 -- mrc perf server
+    mrc fabric exec h0 -- mrc perf client h2 --sizes 4K,64K,1M --iters 200 --verify --json
+
+The client writes ``iters`` messages of each size into the server's
+registered buffer (``--depth`` in flight), then, with ``--verify``, asks the
+server to hash what landed and compares it with its own source.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+
+from mrc import cm
+from mrc.errors import UsageError
+from mrc.verbs import Context, QPAttr
+
+
+def parse_size(s: str) -> int:
+    s = s.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    try:
+        if s[-1] in mult:
+            return int(float(s[:-1]) * mult[s[-1]])
+        return int(s)
+    except (ValueError, IndexError):
+        raise UsageError(f"cannot read size {s!r}: use bytes or K/M/G, e.g. 4K,64K,1M") from None
+
+
+def percentile(xs: list[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+class _Receiver(threading.Thread):
+    """Keeps receives posted and counts WRITE_IMM completions (server side)."""
+
+    def __init__(self, ctx: Context, qp, depth: int) -> None:
+        super().__init__(daemon=True)
+        self.ctx, self.qp, self.depth = ctx, qp, depth
+        self.count = 0
+        self.errors = 0
+        self.stop = threading.Event()
+        self.cv = threading.Condition()
+
+    def run(self) -> None:
+        cq = self.ctx.create_cq()
+        self.qp.post_recv(list(range(self.depth)))
+        while not self.stop.is_set():
+            wcs = cq.poll()
+            if not wcs:
+                cq.get_event(0.01)
+                continue
+            ok = [w for w in wcs if w.ok]
+            self.errors += len(wcs) - len(ok)
+            if ok:
+                self.qp.post_recv([w.wr_id for w in ok])
+            with self.cv:
+                self.count += len(ok)
+                self.cv.notify_all()
+
+    def wait_for(self, n: int, timeout: float) -> bool:
+        with self.cv:
+            return self.cv.wait_for(lambda: self.count >= n, timeout)
+
+
+def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr) -> int:
+    ctx = Context()
+    lst = cm.listen(port=port)
+    print(f"mrc perf server: {len(ctx.ports)} ports, waiting on port {port}", file=out, flush=True)
+    try:
+        while True:
+            conn = lst.accept()
+            params = conn.hello.get("params", {})
+            size = int(params.get("max_size", 1 << 20))
+            buf = bytearray(size)
+            mr = ctx.reg_mr(buf, remote_write=True)
+            attr = QPAttr(rq_depth=1024) if params.get("imm") else QPAttr()
+            qp = ctx.create_qp(attr=attr)
+            qp.connect(conn.peer)
+            rx = _Receiver(ctx, qp, 512) if params.get("imm") else None
+            if rx:
+                rx.start()
+            conn.reply(ctx.local_info(qp, mr))
+            base = 0
+            while True:
+                msg = conn.recv(timeout=None)
+                if "check" in msg:
+                    n = int(msg["iters"])
+                    if rx:
+                        rx.wait_for(base + n, 30)
+                        base = rx.count
+                    got = hashlib.sha256(memoryview(buf)[: int(msg["check"])]).hexdigest()
+                    conn.send({"verified": got == msg["sha256"], "recv_completions": rx.count if rx else 0})
+                elif "bye" in msg:
+                    break
+            if rx:
+                rx.stop.set()
+                rx.join()
+            conn.close()
+            if once:
+                return 0
+    finally:
+        lst.close()
+        ctx.close()
+
+
+def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = False, verify: bool = False,
+           depth: int = 16, port: int = cm.DEFAULT_PORT, progress: bool = True) -> list[dict]:
+    addr = cm.mgmt_address(server_host) if server_host.startswith("h") and server_host[1:].isdigit() else server_host
+    ctx = Context()
+    try:
+        max_size = max(sizes)
+        src = bytearray(os.urandom(max_size))
+        mr = ctx.reg_mr(src)
+        qp = ctx.create_qp(attr=QPAttr(sq_depth=max(64, depth * 2)))
+        conn = cm.connect(addr, port, ctx.local_info(qp), params={"max_size": max_size, "imm": imm})
+        qp.connect(conn.peer)
+        remote = conn.peer
+        cq = ctx.create_cq()
+        results = []
+        for si, size in enumerate(sizes):
+            st0 = qp.stats()
+            lat: list[float] = []
+            posted = done = 0
+            t_post: dict[int, float] = {}
+            t0 = time.perf_counter()
+            last_draw = 0.0
+            while done < iters:
+                while posted < iters and posted - done < depth:
+                    t_post[posted] = time.perf_counter()
+                    qp.post_write(mr, 0, size, remote.addr, remote.rkey, wr_id=posted,
+                                  imm=(posted & 0xFFFFFFFF) if imm else None)
+                    posted += 1
+                wcs = cq.poll()
+                if not wcs:
+                    cq.get_event(0.005)
+                    continue
+                now = time.perf_counter()
+                for w in wcs:
+                    if not w.ok:
+                        raise UsageError(f"work request {w.wr_id} of size {size} failed: {w.status_name} "
+                                         f"(QP {qp.state})")
+                    lat.append(now - t_post.pop(w.wr_id))
+                    done += 1
+                if progress and now - last_draw > 0.2:
+                    last_draw = now
+                    bar = "#" * int(30 * done / iters)
+                    print(f"\r{size:>10} B [{bar:<30}] {done}/{iters}", end="", file=sys.stderr, flush=True)
+            dt = time.perf_counter() - t0
+            st1 = qp.stats()
+            verified = None
+            if verify:
+                conn.send({"check": size, "iters": iters, "sha256": hashlib.sha256(memoryview(src)[:size]).hexdigest()})
+                verified = bool(conn.recv()["verified"])
+            sent = [b - a for a, b in zip(st0["plane_tx"], st1["plane_tx"], strict=True)][: ctx.planes]
+            total = sum(sent) or 1
+            res = {"size": size, "iters": iters, "op": "WRITE_IMM" if imm else "WRITE",
+                   "gbps": round(size * iters * 8 / dt / 1e9, 3), "msg_rate": round(iters / dt, 1),
+                   "p50_us": round(percentile(lat, 0.5) * 1e6, 1), "p99_us": round(percentile(lat, 0.99) * 1e6, 1),
+                   "p999_us": round(percentile(lat, 0.999) * 1e6, 1),
+                   "retransmits": st1["rtx_packets"] - st0["rtx_packets"],
+                   "plane_share": [round(s / total, 4) for s in sent], "verified": verified}
+            results.append(res)
+            if progress:
+                print(f"\r{size:>10} B  {res['gbps']:8.3f} Gb/s  {res['msg_rate']:9.1f} msg/s  p99 {res['p99_us']} us"
+                      f"  rtx {res['retransmits']}" + (f"  verified {verified}" if verify else ""), file=sys.stderr)
+            _ = si
+        conn.send({"bye": True})
+        conn.close()
+        return results
+    finally:
+        ctx.close()
+
+
+def print_table(results: list[dict]) -> None:
+    print(f"{'size':>10} {'Gb/s':>9} {'msg/s':>10} {'p50 us':>8} {'p99 us':>8} {'p99.9 us':>9} {'rtx':>6} verified")
+    for r in results:
+        print(f"{r['size']:>10} {r['gbps']:>9.3f} {r['msg_rate']:>10.1f} {r['p50_us']:>8} {r['p99_us']:>8} "
+              f"{r['p999_us']:>9} {r['retransmits']:>6} {r['verified']}")
+
+
+def main_json(results: list[dict]) -> None:
+    print(json.dumps(results, indent=1))

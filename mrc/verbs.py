@@ -1,0 +1,266 @@
+"""The application API: the nouns of the OCP ``mrc.h`` and of libibverbs.
+
+A ``Context`` opens a device over a list of ports (one per plane) and starts
+its engine thread, which plays the NIC: Python posts work requests and polls
+completions, and is never called per packet.
+
+>>> import mrc.verbs as v                                     # doctest: +SKIP
+>>> with v.Context() as ctx:                                 # the ports of this fabric host
+...     pd = ctx.alloc_pd()
+...     mr = pd.reg_mr(bytearray(1 << 20), v.ACCESS_REMOTE_WRITE)
+...     cq = ctx.create_cq()
+...     qp = ctx.create_qp(pd, cq, v.QPAttr())
+...     qp.connect(remote)                                   # a RemoteInfo from mrc.cm
+...     qp.post_write(mr, 0, 4096, remote.addr, remote.rkey, wr_id=1)
+...     wc = cq.wait()                                       # blocks on the completion channel
+
+docs/api.md maps every call to its mrc.h counterpart.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import select
+import socket
+from dataclasses import dataclass, field
+
+from mrc._dp import ffi, lib
+from mrc.engine import (EngineError, Endpoint, MemoryRegion, QPAttr, QueuePair,  # noqa: F401 (re-exported)
+                        WorkCompletion, check)
+from mrc.errors import MrcError, PrivilegeError
+
+ACCESS_LOCAL_WRITE = lib.MRC_ACCESS_LOCAL_WRITE
+ACCESS_REMOTE_WRITE = lib.MRC_ACCESS_REMOTE_WRITE
+QPS_RESET, QPS_INIT, QPS_RTR, QPS_RTS, QPS_ERR = (lib.MRC_QPS_RESET, lib.MRC_QPS_INIT, lib.MRC_QPS_RTR,
+                                                  lib.MRC_QPS_RTS, lib.MRC_QPS_ERROR)
+
+
+@dataclass
+class Port:
+    """One NIC port: an interface on one plane."""
+
+    ifname: str
+    plane: int
+    ifindex: int
+    mac: str
+    address: str
+    next_hop_mac: str
+
+
+@dataclass
+class RemoteInfo:
+    """What a peer tells us out of band (``mrc.cm`` exchanges it)."""
+
+    qpn: int
+    ports: dict[int, str]                       # plane -> port address
+    paths: dict[int, list[str]] = field(default_factory=dict)  # plane -> destination addresses
+    addr: int = 0
+    rkey: int = 0
+    length: int = 0
+    fabric: str | None = None
+    host: str | None = None
+
+
+def _mac_bytes(mac: str) -> bytes:
+    return bytes(int(x, 16) for x in mac.split(":"))
+
+
+def discover_ports(ifnames: list[str] | None = None) -> list[Port]:
+    """Find this host's MRC ports in the current network namespace.
+
+    Without ``ifnames``: every interface named ``p<plane>`` with a global IPv6
+    address (a fabric host). The next-hop MAC comes from the kernel's
+    neighbour table (the gateway of the interface's route).
+    """
+    from pyroute2 import IPRoute
+
+    ports = []
+    with IPRoute() as ipr:
+        links = {link.get("ifname"): link for link in ipr.get_links()}
+        names = ifnames or sorted((n for n in links if re.fullmatch(r"p\d+", n or "")), key=lambda n: int(n[1:]))
+        if not names:
+            raise MrcError("no MRC ports found: this is not a fabric host (run it with `mrc fabric exec HOST --`) "
+                           "or name the ports with --ports eth1,eth2")
+        for i, name in enumerate(names):
+            if name not in links:
+                raise MrcError(f"no interface named {name!r} in this network namespace")
+            link = links[name]
+            idx = link["index"]
+            addrs = [a.get("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET6, index=idx)]
+            glob = [a for a in addrs if a and not ipaddress.IPv6Address(a).is_link_local]
+            if not glob:
+                raise MrcError(f"port {name} has no global IPv6 address")
+            gws = [r.get("RTA_GATEWAY") for r in ipr.get_routes(family=socket.AF_INET6, oif=idx)
+                   if r.get("RTA_GATEWAY")]
+            mac = None
+            for gw in gws:
+                for n in ipr.get_neighbours(family=socket.AF_INET6, ifindex=idx):
+                    if n.get("NDA_DST") == gw and n.get("NDA_LLADDR"):
+                        mac = n.get("NDA_LLADDR")
+                        break
+                if mac:
+                    break
+            if not mac:
+                raise MrcError(f"no neighbour entry for the next hop of {name} (gateways {gws or 'none'}): "
+                               "ping the gateway once so the kernel learns its MAC")
+            plane = int(name[1:]) if re.fullmatch(r"p\d+", name) else i
+            ports.append(Port(name, plane, idx, link.get("IFLA_ADDRESS"), glob[0], mac))
+    return ports
+
+
+class CompletionQueue:
+    """The context's completion queue, with its completion channel (an eventfd)."""
+
+    def __init__(self, ctx: "Context") -> None:
+        self.ctx = ctx
+
+    @property
+    def fd(self) -> int:
+        """A file descriptor that becomes readable when completions arrive (select/epoll/asyncio)."""
+        return lib.mrc_ctx_comp_fd(self.ctx._ctx)
+
+    def poll(self, max_entries: int = 1024) -> list[WorkCompletion]:
+        return self.ctx.poll_cq(max_entries)
+
+    def get_event(self, timeout: float | None = None) -> bool:
+        """Wait until the completion channel fires; True if it did (acknowledges the event)."""
+        r, _, _ = select.select([self.fd], [], [], timeout)
+        if r:
+            try:
+                os.read(self.fd, 8)
+            except BlockingIOError:
+                pass
+            return True
+        return False
+
+    def wait(self, n: int = 1, timeout: float = 10.0) -> list[WorkCompletion]:
+        """Poll until at least ``n`` completions arrived, sleeping on the channel in between."""
+        import time
+
+        out: list[WorkCompletion] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            out += self.poll()
+            if len(out) >= n:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{len(out)} of {n} completions after {timeout} s")
+            self.get_event(min(left, 0.05))
+        return out
+
+
+class ProtectionDomain:
+    def __init__(self, ctx: "Context") -> None:
+        self.ctx = ctx
+
+    def reg_mr(self, buf, access: int = ACCESS_LOCAL_WRITE) -> MemoryRegion:
+        """Register a bytearray, mmap or any buffer (writable for remote write)."""
+        return self.ctx.reg_mr(buf, remote_write=bool(access & ACCESS_REMOTE_WRITE))
+
+
+class Context(Endpoint):
+    """A device over a list of ports, with its engine thread.
+
+    ``Context()`` discovers the ports of the fabric host it runs in;
+    ``Context(ports)`` takes them from ``discover_ports(["eth1", ...])``.
+    """
+
+    def __init__(self, ports: list[Port] | None = None, max_qps: int = 1024, cq_depth: int = 65536) -> None:
+        self.ports = ports if ports is not None else discover_ports()
+        self.planes = max(p.plane for p in self.ports) + 1
+        arr = ffi.new("struct mrc_port_cfg[]", len(self.ports))
+        for i, p in enumerate(self.ports):
+            arr[i].ifindex = p.ifindex
+            arr[i].plane = p.plane
+            arr[i].src_mac = list(_mac_bytes(p.mac))
+            arr[i].dst_mac = list(_mac_bytes(p.next_hop_mac))
+            arr[i].src_addr = list(socket.inet_pton(socket.AF_INET6, p.address))
+        attr = ffi.new("struct mrc_ep_attr *", {"planes": self.planes, "max_qps": max_qps, "cq_depth": cq_depth})
+        out = ffi.new("struct mrc_ctx **")
+        rc = lib.mrc_ctx_create(attr, arr, len(self.ports), out)
+        if rc == -1 or rc == -13:  # EPERM / EACCES
+            raise PrivilegeError("opening raw sockets needs CAP_NET_RAW: run as root (or inside `mrc fabric exec`)")
+        check(rc, "open the MRC device")
+        self._ctx = out[0]
+        self._ep = lib.mrc_ctx_ep(self._ctx)
+        self._mrs = []
+        self._wc = ffi.new("struct mrc_wc[]", 1024)
+        self._peers: dict[tuple, int] = {}
+        check(lib.mrc_ctx_start(self._ctx), "start the engine thread")
+
+    def _guard(self):
+        ctx = self._ctx
+
+        class _Lock:
+            def __enter__(self_inner):
+                lib.mrc_ctx_lock(ctx)
+
+            def __exit__(self_inner, *exc):
+                lib.mrc_ctx_unlock(ctx)
+
+        return _Lock()
+
+    # verbs nouns -----------------------------------------------------------
+    def alloc_pd(self) -> ProtectionDomain:
+        return ProtectionDomain(self)
+
+    def create_cq(self) -> CompletionQueue:
+        return CompletionQueue(self)
+
+    def create_qp(self, pd: ProtectionDomain | None = None, cq: CompletionQueue | None = None,
+                  attr: QPAttr | None = None) -> "ConnectedQP":
+        attr = attr or QPAttr()
+        if attr.planes is None:
+            attr.planes = self.planes
+        return ConnectedQP(self, attr)
+
+    def local_info(self, qp: "QueuePair", mr: MemoryRegion | None = None) -> RemoteInfo:
+        """What to send a peer so it can connect to ``qp`` (and write into ``mr``)."""
+        return RemoteInfo(qpn=qp.qpn, ports={p.plane: p.address for p in self.ports},
+                          addr=mr.addr if mr else 0, rkey=mr.rkey if mr else 0, length=mr.length if mr else 0,
+                          fabric=os.environ.get("MRC_FABRIC"), host=os.environ.get("MRC_HOST"))
+
+    def peer_index(self, remote: RemoteInfo) -> int:
+        """Register how to reach a peer (its paths per plane) with the I/O layer."""
+        key = tuple(sorted(remote.ports.items()))
+        if key in self._peers:
+            return self._peers[key]
+        cfg = ffi.new("struct mrc_peer_cfg *")
+        cfg.nplanes = self.planes
+        for plane, final in remote.ports.items():
+            paths = remote.paths.get(plane) or [final]
+            pp = cfg.plane[plane]
+            pp.final_addr = list(socket.inet_pton(socket.AF_INET6, final))
+            for i, a in enumerate(paths[:16]):
+                pp.paths[i] = list(socket.inet_pton(socket.AF_INET6, a))
+            pp.npaths = min(len(paths), 16)
+        idx = check(lib.mrc_ctx_add_peer(self._ctx, cfg), "add peer")
+        self._peers[key] = idx
+        return idx
+
+    def port_stats(self) -> list[dict]:
+        out = []
+        st = ffi.new("struct mrc_port_stats *")
+        for i, p in enumerate(self.ports):
+            check(lib.mrc_ctx_port_stats(self._ctx, i, st), "port stats")
+            d = {name: getattr(st, name) for name, _ in ffi.typeof("struct mrc_port_stats").fields}
+            d.update(ifname=p.ifname, plane=p.plane)
+            out.append(d)
+        return out
+
+    def close(self) -> None:
+        if getattr(self, "_ctx", None) is not None:
+            lib.mrc_ctx_destroy(self._ctx)
+            self._ctx = None
+            self._ep = None
+
+
+class ConnectedQP(QueuePair):
+    """A queue pair of a Context; ``connect()`` takes it to RTS toward a peer."""
+
+    def connect(self, remote: RemoteInfo) -> None:  # type: ignore[override]
+        peer = self.ep.peer_index(remote)
+        super().connect(remote.qpn, peer)
