@@ -27,8 +27,7 @@ import socket
 from dataclasses import dataclass, field
 
 from mrc._dp import ffi, lib
-from mrc.engine import (EngineError, Endpoint, MemoryRegion, QPAttr, QueuePair,  # noqa: F401 (re-exported)
-                        WorkCompletion, check)
+from mrc.engine import Endpoint, EngineError, MemoryRegion, QPAttr, QueuePair, WorkCompletion, check  # noqa: F401 (re-exported)
 from mrc.errors import MrcError, PrivilegeError
 
 ACCESS_LOCAL_WRITE = lib.MRC_ACCESS_LOCAL_WRITE
@@ -113,7 +112,7 @@ def discover_ports(ifnames: list[str] | None = None) -> list[Port]:
 class CompletionQueue:
     """The context's completion queue, with its completion channel (an eventfd)."""
 
-    def __init__(self, ctx: "Context") -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
     @property
@@ -153,7 +152,7 @@ class CompletionQueue:
 
 
 class ProtectionDomain:
-    def __init__(self, ctx: "Context") -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
     def reg_mr(self, buf, access: int = ACCESS_LOCAL_WRITE) -> MemoryRegion:
@@ -211,13 +210,13 @@ class Context(Endpoint):
         return CompletionQueue(self)
 
     def create_qp(self, pd: ProtectionDomain | None = None, cq: CompletionQueue | None = None,
-                  attr: QPAttr | None = None) -> "ConnectedQP":
+                  attr: QPAttr | None = None) -> ConnectedQP:
         attr = attr or QPAttr()
         if attr.planes is None:
             attr.planes = self.planes
         return ConnectedQP(self, attr)
 
-    def local_info(self, qp: "QueuePair", mr: MemoryRegion | None = None) -> RemoteInfo:
+    def local_info(self, qp: QueuePair, mr: MemoryRegion | None = None) -> RemoteInfo:
         """What to send a peer so it can connect to ``qp`` (and write into ``mr``)."""
         return RemoteInfo(qpn=qp.qpn, ports={p.plane: p.address for p in self.ports},
                           addr=mr.addr if mr else 0, rkey=mr.rkey if mr else 0, length=mr.length if mr else 0,

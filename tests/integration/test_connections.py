@@ -1,0 +1,170 @@
+"""Root tests: real MRC connections between fabric hosts (raw sockets, engine
+threads, the kernel's uSID forwarding)."""
+import hashlib
+import os
+import threading
+import time
+
+import pytest
+
+from mrc._dp import lib
+from mrc.engine import EngineError
+from mrc.fabric import apply, ns
+from mrc.fabric.topology import Topology
+from mrc.verbs import Context, QPAttr, RemoteInfo
+
+pytestmark = pytest.mark.root
+
+
+def unique_name(tag: str) -> str:
+    import secrets
+
+    return f"{tag}{secrets.token_hex(3)}"[:10]
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    t = Topology(planes=4, spines=2, leaves=2, hosts=2, name=unique_name("c"))
+    apply.up(t)
+    try:
+        yield t
+    finally:
+        apply.down(t.name)
+
+
+def info_for(t, ctx, qp, mr, me):
+    """Our info as the peer needs it: paths *to us* from the other host."""
+    i = ctx.local_info(qp, mr)
+    other = 1 - me
+    i.paths = {p: [t.path_address(other, me, p, s) for s in range(t.spines)] for p in range(t.planes)}
+    return i
+
+
+@pytest.fixture
+def pair(fabric):
+    t = fabric
+    ca = ns.run_in(t.ns("h0"), lambda: Context())
+    cb = ns.run_in(t.ns("h1"), lambda: Context())
+    yield t, ca, cb
+    ca.close()
+    cb.close()
+    apply.heal(t.name, None)
+
+
+def connect(t, ca, cb, size, attr=None):
+    qa, qb = ca.create_qp(attr=attr), cb.create_qp(attr=attr)
+    src = bytearray(os.urandom(size))
+    dst = bytearray(size)
+    ms, md = ca.reg_mr(src), cb.reg_mr(dst, remote_write=True)
+    ia, ib = info_for(t, ca, qa, ms, 0), info_for(t, cb, qb, md, 1)
+    qb.connect(ia)
+    qa.connect(ib)
+    return qa, qb, src, dst, ms, ib
+
+
+@pytest.mark.parametrize("imm", [False, True], ids=["write", "write_imm"])
+def test_write_across_the_fabric_1B_to_64MiB_verified(pair, imm):
+    t, ca, cb = pair
+    sizes = [1, 100, 4096, 4097, 65536, 1 << 20, 16 << 20, 64 << 20]
+    qa, qb, src, dst, ms, ib = connect(t, ca, cb, max(sizes), QPAttr(rq_depth=64))
+    if imm:
+        qb.post_recv(list(range(100, 100 + len(sizes))))
+    cqa, cqb = ca.create_cq(), cb.create_cq()
+    for i, size in enumerate(sizes):
+        qa.post_write(ms, 0, size, ib.addr, ib.rkey, wr_id=i, imm=(0x1000 + i) if imm else None)
+        wc = cqa.wait(1, timeout=60)
+        assert wc[0].ok and wc[0].wr_id == i, wc
+        if imm:
+            rwc = cqb.wait(1, timeout=10)
+            assert rwc[0].ok and rwc[0].imm_data == 0x1000 + i and rwc[0].byte_len == size
+        assert hashlib.sha256(dst[:size]).digest() == hashlib.sha256(src[:size]).digest(), size
+
+
+def test_packets_spread_over_all_planes(pair):
+    t, ca, cb = pair
+    qa, qb, src, dst, ms, ib = connect(t, ca, cb, 16 << 20)
+    qa.post_write(ms, 0, len(src), ib.addr, ib.rkey, wr_id=1)
+    assert ca.create_cq().wait(1, timeout=60)[0].ok
+    sent = qa.stats()["plane_tx"][: t.planes]
+    total = sum(sent)
+    assert all(abs(s / total - 1 / t.planes) <= 0.1 / t.planes for s in sent), sent
+    # and the ports really carried them
+    tx = [p["tx_packets"] for p in ca.port_stats()]
+    assert all(x >= s for x, s in zip(tx, sent, strict=True))
+
+
+def _cut_during(t, ca, cb, targets, size=64 << 20):
+    qa, qb, src, dst, ms, ib = connect(t, ca, cb, size)
+    qa.post_write(ms, 0, size, ib.addr, ib.rkey, wr_id=1)
+    time.sleep(0.05)
+    for target in targets:
+        apply.fail(t.name, target)
+    wc = ca.create_cq().wait(1, timeout=120)
+    assert wc[0].ok, wc[0].status_name
+    assert hashlib.sha256(dst).digest() == hashlib.sha256(src).digest()
+    return qa
+
+
+def test_cutting_a_link_mid_transfer_completes_without_error(pair):
+    t, ca, cb = pair
+    qa = _cut_during(t, ca, cb, ["p1l0-p1s1"])
+    assert qa.stats()["losses"] + qa.stats()["timeouts"] > 0  # the cut was felt and ridden out
+
+
+def test_cutting_a_whole_plane_mid_transfer_completes_without_error(pair):
+    t, ca, cb = pair
+    _cut_during(t, ca, cb, ["p2s0", "p2s1"])
+
+
+def test_a_peer_that_never_answers_ends_in_retry_exceeded(pair):
+    t, ca, cb = pair
+    attr = QPAttr(timeout=8, linear_cnt=2, exp_cnt=2)  # 262 us x (2 + 2 + 4) ~ 2.1 ms budget
+    qa = ca.create_qp(attr=attr)
+    src = bytearray(10000)
+    ms = ca.reg_mr(src)
+    ghost = RemoteInfo(qpn=4242, ports={p: t.port_address(1, p) for p in range(t.planes)},
+                       paths={p: [t.path_address(0, 1, p, 0)] for p in range(t.planes)}, addr=0, rkey=1)
+    qa.connect(ghost)  # h1 has no such QP: nobody answers
+    t0 = time.monotonic()
+    qa.post_write(ms, 0, 10000, 0, 1, wr_id=9)
+    wc = ca.create_cq().wait(1, timeout=10)
+    assert wc[0].status == lib.MRC_WC_RETRY_EXC_ERR and qa.state == "ERROR"
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_bad_api_use_raises_clear_errors(pair):
+    t, ca, cb = pair
+    qp = ca.create_qp()
+    mr = ca.reg_mr(bytearray(100))
+    with pytest.raises(EngineError, match="not allowed here"):
+        qp.post_write(mr, 0, 10, 0, 1)  # before RTS
+    qa, qb, src, dst, ms, ib = connect(t, ca, cb, 4096)
+    with pytest.raises(EngineError, match="outside its memory region"):
+        qa.post_write(ms, 0, 8192, ib.addr, ib.rkey)  # region too small
+    qa.post_write(ms, 0, 100, ib.addr, ib.rkey ^ 0x100, wr_id=3)  # unknown rkey
+    wc = ca.create_cq().wait(1, timeout=10)
+    assert wc[0].status_name == "REM_ACCESS_ERR"
+    qp.destroy()
+    with pytest.raises(EngineError, match="no such object"):
+        qp.post_write(mr, 0, 10, 0, 1)
+    c = ns.run_in(t.ns("h0"), lambda: Context())
+    c.close()
+    with pytest.raises(EngineError, match="closed"):
+        c.reg_mr(bytearray(10))
+    with pytest.raises(EngineError, match="closed"):
+        c.poll_cq()
+
+
+def test_completion_channel_works_with_select(pair):
+    import select
+
+    t, ca, cb = pair
+    qa, qb, src, dst, ms, ib = connect(t, ca, cb, 4096)
+    cq = ca.create_cq()
+    done = threading.Event()
+    qa.post_write(ms, 0, 4096, ib.addr, ib.rkey, wr_id=1)
+    r, _, _ = select.select([cq.fd], [], [], 5)
+    assert r == [cq.fd]
+    wcs = cq.wait(1, timeout=5)
+    assert wcs[0].ok
+    done.set()
