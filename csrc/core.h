@@ -59,6 +59,7 @@ struct event {
     uint8_t probe_ok;        /* consecutive successful probes */
     uint8_t probing;         /* a probe is outstanding */
     uint8_t in_slot;         /* the EV occupies a rotation slot (else it is a spare) */
+    uint8_t probe_shift;     /* probe interval = probe_interval_ns << probe_shift */
 };
 
 struct pimm { uint32_t psn; uint32_t imm; uint32_t len; uint8_t valid; };
@@ -100,6 +101,7 @@ struct qp {
     uint32_t nlost;
     uint32_t wimm_out;
     uint64_t inflight;
+    uint64_t since_ackreq;   /* payload bytes sent since the last ACK request */
     uint64_t last_progress_ns;
     uint32_t retries;
     uint64_t srtt, min_rtt;

@@ -116,6 +116,27 @@ void ev_set_state(struct mrc_ep *ep, struct qp *q, struct event *e, uint8_t st, 
 int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, uint32_t *out)
 {
     uint32_t usable = qp_usable_ports(ep, q);
+    /* A retransmission first tries another plane: a different EV on the same
+     * plane may share the failed link, and a lost retransmission at the head
+     * of the window can only be found by the timer. */
+    uint32_t avoid_plane = avoid_ev == UINT32_MAX ? UINT32_MAX : avoid_ev >> 16;
+    if (avoid_plane != UINT32_MAX && (usable & ~(1u << avoid_plane))) {
+        for (uint32_t k = 0; k < q->nslots; k++) {
+            uint32_t s = q->rr + k;
+            if (s >= q->nslots)
+                s -= q->nslots;
+            struct event *e = &q->evs[q->slot[s]];
+            if (!(usable & (1u << (e->ev >> 16))) || (e->ev >> 16) == avoid_plane)
+                continue;
+            if (e->state == MRC_EV_SKIP && now >= e->until_ns)
+                e->state = MRC_EV_GOOD;
+            if (e->state != MRC_EV_GOOD)
+                continue;
+            q->rr = s + 1 == q->nslots ? 0 : s + 1;
+            *out = e->ev;
+            return 0;
+        }
+    }
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t k = 0; k < q->nslots; k++) {
             uint32_t s = q->rr + k;
@@ -163,6 +184,7 @@ void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t
     if (!e || e->state != MRC_EV_ASSUMED_BAD || !e->probing)
         return;
     e->probing = 0;
+    e->probe_shift = 0;
     if (++e->probe_ok >= q->a.probe_k)
         ev_set_state(ep, q, e, MRC_EV_GOOD, now);
     else
@@ -180,9 +202,14 @@ int ev_probe_due(struct mrc_ep *ep, struct qp *q, uint64_t now, struct event **o
         if (e->state != MRC_EV_ASSUMED_BAD || !(usable & (1u << (e->ev >> 16))))
             continue;
         if (e->probing && now - e->probe_sent_ns >= q->a.probe_interval_ns) {
-            e->probing = 0; /* timed out: the run of successes starts again */
+            /* timed out: the run of successes starts again, and a path that
+             * keeps failing is probed ever less often (up to 1024 x) so that
+             * a dead plane costs no bandwidth */
+            e->probing = 0;
             e->probe_ok = 0;
-            e->probe_due_ns = now;
+            if (e->probe_shift < 10)
+                e->probe_shift++;
+            e->probe_due_ns = now + (q->a.probe_interval_ns << e->probe_shift);
         }
         if (!e->probing && now >= e->probe_due_ns) {
             *out = e;

@@ -156,7 +156,10 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
                             .st = PE_INFLIGHT, .nrtx = 0};
         /* ask for an ACK when this packet fills the congestion or PSN window:
          * otherwise the receiver would wait for ack_bytes and we for the RTO */
-        int ackreq = q->inflight + 2ull * len > q->ccs.cwnd || psn_sub(q->next_psn, q->una_psn) + 1 >= q->win;
+        uint64_t half = q->ccs.cwnd / 2 < q->a.ack_bytes / 2 ? q->ccs.cwnd / 2 : q->a.ack_bytes / 2;
+        int full = q->inflight + 2ull * len > q->ccs.cwnd || psn_sub(q->next_psn, q->una_psn) + 1 >= q->win;
+        int ackreq = full && q->since_ackreq + len >= half; /* at most one per half window */
+        q->since_ackreq = ackreq ? 0 : q->since_ackreq + len;
         int plen = build_data(q, q->next_psn, pe, ackreq, 0, buf + *used, buflen - *used);
         if (plen < 0)
             break;

@@ -123,7 +123,11 @@ void resp_on_data(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t 
         }
         q->epsn = psn_add(q->epsn, 1);
     }
-    if (m->ecn_ce || (p->flags & (MRC_BTH_ACKREQ | MRC_BTH_RTX)) || ooo || q->bytes_unacked >= q->a.ack_bytes)
+    /* With spraying nearly every packet arrives out of order: an out-of-order
+     * packet asks for a SACK once half of ack_bytes is waiting, not each
+     * time, or SACKs would double the packet load (protocol.md 3, Responder) */
+    if (m->ecn_ce || (p->flags & (MRC_BTH_ACKREQ | MRC_BTH_RTX)) || q->bytes_unacked >= q->a.ack_bytes ||
+        (ooo && q->bytes_unacked >= q->a.ack_bytes / 2))
         resp_send_sack(ep, q, m->ev, m->ecn_ce, psn, 0, (uint16_t)p->ts);
 }
 

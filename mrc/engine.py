@@ -193,6 +193,11 @@ class QueuePair:
     def state(self) -> str:
         return self.stats()["state_name"]
 
+    @property
+    def attr_mtu(self) -> int:
+        """Payload bytes per packet (the C default when the attribute was not set)."""
+        return self.attr.mtu or 4096
+
     def evs(self) -> list[dict]:
         out = ffi.new("struct mrc_ev_info[]", 8192)
         n = check(self.ep.call(lib.mrc_ev_list, self.qpn, out, 8192), "list EVs")

@@ -190,3 +190,65 @@ def print_table(results: list[dict]) -> None:
 
 def main_json(results: list[dict]) -> None:
     print(json.dumps(results, indent=1))
+
+
+def stream(ctx: Context, qp, mr, remote, total: int, msg: int = 1 << 20, depth: int = 16,
+           window: int | None = None, on_tick=None, tick: float = 0.5, events=None) -> dict:
+    """Write ``total`` bytes as ``msg``-byte WRITEs cycling over a ``window``-byte
+    remote region (source offset = destination offset, so the region ends equal
+    to the source). ``events`` is a list of (fraction, callable) run when that
+    share of the bytes has completed. Returns rates and the longest gap between
+    two completions (the stall an application would see)."""
+    window = window or min(mr.length, remote.length)
+    slots = max(1, window // msg)
+    n = max(1, total // msg)
+    cq = ctx.create_cq()
+    st0 = qp.stats()
+    events = sorted(events or [], key=lambda e: e[0])
+    posted = done = 0
+    t0 = last_wc = last_tick = time.perf_counter()
+    max_stall = 0.0
+    stall_at = 0.0
+    prev = st0["plane_tx"]
+    fired: list = []
+    workers: list[threading.Thread] = []
+    while done < n:
+        while posted < n and posted - done < depth:
+            off = (posted % slots) * msg
+            qp.post_write(mr, off, msg, remote.addr + off, remote.rkey, wr_id=posted)
+            posted += 1
+        wcs = cq.poll()
+        now = time.perf_counter()
+        if wcs:
+            for w in wcs:
+                if not w.ok:
+                    raise UsageError(f"write {w.wr_id} failed: {w.status_name} (QP {qp.state})")
+            # a stall is a gap between two completions; the wait for the first
+            # one is latency (the pipeline filling), not a stall
+            if done and now - last_wc > max_stall:
+                max_stall, stall_at = now - last_wc, last_wc - t0
+            last_wc = now
+            done += len(wcs)
+            while events and done >= events[0][0] * n:
+                # faults run beside the transfer, as an operator's would: the
+                # completion loop must not wait for them
+                frac, fn = events.pop(0)
+                at = round(now - t0, 3)
+                th = threading.Thread(target=lambda fn=fn, at=at: fired.append((at, fn())), daemon=True)
+                th.start()
+                workers.append(th)
+        else:
+            cq.get_event(0.002)
+        if on_tick and now - last_tick >= tick:
+            cur = qp.stats()["plane_tx"]
+            rates = [(c - p) * qp.attr_mtu * 8 / (now - last_tick) / 1e9 for c, p in zip(cur, prev, strict=True)]
+            on_tick(now - t0, done / n, rates[: ctx.planes])
+            prev, last_tick = cur, now
+    dt = time.perf_counter() - t0
+    for th in workers:
+        th.join()
+    st1 = qp.stats()
+    return {"bytes": n * msg, "seconds": round(dt, 3), "gbps": round(n * msg * 8 / dt / 1e9, 3),
+            "max_stall_ms": round(max_stall * 1e3, 3), "stall_at_s": round(stall_at, 3),
+            "retransmits": st1["rtx_packets"] - st0["rtx_packets"], "losses": st1["losses"] - st0["losses"],
+            "events": fired}

@@ -32,6 +32,15 @@ from mrc.errors import MrcError, PrivilegeError
 
 ACCESS_LOCAL_WRITE = lib.MRC_ACCESS_LOCAL_WRITE
 ACCESS_REMOTE_WRITE = lib.MRC_ACCESS_REMOTE_WRITE
+#: NSCC profile for a software data path over kernel-forwarded links (the
+#: fabric in namespaces, or hosts through ordinary switches): base RTT about
+#: 100 us instead of the 10 us of a hardware NIC. OCP CC profile names.
+SOFTWARE_CC = {"base_rtt": 100_000, "target_delay": 75_000, "qa_threshold": 400_000}
+#: Timing of the same software data path: queueing makes per-path delays
+#: differ by far more than a hardware fabric's 20 us, so the reorder
+#: allowance, the retry timer (2 ms), probes and SKIP are scaled to match.
+SOFTWARE_TIMING = {"reorder_ns": 200_000, "timeout": 11, "probe_interval_ns": 200_000, "skip_ns": 200_000}
+
 QPS_RESET, QPS_INIT, QPS_RTR, QPS_RTS, QPS_ERR = (lib.MRC_QPS_RESET, lib.MRC_QPS_INIT, lib.MRC_QPS_RTR,
                                                   lib.MRC_QPS_RTS, lib.MRC_QPS_ERROR)
 
@@ -214,6 +223,10 @@ class Context(Endpoint):
         attr = attr or QPAttr()
         if attr.planes is None:
             attr.planes = self.planes
+        attr.cc = {**SOFTWARE_CC, **attr.cc}
+        for k, val in SOFTWARE_TIMING.items():
+            if getattr(attr, k) is None:
+                setattr(attr, k, val)
         return ConnectedQP(self, attr)
 
     def local_info(self, qp: QueuePair, mr: MemoryRegion | None = None) -> RemoteInfo:

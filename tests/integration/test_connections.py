@@ -6,8 +6,8 @@ import threading
 import time
 
 import pytest
-
 from mrc._dp import lib
+
 from mrc.engine import EngineError
 from mrc.fabric import apply, ns
 from mrc.fabric.topology import Topology
