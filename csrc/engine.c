@@ -440,3 +440,43 @@ int mrc_ctx_start(struct mrc_ctx *c)
     c->started = 1;
     return 0;
 }
+
+int64_t mrc_ctx_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns)
+{
+    if (c->started)
+        return -EBUSY;
+    if (peer >= c->npeers || payload + 64 > FRAME - HDRS)
+        return -EINVAL;
+    /* one data packet (WRITE_ONLY to QP 0, which nobody owns), built once */
+    uint8_t *pkt = calloc(1, FRAME), *zeros = calloc(1, FRAME);
+    if (!pkt || !zeros) {
+        free(pkt);
+        free(zeros);
+        return -ENOMEM;
+    }
+    struct mrc_pkt p = {.opcode = MRC_OP_WRITE_ONLY, .dqpn = 0, .payload_len = payload, .dma_len = payload};
+    int len = mrc_pkt_build(&p, zeros, pkt, FRAME);
+    free(zeros);
+    if (len < 0) {
+        free(pkt);
+        return len;
+    }
+    int64_t sent = 0;
+    uint64_t end = mrc_ctx_now_ns() + duration_ns;
+    uint32_t ev = 0;
+    while (mrc_ctx_now_ns() < end) {
+        for (int k = 0; k < BATCH; k++) {
+            uint32_t plane = ev % c->nports, entropy = ev / c->nports;
+            struct mrc_txdesc d = {.len = (uint32_t)len, .ev = (c->ports[plane].cfg.plane << 16) | (entropy & 0xFF),
+                                   .peer = peer, .tclass = MRC_DSCP_DATA << 2 | MRC_ECN_ECT0, .is_data = 1};
+            queue_tx(c, &d, pkt);
+            ev++;
+        }
+        for (uint32_t i = 0; i < c->nports; i++)
+            if (c->ports[i].tn)
+                flush_port(&c->ports[i]);
+        sent += BATCH;
+    }
+    free(pkt);
+    return sent;
+}

@@ -176,7 +176,8 @@ class Context(Endpoint):
     ``Context(ports)`` takes them from ``discover_ports(["eth1", ...])``.
     """
 
-    def __init__(self, ports: list[Port] | None = None, max_qps: int = 1024, cq_depth: int = 65536) -> None:
+    def __init__(self, ports: list[Port] | None = None, max_qps: int = 1024, cq_depth: int = 65536,
+                 start: bool = True) -> None:
         self.ports = ports if ports is not None else discover_ports()
         self.planes = max(p.plane for p in self.ports) + 1
         arr = ffi.new("struct mrc_port_cfg[]", len(self.ports))
@@ -197,7 +198,8 @@ class Context(Endpoint):
         self._mrs = []
         self._wc = ffi.new("struct mrc_wc[]", 1024)
         self._peers: dict[tuple, int] = {}
-        check(lib.mrc_ctx_start(self._ctx), "start the engine thread")
+        if start:  # start=False: only for the raw-ceiling blaster (bench/)
+            check(lib.mrc_ctx_start(self._ctx), "start the engine thread")
 
     def _guard(self):
         ctx = self._ctx

@@ -386,6 +386,10 @@ void mrc_ctx_unlock(struct mrc_ctx *c);
 int mrc_ctx_comp_fd(struct mrc_ctx *c);
 int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st);
 uint64_t mrc_ctx_now_ns(void);
+/* The raw ceiling: send pre-built packets (no protocol) to a peer over every
+ * plane and path for duration_ns, from the calling thread (the engine thread
+ * must not be started). Returns packets sent or -errno. */
+int64_t mrc_ctx_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns);
 /* CDEF END */
 
 #endif
