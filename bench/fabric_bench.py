@@ -40,6 +40,7 @@ def raw_ceiling(t, src, dst, seconds):
     cb = ns.run_in(t.ns(t.host(dst)), lambda: Context())  # counts what arrives
     try:
         from mrc._dp import lib
+
         from mrc.verbs import RemoteInfo
 
         peer = ca.peer_index(RemoteInfo(qpn=0, ports={p.plane: p.address for p in cb.ports},
