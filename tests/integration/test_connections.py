@@ -12,14 +12,10 @@ from mrc.engine import EngineError
 from mrc.fabric import apply, ns
 from mrc.fabric.topology import Topology
 from mrc.verbs import Context, QPAttr, RemoteInfo
+from tests.integration.conftest import unique_name
 
 pytestmark = pytest.mark.root
 
-
-def unique_name(tag: str) -> str:
-    import secrets
-
-    return f"{tag}{secrets.token_hex(3)}"[:10]
 
 
 @pytest.fixture(scope="module")

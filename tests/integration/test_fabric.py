@@ -13,14 +13,10 @@ from mrc.errors import UsageError
 from mrc.fabric import apply, ns
 from mrc.fabric.check import PROTO_EXPERIMENT, check
 from mrc.fabric.topology import Topology
+from tests.integration.conftest import unique_name
 
 pytestmark = pytest.mark.root
 
-
-def unique_name(tag: str) -> str:
-    import secrets
-
-    return f"{tag}{secrets.token_hex(3)}"[:10]
 
 
 def wait_for(pred, timeout=5.0, what="condition"):
