@@ -1,6 +1,16 @@
 /* Internal state of the sans-I/O core. Not part of the Python contract.
  * Threading: an endpoint and everything it owns is used by one thread at a
- * time (the engine thread, or the test driving it by hand). */
+ * time (the engine thread, or the test driving it by hand), except for three
+ * single-producer/single-consumer rings that an application thread may use
+ * while the engine runs (csrc/engine.c has the locking contract):
+ *   - a QP's send queue and receive queue: the application produces
+ *     (mrc_post_write/mrc_post_recv publish sq_tail/rq_tail), the engine
+ *     consumes (it publishes sq_head/rq_head as WRs retire);
+ *   - the completion queue: the engine produces (cq_tail), the application
+ *     consumes (mrc_poll_cq publishes cq_head).
+ * Indices are published with release stores and read with acquire loads. A
+ * QP's state is read by the producer without the lock; a post that races the
+ * QP into ERROR sets ep->flush_pending and the engine flushes it. */
 #ifndef MRC_CORE_H
 #define MRC_CORE_H
 #include <errno.h>
@@ -11,6 +21,10 @@
 #include "mrc_dp.h"
 
 #define MRC_INF_NS UINT64_MAX
+#define LOAD_ACQ(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define STORE_REL(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+#define LOAD_SC(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
+#define STORE_SC(x, v) __atomic_store_n(&(x), (v), __ATOMIC_SEQ_CST)
 
 static inline uint32_t psn_add(uint32_t a, uint32_t n) { return (a + n) & MRC_PSN_MASK; }
 /* a - b modulo 2^24 (only meaningful when a is not before b) */
@@ -155,6 +169,7 @@ struct mrc_ep {
     uint32_t rr_qp;
     uint32_t *act;           /* indices of QPs in RTS: the only ones the tx path visits */
     uint32_t nact;
+    uint32_t flush_pending;  /* a post raced a QP into ERROR: flush on the next poll_tx */
 };
 
 /* wire.c */
@@ -167,6 +182,7 @@ struct mr *ep_mr(struct mrc_ep *ep, uint32_t key);
 int ep_push_wc(struct mrc_ep *ep, const struct mrc_wc *wc);
 struct ctrl *ep_ctrl_slot(struct mrc_ep *ep);
 void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
+void qp_flush(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
 void ep_set_active(struct mrc_ep *ep, struct qp *q, int on);
 uint32_t qp_usable_ports(struct mrc_ep *ep, struct qp *q);
 

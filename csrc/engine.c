@@ -1,12 +1,19 @@
 /* The engine thread ("the NIC") and the raw-socket I/O of a context.
  * This file and no other makes system calls (architecture.md).
  *
- * Locking contract: ctx->lock protects ctx->ep and the peer table. The
- * engine thread holds it while it runs the core (input, poll_tx, timers) and
- * drops it around blocking waits; Python holds it (mrc_ctx_lock) around every
- * call on the endpoint. mrc_ctx_unlock() writes wake_fd so new work goes out
- * without waiting for the next timer. comp_fd (an eventfd) is written when
- * completions were added to the CQ: select/epoll/asyncio can wait on it. */
+ * Locking contract. Two locks, always taken in this order:
+ *   - ulock serialises the application's threads (the engine never takes it);
+ *   - lock protects the endpoint and the peer table. The engine thread holds
+ *     it while it runs the core (input, poll_tx, timers) and drops it around
+ *     waits, and whenever an application thread is waiting for it (waiters).
+ * The fast path takes only ulock: mrc_ctx_post_write, mrc_ctx_post_recv and
+ * mrc_ctx_poll_cq work on the lock-free send, receive and completion rings
+ * (csrc/core.h), so posting and polling never wait for the engine and the
+ * engine never waits for Python. Everything else (create, modify, register,
+ * query) goes through mrc_ctx_lock/unlock, which take both.
+ * Doorbell: a producer bumps post_seq and writes wake_fd only if the engine
+ * said it is going to sleep. comp_fd (an eventfd) is written when completions
+ * were added to the CQ: select/epoll/asyncio can wait on it. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <linux/filter.h>
@@ -14,6 +21,7 @@
 #include <linux/if_packet.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -21,7 +29,7 @@
 
 #include "core.h"
 
-enum { BATCH = 64, MAX_PORTS = 16, MAX_PEERS = 256, FRAME = 9216, HDRS = MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN };
+enum { SPIN = 64, BATCH = 64, MAX_PORTS = 16, MAX_PEERS = 256, FRAME = 9216, HDRS = MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN };
 
 struct port {
     struct mrc_port_cfg cfg;
@@ -45,7 +53,10 @@ struct mrc_ctx {
     int plane_port[MRC_MAX_PLANES]; /* plane -> index into ports, -1 if none */
     struct mrc_peer_cfg *peers;
     uint32_t npeers;
-    pthread_mutex_t lock;
+    pthread_mutex_t lock, ulock;
+    uint32_t waiters;   /* application threads waiting for lock */
+    uint32_t sleeping;  /* the engine is (about to be) blocked in ppoll */
+    uint64_t post_seq;  /* bumped by every post: the engine's doorbell */
     pthread_t thread;
     int running, started;
     int wake_fd, comp_fd;
@@ -58,6 +69,21 @@ uint64_t mrc_ctx_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Take the endpoint lock from an application thread: the engine sees
+ * waiters and hands the lock over at the end of its current batch. */
+static void lock_endpoint(struct mrc_ctx *c)
+{
+    __atomic_add_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
+    pthread_mutex_lock(&c->lock);
+    __atomic_sub_fetch(&c->waiters, 1, __ATOMIC_SEQ_CST);
+}
+
+static void wake(struct mrc_ctx *c)
+{
+    uint64_t one = 1;
+    if (write(c->wake_fd, &one, sizeof(one)) < 0) { /* counter saturated: the thread is awake anyway */ }
 }
 
 /* Classic BPF: IPv6, next header UDP, destination port 4791. */
@@ -126,6 +152,7 @@ int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *po
         c->ports[i].fd = -1;
     c->wake_fd = c->comp_fd = -1;
     pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->ulock, NULL);
     int rc = mrc_ep_create(attr, &c->ep);
     if (rc < 0)
         goto fail;
@@ -164,11 +191,10 @@ void mrc_ctx_destroy(struct mrc_ctx *c)
     if (!c)
         return;
     if (c->started) {
-        pthread_mutex_lock(&c->lock);
+        lock_endpoint(c);
         c->running = 0;
         pthread_mutex_unlock(&c->lock);
-        uint64_t one = 1;
-        if (write(c->wake_fd, &one, sizeof(one)) < 0) { /* the thread also checks running on its timeout */ }
+        wake(c);
         pthread_join(c->thread, NULL);
     }
     for (uint32_t i = 0; i < MAX_PORTS; i++) {
@@ -185,40 +211,81 @@ void mrc_ctx_destroy(struct mrc_ctx *c)
     free(c->peers);
     free(c->txbuf);
     pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->ulock);
     free(c);
 }
 
 struct mrc_ep *mrc_ctx_ep(struct mrc_ctx *c) { return c->ep; }
 int mrc_ctx_comp_fd(struct mrc_ctx *c) { return c->comp_fd; }
 
+/* Ring the doorbell after a post: a syscall only if the engine sleeps. */
+static void doorbell(struct mrc_ctx *c)
+{
+    __atomic_add_fetch(&c->post_seq, 1, __ATOMIC_SEQ_CST);
+    if (LOAD_SC(c->sleeping))
+        wake(c);
+}
+
 int mrc_ctx_add_peer(struct mrc_ctx *c, const struct mrc_peer_cfg *peer)
 {
-    pthread_mutex_lock(&c->lock);
+    mrc_ctx_lock(c);
     int rc = -ENOSPC;
     if (c->npeers < MAX_PEERS && peer->nplanes <= MRC_MAX_PLANES) {
         c->peers[c->npeers] = *peer;
         rc = (int)c->npeers++;
     }
-    pthread_mutex_unlock(&c->lock);
+    mrc_ctx_unlock(c);
     return rc;
 }
 
-void mrc_ctx_lock(struct mrc_ctx *c) { pthread_mutex_lock(&c->lock); }
+void mrc_ctx_lock(struct mrc_ctx *c)
+{
+    pthread_mutex_lock(&c->ulock);
+    lock_endpoint(c);
+}
 
 void mrc_ctx_unlock(struct mrc_ctx *c)
 {
     pthread_mutex_unlock(&c->lock);
-    uint64_t one = 1;
-    if (write(c->wake_fd, &one, sizeof(one)) < 0) { /* counter saturated: the thread is awake anyway */ }
+    pthread_mutex_unlock(&c->ulock);
+    wake(c); /* a modify or a port change may have made work: look now */
+}
+
+int mrc_ctx_post_write(struct mrc_ctx *c, uint32_t qpn, const struct mrc_wr *wr, uint32_t n)
+{
+    pthread_mutex_lock(&c->ulock);
+    int rc = mrc_post_write(c->ep, qpn, wr, n);
+    pthread_mutex_unlock(&c->ulock);
+    if (rc > 0)
+        doorbell(c);
+    return rc;
+}
+
+int mrc_ctx_post_recv(struct mrc_ctx *c, uint32_t qpn, const uint64_t *wr_ids, uint32_t n)
+{
+    pthread_mutex_lock(&c->ulock);
+    int rc = mrc_post_recv(c->ep, qpn, wr_ids, n);
+    pthread_mutex_unlock(&c->ulock);
+    if (rc > 0)
+        doorbell(c);
+    return rc;
+}
+
+int mrc_ctx_poll_cq(struct mrc_ctx *c, struct mrc_wc *wc, uint32_t max)
+{
+    pthread_mutex_lock(&c->ulock);
+    int n = mrc_poll_cq(c->ep, wc, max);
+    pthread_mutex_unlock(&c->ulock);
+    return n;
 }
 
 int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st)
 {
     if (port >= c->nports)
         return -EINVAL;
-    pthread_mutex_lock(&c->lock);
+    mrc_ctx_lock(c);
     *st = c->ports[port].st;
-    pthread_mutex_unlock(&c->lock);
+    mrc_ctx_unlock(c);
     return 0;
 }
 
@@ -373,6 +440,15 @@ static int rx_port(struct mrc_ctx *c, struct port *p, uint64_t now)
     return n;
 }
 
+/* Give the endpoint lock to a waiting application thread. */
+static void hand_over(struct mrc_ctx *c)
+{
+    pthread_mutex_unlock(&c->lock);
+    while (LOAD_SC(c->waiters))
+        sched_yield();
+    pthread_mutex_lock(&c->lock);
+}
+
 static void *engine_main(void *arg)
 {
     struct mrc_ctx *c = arg;
@@ -383,6 +459,7 @@ static void *engine_main(void *arg)
     uint32_t idle = 0;
     pthread_mutex_lock(&c->lock);
     while (c->running) {
+        uint64_t seen = LOAD_SC(c->post_seq);
         uint64_t now = mrc_ctx_now_ns();
         uint32_t cq_before = c->ep->cq_tail;
         int work = 0;
@@ -402,17 +479,22 @@ static void *engine_main(void *arg)
             uint64_t one = 1;
             if (write(c->comp_fd, &one, sizeof(one)) < 0) { /* saturated: the reader is behind, it will see them */ }
         }
+        if (LOAD_SC(c->waiters))
+            hand_over(c);
+        /* busy, or spinning a little before sleeping: the next SACK is
+         * usually microseconds away */
         if (work) {
             idle = 0;
             continue;
         }
-        /* Spin a little before sleeping: the next SACK is usually microseconds away. */
-        if (++idle < 64) {
-            pthread_mutex_unlock(&c->lock);
-            pthread_mutex_lock(&c->lock);
+        if (++idle < SPIN)
+            continue;
+        uint64_t next = mrc_ep_next_timer(c->ep, now);
+        STORE_SC(c->sleeping, 1);
+        if (LOAD_SC(c->post_seq) != seen) { /* a post raced the decision to sleep */
+            STORE_SC(c->sleeping, 0);
             continue;
         }
-        uint64_t next = mrc_ep_next_timer(c->ep, now);
         pthread_mutex_unlock(&c->lock);
         uint64_t wait = next == UINT64_MAX ? 100000000ull : (next > now ? next - now : 0);
         if (wait > 100000000ull)
@@ -422,6 +504,7 @@ static void *engine_main(void *arg)
             uint64_t v;
             if (read(c->wake_fd, &v, sizeof(v)) < 0) { /* spurious wake */ }
         }
+        STORE_SC(c->sleeping, 0);
         idle = 0;
         pthread_mutex_lock(&c->lock);
     }

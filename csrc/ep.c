@@ -251,7 +251,7 @@ int mrc_qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, uint32_t dest
         return 0;
     }
     if (state == MRC_QPS_RESET) {
-        q->state = MRC_QPS_RESET;
+        STORE_SC(q->state, MRC_QPS_RESET);
         ep_set_active(ep, q, 0);
         return 0;
     }
@@ -264,7 +264,7 @@ int mrc_qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, uint32_t dest
         q->dqpn = dest_qpn;
         q->peer = peer;
     }
-    q->state = state;
+    STORE_SC(q->state, state);
     if (state == MRC_QPS_RTS)
         ep_set_active(ep, q, 1);
     return 0;
@@ -298,22 +298,23 @@ int mrc_qp_query(struct mrc_ep *ep, uint32_t qpn, struct mrc_qp_stats *st)
 int ep_push_wc(struct mrc_ep *ep, const struct mrc_wc *wc)
 {
     uint32_t nt = ring_next(ep->cq_tail, ep->cq_size);
-    if (nt == ep->cq_head) {
+    if (nt == LOAD_ACQ(ep->cq_head)) {
         ep->cq_overflow++;
         return -ENOSPC;
     }
     ep->cq[ep->cq_tail] = *wc;
-    ep->cq_tail = nt;
+    STORE_REL(ep->cq_tail, nt);
     return 0;
 }
 
 int mrc_poll_cq(struct mrc_ep *ep, struct mrc_wc *wc, uint32_t max)
 {
-    uint32_t n = 0;
-    while (n < max && ep->cq_head != ep->cq_tail) {
-        wc[n++] = ep->cq[ep->cq_head];
-        ep->cq_head = ring_next(ep->cq_head, ep->cq_size);
+    uint32_t n = 0, head = ep->cq_head, tail = LOAD_ACQ(ep->cq_tail);
+    while (n < max && head != tail) {
+        wc[n++] = ep->cq[head];
+        head = ring_next(head, ep->cq_size);
     }
+    STORE_REL(ep->cq_head, head);
     return (int)n;
 }
 
@@ -331,10 +332,20 @@ void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
 {
     if (q->state == MRC_QPS_ERROR)
         return;
-    q->state = MRC_QPS_ERROR;
+    STORE_SC(q->state, MRC_QPS_ERROR);
     ep_set_active(ep, q, 0);
+    qp_flush(ep, q, first_status);
+    q->inflight = 0;
+    q->nlost = 0;
+}
+
+/* Complete every WR still queued on q: the first with first_status, the rest
+ * with FLUSH_ERR, and every posted receive with FLUSH_ERR. */
+void qp_flush(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
+{
     uint8_t status = first_status;
-    for (uint32_t i = q->sq_head; i != q->sq_tail; i = ring_next(i, q->sq_size)) {
+    uint32_t tail = LOAD_SC(q->sq_tail);
+    for (uint32_t i = q->sq_head; i != tail; i = ring_next(i, q->sq_size)) {
         struct wqe *w = &q->sq[i];
         if (w->done)
             continue;
@@ -344,15 +355,15 @@ void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
         w->done = 1;
         status = MRC_WC_WR_FLUSH_ERR;
     }
-    q->sq_head = q->sq_cur = q->sq_tail;
-    while (q->rq_head != q->rq_tail) {
+    q->sq_cur = tail;
+    STORE_REL(q->sq_head, tail);
+    uint32_t rtail = LOAD_SC(q->rq_tail);
+    while (q->rq_head != rtail) {
         struct mrc_wc wc = {.wr_id = q->rq[q->rq_head], .qpn = q->qpn, .status = MRC_WC_WR_FLUSH_ERR,
                             .opcode = MRC_WC_RECV_WRITE_IMM};
         ep_push_wc(ep, &wc);
-        q->rq_head = ring_next(q->rq_head, q->rq_size);
+        STORE_REL(q->rq_head, ring_next(q->rq_head, q->rq_size));
     }
-    q->inflight = 0;
-    q->nlost = 0;
 }
 
 /* ------------------------------------------------------------ posting */
@@ -370,31 +381,39 @@ int mrc_post_write(struct mrc_ep *ep, uint32_t qpn, const struct mrc_wr *wrs, ui
     struct qp *q = ep_qp(ep, qpn);
     if (!q)
         return -ENOENT;
-    if (q->state != MRC_QPS_RTS)
+    if (LOAD_SC(q->state) != MRC_QPS_RTS)
         return -EINVAL;
-    for (uint32_t k = 0; k < n; k++) {
+    uint32_t k;
+    int err = 0;
+    for (k = 0; k < n; k++) {
         const struct mrc_wr *wr = &wrs[k];
-        if (wr->opcode > MRC_WR_WRITE_IMM || wr->num_sge > MRC_MAX_SGE)
-            return k ? (int)k : -EOPNOTSUPP;
+        if (wr->opcode > MRC_WR_WRITE_IMM || wr->num_sge > MRC_MAX_SGE) {
+            err = -EOPNOTSUPP;
+            break;
+        }
         uint64_t total = 0;
-        for (uint32_t i = 0; i < wr->num_sge; i++) {
+        for (uint32_t i = 0; i < wr->num_sge && !err; i++) {
             if (!sge_ok(ep, &wr->sg_list[i]))
-                return k ? (int)k : -EFAULT;
+                err = -EFAULT;
             total += wr->sg_list[i].length;
         }
-        if (total > 0xFFFFFFFFu)
-            return k ? (int)k : -EMSGSIZE;
+        if (!err && total > 0xFFFFFFFFu)
+            err = -EMSGSIZE;
         uint32_t nt = ring_next(q->sq_tail, q->sq_size);
-        if (nt == q->sq_head)
-            return k ? (int)k : -ENOSPC;
+        if (!err && nt == LOAD_ACQ(q->sq_head))
+            err = -ENOSPC;
+        if (err)
+            break;
         struct wqe *w = &q->sq[q->sq_tail];
         memset(w, 0, sizeof(*w));
         w->wr = *wr;
         w->total = total;
         w->npkts = total ? (uint32_t)((total + q->a.mtu - 1) / q->a.mtu) : 1;
-        q->sq_tail = nt;
+        STORE_SC(q->sq_tail, nt); /* publish: the engine may send it from now on */
     }
-    return (int)n;
+    if (k && LOAD_SC(q->state) != MRC_QPS_RTS)
+        STORE_SC(ep->flush_pending, 1); /* the engine moved the QP to ERROR meanwhile */
+    return k ? (int)k : err;
 }
 
 int mrc_post_recv(struct mrc_ep *ep, uint32_t qpn, const uint64_t *wr_ids, uint32_t n)
@@ -402,16 +421,20 @@ int mrc_post_recv(struct mrc_ep *ep, uint32_t qpn, const uint64_t *wr_ids, uint3
     struct qp *q = ep_qp(ep, qpn);
     if (!q)
         return -ENOENT;
-    if (q->state == MRC_QPS_RESET || q->state == MRC_QPS_ERROR)
+    uint32_t st = LOAD_SC(q->state);
+    if (st == MRC_QPS_RESET || st == MRC_QPS_ERROR)
         return -EINVAL;
-    for (uint32_t k = 0; k < n; k++) {
+    uint32_t k;
+    for (k = 0; k < n; k++) {
         uint32_t nt = ring_next(q->rq_tail, q->rq_size);
-        if (nt == q->rq_head)
-            return k ? (int)k : -ENOSPC;
+        if (nt == LOAD_ACQ(q->rq_head))
+            break;
         q->rq[q->rq_tail] = wr_ids[k];
-        q->rq_tail = nt;
+        STORE_SC(q->rq_tail, nt);
     }
-    return (int)n;
+    if (k && LOAD_SC(q->state) == MRC_QPS_ERROR)
+        STORE_SC(ep->flush_pending, 1);
+    return k ? (int)k : -ENOSPC;
 }
 
 /* ------------------------------------------------------------ input */
@@ -463,6 +486,11 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
 int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max)
 {
     uint32_t n = 0, used = 0;
+    if (LOAD_SC(ep->flush_pending) && __atomic_exchange_n(&ep->flush_pending, 0, __ATOMIC_SEQ_CST)) {
+        for (uint32_t i = 0; i < ep->a.max_qps; i++)
+            if (ep->qps[i] && ep->qps[i]->state == MRC_QPS_ERROR)
+                qp_flush(ep, ep->qps[i], MRC_WC_WR_FLUSH_ERR);
+    }
     /* control packets first: they unblock the peer */
     while (n < max && ep->ctl_head != ep->ctl_tail) {
         struct ctrl *c = &ep->ctl[ep->ctl_head];

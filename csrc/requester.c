@@ -79,7 +79,7 @@ static int cwnd_allows(const struct qp *q, uint32_t len)
  * caller's check). */
 static int64_t next_data_len(const struct qp *q)
 {
-    if (q->sq_cur == q->sq_tail || psn_sub(q->next_psn, q->una_psn) >= q->win)
+    if (q->sq_cur == LOAD_ACQ(q->sq_tail) || psn_sub(q->next_psn, q->una_psn) >= q->win)
         return -1;
     const struct wqe *w = &q->sq[q->sq_cur];
     if (q->cur_off == 0 && w->wr.opcode == MRC_WR_WRITE_IMM && q->wimm_out >= q->a.max_wimm)
@@ -196,7 +196,7 @@ void req_complete(struct mrc_ep *ep, struct qp *q)
         if (w->wr.opcode == MRC_WR_WRITE_IMM)
             q->wimm_out--;
         w->done = 1;
-        q->sq_head = sq_next(q, q->sq_head);
+        STORE_REL(q->sq_head, sq_next(q, q->sq_head));
     }
 }
 
@@ -297,14 +297,14 @@ void req_on_sack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const
 /* Fail the WR at index bad with status; flush everything after it. */
 static void fail_at(struct mrc_ep *ep, struct qp *q, uint32_t bad, uint8_t status)
 {
-    for (uint32_t i = q->sq_head; i != bad && i != q->sq_tail; i = sq_next(q, i)) {
+    for (uint32_t i = q->sq_head, tail = LOAD_ACQ(q->sq_tail); i != bad && i != tail; i = sq_next(q, i)) {
         struct wqe *w = &q->sq[i];
         struct mrc_wc wc = {.wr_id = w->wr.wr_id, .qpn = q->qpn, .status = MRC_WC_WR_FLUSH_ERR,
                             .opcode = MRC_WC_WRITE, .byte_len = (uint32_t)w->total};
         ep_push_wc(ep, &wc);
         w->done = 1;
     }
-    q->sq_head = bad;
+    STORE_REL(q->sq_head, bad);
     qp_to_error(ep, q, status);
 }
 

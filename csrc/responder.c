@@ -112,13 +112,13 @@ void resp_on_data(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t 
         struct pimm *pi = &q->pimm[widx(q, q->epsn)];
         if (pi->valid && pi->psn == q->epsn) {
             pi->valid = 0;
-            if (q->rq_head == q->rq_tail) {
+            if (q->rq_head == LOAD_ACQ(q->rq_tail)) {
                 ep->drops[MRC_DROP_NO_RECV]++;
             } else {
                 struct mrc_wc wc = {.wr_id = q->rq[q->rq_head], .qpn = q->qpn, .status = MRC_WC_SUCCESS,
                                     .opcode = MRC_WC_RECV_WRITE_IMM, .byte_len = pi->len, .imm_data = pi->imm};
                 ep_push_wc(ep, &wc);
-                q->rq_head = q->rq_head + 1 == q->rq_size ? 0 : q->rq_head + 1;
+                STORE_REL(q->rq_head, q->rq_head + 1 == q->rq_size ? 0 : q->rq_head + 1);
             }
         }
         q->epsn = psn_add(q->epsn, 1);

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno as _errno
 import os
+import threading
 from dataclasses import dataclass, field, fields
 
 from mrc._dp import ffi, lib
@@ -173,11 +174,11 @@ class QueuePair:
             wr.sg_list[i].addr = m.addr + off
             wr.sg_list[i].length = ln
             wr.sg_list[i].lkey = m.lkey
-        check(self.ep.call(lib.mrc_post_write, self.qpn, wr, 1), f"post WRITE on QP {self.qpn}")
+        check(self.ep.fast("post_write", self.qpn, wr, 1), f"post WRITE on QP {self.qpn}")
 
     def post_recv(self, wr_ids: list[int]) -> None:
         arr = ffi.new("uint64_t[]", wr_ids)
-        n = check(self.ep.call(lib.mrc_post_recv, self.qpn, arr, len(wr_ids)), f"post receives on QP {self.qpn}")
+        n = check(self.ep.fast("post_recv", self.qpn, arr, len(wr_ids)), f"post receives on QP {self.qpn}")
         if n != len(wr_ids):
             raise EngineError(_errno.ENOSPC, f"only {n} of {len(wr_ids)} receives fit the receive queue")
 
@@ -229,13 +230,26 @@ class Endpoint:
         with self._guard():
             return fn(self._ep, *args)
 
+    def fast(self, op: str, *args):
+        """The lock-free ring operations (post_write, post_recv, poll_cq)."""
+        if self._ep is None:
+            raise EngineError(_errno.EBADF, "the context is closed: open a new one")
+        return getattr(lib, "mrc_" + op)(self._ep, *args)
+
+    def _wc_buf(self):
+        # one completion buffer per polling thread
+        buf = getattr(self._tls, "wc", None)
+        if buf is None:
+            buf = self._tls.wc = ffi.new("struct mrc_wc[]", 1024)
+        return buf
+
     def __init__(self, planes: int = 8, max_qps: int = 1024, cq_depth: int = 65536) -> None:
         attr = ffi.new("struct mrc_ep_attr *", {"planes": planes, "max_qps": max_qps, "cq_depth": cq_depth})
         out = ffi.new("struct mrc_ep **")
         check(lib.mrc_ep_create(attr, out), "create endpoint")
         self._ep = out[0]
         self._mrs: list[MemoryRegion] = []
-        self._wc = ffi.new("struct mrc_wc[]", 1024)
+        self._tls = threading.local()
 
     def reg_mr(self, buf, remote_write: bool = False) -> MemoryRegion:
         mr = MemoryRegion(self, buf, remote_write)
@@ -246,8 +260,8 @@ class Endpoint:
         return QueuePair(self, attr or QPAttr())
 
     def poll_cq(self, max_entries: int = 1024) -> list[WorkCompletion]:
-        n = self.call(lib.mrc_poll_cq, self._wc, min(max_entries, 1024))
-        w = self._wc
+        w = self._wc_buf()
+        n = self.fast("poll_cq", w, min(max_entries, 1024))
         return [WorkCompletion(w[i].wr_id, w[i].qpn, w[i].status, w[i].opcode, w[i].byte_len, w[i].imm_data)
                 for i in range(n)]
 

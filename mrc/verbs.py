@@ -19,11 +19,13 @@ docs/api.md maps every call to its mrc.h counterpart.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import re
 import select
 import socket
+import threading
 from dataclasses import dataclass, field
 
 from mrc._dp import ffi, lib
@@ -169,6 +171,21 @@ class ProtectionDomain:
         return self.ctx.reg_mr(buf, remote_write=bool(access & ACCESS_REMOTE_WRITE))
 
 
+class _EndpointLock:
+    """Holds the context's endpoint lock around a slow-path call (create, modify, query)."""
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx) -> None:
+        self.ctx = ctx
+
+    def __enter__(self) -> None:
+        lib.mrc_ctx_lock(self.ctx)
+
+    def __exit__(self, *exc) -> None:
+        lib.mrc_ctx_unlock(self.ctx)
+
+
 class Context(Endpoint):
     """A device over a list of ports, with its engine thread.
 
@@ -196,22 +213,20 @@ class Context(Endpoint):
         self._ctx = out[0]
         self._ep = lib.mrc_ctx_ep(self._ctx)
         self._mrs = []
-        self._wc = ffi.new("struct mrc_wc[]", 1024)
+        self._tls = threading.local()
         self._peers: dict[tuple, int] = {}
         if start:  # start=False: only for the raw-ceiling blaster (bench/)
             check(lib.mrc_ctx_start(self._ctx), "start the engine thread")
 
     def _guard(self):
+        return _EndpointLock(self._ctx)
+
+    def fast(self, op: str, *args):
+        """Post and poll on the lock-free rings: never waits for the engine thread."""
         ctx = self._ctx
-
-        class _Lock:
-            def __enter__(self_inner):
-                lib.mrc_ctx_lock(ctx)
-
-            def __exit__(self_inner, *exc):
-                lib.mrc_ctx_unlock(ctx)
-
-        return _Lock()
+        if ctx is None:
+            raise EngineError(errno.EBADF, "the context is closed: open a new one")
+        return getattr(lib, "mrc_ctx_" + op)(ctx, *args)
 
     # verbs nouns -----------------------------------------------------------
     def alloc_pd(self) -> ProtectionDomain:

@@ -351,11 +351,12 @@ int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe);
 int mrc_sim_stats(struct mrc_sim *s, struct mrc_sim_stats *st);
 
 /* ------------------------------------------------------------ I/O + thread
- * The only code with system calls (csrc/io_packet.c, csrc/engine.c): one
+ * The only code with system calls (csrc/engine.c): one
  * AF_PACKET socket per port with a socket filter for UDP 4791, batched
- * sendmmsg/recvmmsg, and an engine thread that plays the NIC. Calls on the
- * context's endpoint must hold its lock (mrc_ctx_lock/unlock); unlock wakes
- * the thread so posted work goes out at once. */
+ * sendmmsg/recvmmsg, and an engine thread that plays the NIC. Posting and
+ * polling go through the lock-free rings (mrc_ctx_post_write, _post_recv,
+ * _poll_cq); every other call on the context's endpoint must hold its lock
+ * (mrc_ctx_lock/unlock). csrc/engine.c has the whole locking contract. */
 struct mrc_port_cfg {
     uint32_t ifindex;
     uint32_t plane;
@@ -383,6 +384,9 @@ int mrc_ctx_add_peer(struct mrc_ctx *c, const struct mrc_peer_cfg *peer);
 int mrc_ctx_start(struct mrc_ctx *c);
 void mrc_ctx_lock(struct mrc_ctx *c);
 void mrc_ctx_unlock(struct mrc_ctx *c);
+int mrc_ctx_post_write(struct mrc_ctx *c, uint32_t qpn, const struct mrc_wr *wr, uint32_t n);
+int mrc_ctx_post_recv(struct mrc_ctx *c, uint32_t qpn, const uint64_t *wr_ids, uint32_t n);
+int mrc_ctx_poll_cq(struct mrc_ctx *c, struct mrc_wc *wc, uint32_t max);
 int mrc_ctx_comp_fd(struct mrc_ctx *c);
 int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st);
 uint64_t mrc_ctx_now_ns(void);
