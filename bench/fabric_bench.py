@@ -1,11 +1,14 @@
 """Real-fabric benchmark: in one run, on the same fabric and payload size,
 
-  (a) the raw ceiling: a C blaster sending pre-built 4 KiB packets over the
-      same planes and paths with no protocol;
-  (b) `mrc perf`-style: one MRC QP over all planes (1 MiB WRITEs, 4 KiB packets);
+  (a) the raw ceiling: a C blaster sending pre-built packets of MRC's payload
+      size over the same planes and paths with no protocol;
+  (b) `mrc perf`-style: one MRC QP over all planes (1 MiB WRITEs; the payload
+      size is the largest the ports' MTU carries: 8 KiB on the fabric);
   (c) kernel TCP, one stream over one plane;
   (d) MPTCP with one subflow per plane;
-  then the longest completion stall of (b) when a T0-T1 link is cut.
+  then the longest completion stall when a T0-T1 link is cut mid-transfer
+  (64 KiB WRITEs, so that one message is not itself longer than the target),
+  beside the longest stall of the same transfer without a fault.
 
     python bench/fabric_bench.py [--json] [--seconds 3]
 
@@ -35,7 +38,14 @@ def paths_between(t, src, dst):
     return {p: [t.path_address(src, dst, p, s) for s in range(t.spines)] for p in range(t.planes)}
 
 
-def raw_ceiling(t, src, dst, seconds):
+# A fault from another process, as an operator's would be, started before the
+# transfer so that its interpreter start-up does not compete for the CPUs
+# during the measurement: it cuts the link when told to on stdin.
+FAULT = ("import sys; from mrc.fabric import apply; print('ready', flush=True); sys.stdin.readline(); "
+         "apply.fail(sys.argv[1], sys.argv[2]); print('done', flush=True)")
+
+
+def raw_ceiling(t, src, dst, seconds, payload):
     ca = ns.run_in(t.ns(t.host(src)), lambda: Context(start=False))
     cb = ns.run_in(t.ns(t.host(dst)), lambda: Context())  # counts what arrives
     try:
@@ -50,7 +60,7 @@ def raw_ceiling(t, src, dst, seconds):
                                  paths=paths_between(t, dst, src)))
         before = sum(p["rx_bytes"] for p in cb.port_stats())
         t0 = time.perf_counter()
-        lib.mrc_ctx_blast(ca._ctx, peer, 4096, int(seconds * 1e9))
+        lib.mrc_ctx_blast(ca._ctx, peer, payload, int(seconds * 1e9))
         time.sleep(0.2)  # let the last packets arrive
         got = sum(p["rx_bytes"] for p in cb.port_stats()) - before
         return got * 8 / (time.perf_counter() - t0 - 0.2) / 1e9
@@ -59,7 +69,7 @@ def raw_ceiling(t, src, dst, seconds):
         cb.close()
 
 
-def mrc_rate(t, src, dst, seconds, cut=None):
+def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20):
     ca = ns.run_in(t.ns(t.host(src)), lambda: Context())
     cb = ns.run_in(t.ns(t.host(dst)), lambda: Context())
     try:
@@ -74,13 +84,26 @@ def mrc_rate(t, src, dst, seconds, cut=None):
         # size the transfer for about `seconds` at 5 Gb/s
         total = int(seconds * 5e9 / 8) // (1 << 20) * (1 << 20)
         events = []
+        proc = None
         if cut:
+            proc = subprocess.Popen([sys.executable, "-c", FAULT, t.name, cut], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True)
+            if proc.stdout.readline().strip() != "ready":
+                raise RuntimeError("the fault process did not start")
+
             def do_cut():
-                subprocess.run([sys.executable, "-m", "mrc", "fabric", "fail", cut, "--name", t.name], check=True,
-                               stdout=subprocess.DEVNULL)
-                return cut
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+                return proc.stdout.readline().strip() == "done" and cut
             events = [(0.5, do_cut)]
-        r = stream(ca, qa, ms, ib, total, window=window, events=events)
+        try:
+            r = stream(ca, qa, ms, ib, total, msg=msg, depth=max(16, min(64, (16 << 20) // msg)), window=window,
+                       events=events)
+        finally:
+            if proc:
+                proc.stdin.close()
+                proc.wait(10)
+        r["payload"] = qa.attr_mtu
         return r
     finally:
         ca.close()
@@ -143,10 +166,13 @@ def main() -> int:
     apply.up(t)
     try:
         src, dst = 0, t.hosts - 1
-        log("raw ceiling ...")
-        raw = raw_ceiling(t, src, dst, a.seconds)
-        log(f"  {raw:.2f} Gb/s\nmrc, one QP over all planes ...")
+        log("mrc, one QP over all planes ...")
         m = mrc_rate(t, src, dst, a.seconds)
+        payload = m["payload"]
+        log(f"  {m['gbps']:.2f} Gb/s ({payload} B packets)\nraw ceiling, same packets ...")
+        raw = raw_ceiling(t, src, dst, a.seconds, payload)
+        log(f"  {raw:.2f} Gb/s\nmrc, 64 KiB writes, no fault ...")
+        small = mrc_rate(t, src, dst, a.seconds / 2, msg=64 << 10)
         log(f"  {m['gbps']:.2f} Gb/s\nkernel TCP, one stream over plane 0 ...")
         tcp = _tcp(t, src, dst, a.seconds, 0)
         log(f"  {tcp:.2f} Gb/s\nMPTCP, one subflow per plane ...")
@@ -154,11 +180,13 @@ def main() -> int:
         mptcp_setup(t, dst)
         mp = _tcp(t, src, dst, a.seconds, 0, IPPROTO_MPTCP)
         log(f"  {mp:.2f} Gb/s\nmrc with a T0-T1 link cut mid-transfer ...")
-        cut = mrc_rate(t, src, dst, a.seconds, cut=f"{t.leaf(2, t.host_leaf(src))}-{t.spine(2, 1)}")
-        res = {"payload": 4096, "raw_gbps": round(raw, 3), "mrc_gbps": m["gbps"], "tcp_gbps": round(tcp, 3),
+        cut = mrc_rate(t, src, dst, a.seconds / 2, cut=f"{t.leaf(2, t.host_leaf(src))}-{t.spine(2, 1)}",
+                       msg=64 << 10)
+        res = {"payload": payload, "raw_gbps": round(raw, 3), "mrc_gbps": m["gbps"], "tcp_gbps": round(tcp, 3),
                "mptcp_gbps": round(mp, 3), "ratio_raw": round(m["gbps"] / raw, 3),
                "ratio_mptcp": round(m["gbps"] / mp, 3), "ratio_tcp": round(m["gbps"] / tcp, 3),
-               "stall_ms": cut["max_stall_ms"], "stall_ms_no_fault": m["max_stall_ms"],
+               "stall_ms": cut["max_stall_after_event_ms"], "stall_ms_whole_run": cut["max_stall_ms"],
+               "stall_ms_no_fault": small["max_stall_ms"], "stall_msg_bytes": 64 << 10,
                "targets": {"ratio_raw": 0.9, "ratio_mptcp": 1.2, "ratio_tcp": 0.8, "stall_ms": 1.0}}
         print(json.dumps(res, indent=1) if a.json else "\n".join(f"{k:20} {v}" for k, v in res.items()))
         return 0

@@ -211,6 +211,7 @@ def stream(ctx: Context, qp, mr, remote, total: int, msg: int = 1 << 20, depth: 
     stall_at = 0.0
     prev = st0["plane_tx"]
     fired: list = []
+    gaps: list[tuple[float, float]] = []  # (start, length) of every gap over 0.5 ms
     workers: list[threading.Thread] = []
     while done < n:
         while posted < n and posted - done < depth:
@@ -227,6 +228,8 @@ def stream(ctx: Context, qp, mr, remote, total: int, msg: int = 1 << 20, depth: 
             # one is latency (the pipeline filling), not a stall
             if done and now - last_wc > max_stall:
                 max_stall, stall_at = now - last_wc, last_wc - t0
+            if done and now - last_wc > 0.0005:
+                gaps.append((last_wc - t0, now - last_wc))
             last_wc = now
             done += len(wcs)
             while events and done >= events[0][0] * n:
@@ -248,7 +251,11 @@ def stream(ctx: Context, qp, mr, remote, total: int, msg: int = 1 << 20, depth: 
     for th in workers:
         th.join()
     st1 = qp.stats()
+    # the longest gap that ended after the first event fired: the fault's own stall
+    first = min((at for at, _ in fired), default=None)
+    after = max((g for s, g in gaps if first is not None and s + g >= first), default=0.0)
     return {"bytes": n * msg, "seconds": round(dt, 3), "gbps": round(n * msg * 8 / dt / 1e9, 3),
             "max_stall_ms": round(max_stall * 1e3, 3), "stall_at_s": round(stall_at, 3),
+            "max_stall_after_event_ms": round(after * 1e3, 3) if first is not None else None,
             "retransmits": st1["rtx_packets"] - st0["rtx_packets"], "losses": st1["losses"] - st0["losses"],
             "events": fired}

@@ -37,11 +37,21 @@ ACCESS_REMOTE_WRITE = lib.MRC_ACCESS_REMOTE_WRITE
 #: NSCC profile for a software data path over kernel-forwarded links (the
 #: fabric in namespaces, or hosts through ordinary switches): base RTT about
 #: 100 us instead of the 10 us of a hardware NIC. OCP CC profile names.
-SOFTWARE_CC = {"base_rtt": 100_000, "target_delay": 75_000, "qa_threshold": 400_000}
+#: Quick adapt is off: on a host whose CPUs also do the forwarding, delay
+#: spikes come from scheduling (a thread off its CPU for milliseconds), not
+#: from a queue, and quick adapt would collapse the window to what one
+#: scheduling gap achieved (bench/fabric_bench.py showed 20 ms stalls with it).
+SOFTWARE_CC = {"base_rtt": 100_000, "target_delay": 75_000, "qa_threshold": 400_000, "disable_qa": 1}
 #: Timing of the same software data path: queueing makes per-path delays
 #: differ by far more than a hardware fabric's 20 us, so the reorder
-#: allowance, the retry timer (2 ms), probes and SKIP are scaled to match.
-SOFTWARE_TIMING = {"reorder_ns": 200_000, "timeout": 11, "probe_interval_ns": 200_000, "skip_ns": 200_000}
+#: allowance, the retry timer (2 ms), probes and SKIP are scaled to match, and
+#: ACKs are coalesced over 64 KiB (every kernel-forwarded packet costs CPU).
+SOFTWARE_TIMING = {"reorder_ns": 200_000, "timeout": 11, "probe_interval_ns": 200_000, "skip_ns": 200_000,
+                   "ack_bytes": 65536}
+#: Payload sizes a QP may use, largest first; a Context picks the largest
+#: that its ports' MTU carries with the IPv6, UDP and MRC headers.
+PAYLOAD_SIZES = (8192, 4096, 2048, 1024, 512)
+HEADER_ROOM = 40 + 8 + 128
 
 QPS_RESET, QPS_INIT, QPS_RTR, QPS_RTS, QPS_ERR = (lib.MRC_QPS_RESET, lib.MRC_QPS_INIT, lib.MRC_QPS_RTR,
                                                   lib.MRC_QPS_RTS, lib.MRC_QPS_ERROR)
@@ -57,6 +67,7 @@ class Port:
     mac: str
     address: str
     next_hop_mac: str
+    mtu: int = 1500
 
 
 @dataclass
@@ -116,7 +127,7 @@ def discover_ports(ifnames: list[str] | None = None) -> list[Port]:
                 raise MrcError(f"no neighbour entry for the next hop of {name} (gateways {gws or 'none'}): "
                                "ping the gateway once so the kernel learns its MAC")
             plane = int(name[1:]) if re.fullmatch(r"p\d+", name) else i
-            ports.append(Port(name, plane, idx, link.get("IFLA_ADDRESS"), glob[0], mac))
+            ports.append(Port(name, plane, idx, link.get("IFLA_ADDRESS"), glob[0], mac, link.get("IFLA_MTU") or 1500))
     return ports
 
 
@@ -197,6 +208,13 @@ class Context(Endpoint):
                  start: bool = True) -> None:
         self.ports = ports if ports is not None else discover_ports()
         self.planes = max(p.plane for p in self.ports) + 1
+        link_mtu = min(p.mtu for p in self.ports)
+        fits = [s for s in PAYLOAD_SIZES if s + HEADER_ROOM <= link_mtu]
+        if not fits:
+            raise MrcError(f"the ports' MTU ({link_mtu}) is too small for MRC: it needs at least "
+                           f"{PAYLOAD_SIZES[-1] + HEADER_ROOM}")
+        #: payload bytes per packet for this context's QPs (the largest the ports carry)
+        self.payload_size = fits[0]
         arr = ffi.new("struct mrc_port_cfg[]", len(self.ports))
         for i, p in enumerate(self.ports):
             arr[i].ifindex = p.ifindex
@@ -221,6 +239,16 @@ class Context(Endpoint):
     def _guard(self):
         return _EndpointLock(self._ctx)
 
+    def call(self, fn, *args):
+        """Run an endpoint call under the context's lock, taken and released in C
+        (mrc_ctx_<name>), so that the engine never waits for this interpreter."""
+        if self._ep is None:
+            raise EngineError(errno.EBADF, "the context is closed: open a new one")
+        locked = getattr(lib, "mrc_ctx_" + fn.__name__[4:], None)
+        if locked is None:
+            return super().call(fn, *args)
+        return locked(self._ctx, *args)
+
     def fast(self, op: str, *args):
         """Post and poll on the lock-free rings: never waits for the engine thread."""
         ctx = self._ctx
@@ -240,6 +268,8 @@ class Context(Endpoint):
         attr = attr or QPAttr()
         if attr.planes is None:
             attr.planes = self.planes
+        if attr.mtu is None:
+            attr.mtu = self.payload_size
         attr.cc = {**SOFTWARE_CC, **attr.cc}
         for k, val in SOFTWARE_TIMING.items():
             if getattr(attr, k) is None:

@@ -387,6 +387,19 @@ void mrc_ctx_unlock(struct mrc_ctx *c);
 int mrc_ctx_post_write(struct mrc_ctx *c, uint32_t qpn, const struct mrc_wr *wr, uint32_t n);
 int mrc_ctx_post_recv(struct mrc_ctx *c, uint32_t qpn, const uint64_t *wr_ids, uint32_t n);
 int mrc_ctx_poll_cq(struct mrc_ctx *c, struct mrc_wc *wc, uint32_t max);
+/* The endpoint calls above, each taking and releasing the context's lock
+ * inside one C call (so the lock is never held while Python waits for the GIL). */
+int mrc_ctx_mr_reg(struct mrc_ctx *c, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey);
+int mrc_ctx_mr_dereg(struct mrc_ctx *c, uint32_t lkey);
+int mrc_ctx_qp_create(struct mrc_ctx *c, const struct mrc_qp_attr *attr, uint32_t *qpn);
+int mrc_ctx_qp_destroy(struct mrc_ctx *c, uint32_t qpn);
+int mrc_ctx_qp_modify(struct mrc_ctx *c, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer);
+int mrc_ctx_qp_query(struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st);
+int mrc_ctx_ep_drops(struct mrc_ctx *c, uint64_t *counts, uint32_t n);
+int mrc_ctx_ep_set_port(struct mrc_ctx *c, uint32_t plane, int up, uint64_t now_ns);
+int mrc_ctx_ev_list(struct mrc_ctx *c, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
+int mrc_ctx_ev_set_state(struct mrc_ctx *c, uint32_t qpn, uint32_t ev, uint32_t state);
+int mrc_ctx_ev_poll_events(struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t max);
 int mrc_ctx_comp_fd(struct mrc_ctx *c);
 int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st);
 uint64_t mrc_ctx_now_ns(void);
