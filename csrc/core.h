@@ -120,6 +120,8 @@ struct qp {
     uint32_t retries;
     uint64_t srtt, min_rtt;
     uint64_t rack_sent_ns;
+    uint64_t reo_ns;         /* the reordering allowance now: widened by spurious losses */
+    uint64_t last_spurious_ns;
     /* EVs */
     struct event *evs;
     uint32_t nevs;
@@ -208,6 +210,7 @@ int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, ui
 void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
 void ev_on_congestion(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
 void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
+void ev_on_alive(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
 int ev_probe_due(struct mrc_ep *ep, struct qp *q, uint64_t now, struct event **out);
 uint64_t ev_next_timer(struct qp *q, uint64_t now);
 void ev_set_state(struct mrc_ep *ep, struct qp *q, struct event *e, uint8_t st, uint64_t now);

@@ -20,6 +20,7 @@
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
@@ -29,25 +30,36 @@
 
 #include "core.h"
 
-enum { SPIN = 64, BATCH = 64, MAX_PORTS = 16, MAX_PEERS = 256, FRAME = 9216, HDRS = MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN };
+enum { RX_ROUND = 4, RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512, SPIN = 64, BATCH = 64, MAX_PORTS = 16, MAX_PEERS = 256, FRAME = 9216, HDRS = MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN };
 
 struct port {
     struct mrc_port_cfg cfg;
     int fd;
     struct mrc_port_stats st;
-    /* tx batch */
-    struct mmsghdr tmsg[BATCH];
-    struct iovec tiov[BATCH];
-    uint8_t *tbuf;  /* BATCH frames */
-    uint32_t tn;
-    /* rx batch */
-    struct mmsghdr rmsg[BATCH];
-    struct iovec riov[BATCH];
-    uint8_t *rbuf;
+    struct sockaddr_ll sll; /* where tx frames for this port go */
+    /* rx: a PACKET_RX_RING (TPACKET_V2) shared with the kernel, so that
+     * receiving costs no system call: frames are read where they landed */
+    uint8_t *ring;
+    size_t ring_len;
+    uint32_t rhead;
+};
+
+/* One tx batch for all ports, in the order the engine built the packets (so
+ * that no plane waits behind another's burst): one unbound AF_PACKET socket,
+ * each message addressed to its port; the headers live here, the MRC packet
+ * stays where the core built it (two iovecs, no copy). */
+struct txq {
+    int fd;
+    uint32_t n;
+    struct mmsghdr msg[BATCH];
+    struct iovec iov[BATCH][2];
+    uint8_t hdr[BATCH][HDRS + 2];
+    uint8_t port[BATCH];
 };
 
 struct mrc_ctx {
     struct mrc_ep *ep;
+    struct txq tx;
     struct port ports[MAX_PORTS];
     uint32_t nports;
     int plane_port[MRC_MAX_PLANES]; /* plane -> index into ports, -1 if none */
@@ -118,6 +130,25 @@ static int open_port(struct port *p)
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
     if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big)) < 0)
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+    /* the receive ring: RX_FRAMES frames of RX_FRAME bytes (a 9216-byte frame
+     * plus the tpacket header), RX_BLOCK (a whole number of pages) per block */
+    int v = TPACKET_V2;
+    struct tpacket_req req = {.tp_block_size = RX_BLOCK, .tp_block_nr = RX_FRAMES * RX_FRAME / RX_BLOCK,
+                              .tp_frame_size = RX_FRAME, .tp_frame_nr = RX_FRAMES};
+    if (setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v, sizeof(v)) < 0 ||
+        setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof(req)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    p->ring_len = (size_t)RX_FRAMES * RX_FRAME;
+    p->ring = mmap(NULL, p->ring_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p->ring == MAP_FAILED) {
+        int e = errno;
+        p->ring = NULL;
+        close(fd);
+        return -e;
+    }
     struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IPV6),
                               .sll_ifindex = (int)p->cfg.ifindex};
     if (bind(fd, (struct sockaddr *)&sll, sizeof(sll)) < 0) {
@@ -126,14 +157,26 @@ static int open_port(struct port *p)
         return -e;
     }
     p->fd = fd;
-    p->tbuf = malloc((size_t)BATCH * FRAME);
-    p->rbuf = malloc((size_t)BATCH * FRAME);
-    if (!p->tbuf || !p->rbuf)
-        return -ENOMEM;
+    p->sll = (struct sockaddr_ll){.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IPV6),
+                                  .sll_ifindex = (int)p->cfg.ifindex, .sll_halen = 6};
+    memcpy(p->sll.sll_addr, p->cfg.dst_mac, 6);
+    return 0;
+}
+
+/* The tx socket: protocol 0, so it receives nothing. */
+static int open_tx(struct txq *t)
+{
+    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int big = 8 << 20;
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big)) < 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+    t->fd = fd;
     for (int i = 0; i < BATCH; i++) {
-        p->riov[i] = (struct iovec){p->rbuf + (size_t)i * FRAME, FRAME};
-        p->rmsg[i].msg_hdr = (struct msghdr){.msg_iov = &p->riov[i], .msg_iovlen = 1};
-        p->tmsg[i].msg_hdr = (struct msghdr){.msg_iov = &p->tiov[i], .msg_iovlen = 1};
+        t->iov[i][0] = (struct iovec){t->hdr[i], HDRS};
+        t->msg[i].msg_hdr = (struct msghdr){.msg_iov = t->iov[i], .msg_iovlen = 2,
+                                            .msg_namelen = sizeof(struct sockaddr_ll)};
     }
     return 0;
 }
@@ -150,6 +193,7 @@ int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *po
         c->plane_port[i] = -1;
     for (uint32_t i = 0; i < MAX_PORTS; i++)
         c->ports[i].fd = -1;
+    c->tx.fd = -1;
     c->wake_fd = c->comp_fd = -1;
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->ulock, NULL);
@@ -173,6 +217,8 @@ int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *po
         if ((rc = open_port(&c->ports[i])) < 0)
             goto fail;
     }
+    if ((rc = open_tx(&c->tx)) < 0)
+        goto fail;
     c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     c->comp_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (c->wake_fd < 0 || c->comp_fd < 0) {
@@ -200,9 +246,11 @@ void mrc_ctx_destroy(struct mrc_ctx *c)
     for (uint32_t i = 0; i < MAX_PORTS; i++) {
         if (c->ports[i].fd >= 0)
             close(c->ports[i].fd);
-        free(c->ports[i].tbuf);
-        free(c->ports[i].rbuf);
+        if (c->ports[i].ring)
+            munmap(c->ports[i].ring, c->ports[i].ring_len);
     }
+    if (c->tx.fd >= 0)
+        close(c->tx.fd);
     if (c->wake_fd >= 0)
         close(c->wake_fd);
     if (c->comp_fd >= 0)
@@ -413,28 +461,43 @@ static uint16_t csum_fold(uint32_t s)
     return (uint16_t)~s;
 }
 
-static void flush_port(struct port *p)
+/* Send the batch. A message that fails (its interface went down, say) is
+ * counted against its port and skipped; the engine retransmits what was lost. */
+static void flush_tx(struct mrc_ctx *c)
 {
+    struct txq *t = &c->tx;
     uint32_t off = 0;
-    while (off < p->tn) {
-        int n = sendmmsg(p->fd, p->tmsg + off, p->tn - off, 0);
-        if (n <= 0) {
-            if (n < 0 && errno == EINTR)
+    while (off < t->n) {
+        int n = sendmmsg(t->fd, t->msg + off, t->n - off, 0);
+        if (n < 0) {
+            if (errno == EINTR)
                 continue;
-            p->st.tx_errors += p->tn - off; /* the engine retransmits what was lost */
-            break;
+            if (errno == EAGAIN || errno == ENOBUFS) { /* the socket is full: drop the rest */
+                for (; off < t->n; off++)
+                    c->ports[t->port[off]].st.tx_errors++;
+                break;
+            }
+            c->ports[t->port[off++]].st.tx_errors++;
+            continue;
         }
-        for (int i = 0; i < n; i++) {
+        for (int i = 0; i < n; i++, off++) {
+            struct port *p = &c->ports[t->port[off]];
             p->st.tx_packets++;
-            p->st.tx_bytes += p->tiov[off + (uint32_t)i].iov_len;
+            p->st.tx_bytes += HDRS + t->iov[off][1].iov_len;
         }
-        off += (uint32_t)n;
+        if (n == 0)
+            break;
     }
-    p->st.tx_batches++;
-    p->tn = 0;
+    uint32_t seen = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        seen |= 1u << t->port[i];
+    for (uint32_t i = 0; i < c->nports; i++)
+        c->ports[i].st.tx_batches += (seen >> i) & 1;
+    t->n = 0;
 }
 
-/* Wrap one engine packet in Ethernet/IPv6/UDP for its EV's plane and path. */
+/* Wrap one engine packet in Ethernet/IPv6/UDP for its EV's plane and path.
+ * pkt must stay valid until the next flush_tx (the batch points into it). */
 static void queue_tx(struct mrc_ctx *c, const struct mrc_txdesc *d, const uint8_t *pkt)
 {
     uint32_t plane = (d->ev >> 16) & 15, entropy = d->ev & 0xFFFF;
@@ -446,7 +509,8 @@ static void queue_tx(struct mrc_ctx *c, const struct mrc_txdesc *d, const uint8_
     }
     struct port *p = &c->ports[pi];
     const struct mrc_peer_plane *pp = &c->peers[d->peer].plane[plane];
-    uint8_t *f = p->tbuf + (size_t)p->tn * FRAME;
+    struct txq *t = &c->tx;
+    uint8_t *f = t->hdr[t->n];
     memcpy(f, p->cfg.dst_mac, 6);
     memcpy(f + 6, p->cfg.src_mac, 6);
     f[12] = 0x86;
@@ -465,7 +529,6 @@ static void queue_tx(struct mrc_ctx *c, const struct mrc_txdesc *d, const uint8_
     put16(udp + 2, MRC_UDP_PORT);
     put16(udp + 4, (uint16_t)(MRC_UDP_HLEN + d->len));
     put16(udp + 6, 0);
-    memcpy(udp + MRC_UDP_HLEN, pkt, d->len);
     /* checksum over the *final* destination, the one left after every uSID shift */
     uint8_t ph[8] = {0};
     put32(ph, MRC_UDP_HLEN + d->len);
@@ -473,15 +536,17 @@ static void queue_tx(struct mrc_ctx *c, const struct mrc_txdesc *d, const uint8_
     uint32_t s = csum_add(0, p->cfg.src_addr, 16);
     s = csum_add(s, pp->final_addr, 16);
     s = csum_add(s, ph, 8);
-    s = csum_add(s, udp, MRC_UDP_HLEN + d->len);
+    s = csum_add(s, udp, MRC_UDP_HLEN); /* 8 bytes: the payload's words stay aligned */
+    s = csum_add(s, pkt, d->len);
     uint16_t ck = csum_fold(s);
     if (ck == 0)
         ck = 0xFFFF;
     memcpy(udp + 6, &ck, 2); /* already in network order: summed as raw words */
-    p->tiov[p->tn].iov_len = HDRS + d->len;
-    p->tiov[p->tn].iov_base = f;
-    if (++p->tn == BATCH)
-        flush_port(p);
+    t->iov[t->n][1] = (struct iovec){(void *)pkt, d->len};
+    t->msg[t->n].msg_hdr.msg_name = &p->sll;
+    t->port[t->n] = (uint8_t)pi;
+    if (++t->n == BATCH)
+        flush_tx(c);
 }
 
 /* ------------------------------------------------------------------ rx */
@@ -493,41 +558,54 @@ static int peer_of(struct mrc_ctx *c, const uint8_t *src, uint32_t plane)
     return -1;
 }
 
-static int rx_port(struct mrc_ctx *c, struct port *p, uint64_t now)
+/* One received frame: unwrap Ethernet/IPv6/UDP and hand MRC to the core. */
+static void rx_frame(struct mrc_ctx *c, struct port *p, const uint8_t *f, uint32_t len, uint64_t now)
 {
-    int n = recvmmsg(p->fd, p->rmsg, BATCH, MSG_DONTWAIT, NULL);
-    if (n <= 0)
-        return 0;
-    p->st.rx_batches++;
-    for (int i = 0; i < n; i++) {
-        uint32_t len = p->rmsg[i].msg_len;
-        const uint8_t *f = p->rbuf + (size_t)i * FRAME;
-        p->rmsg[i].msg_hdr.msg_flags = 0;
-        if (len < HDRS + MRC_BTH_LEN) {
-            p->st.rx_foreign++;
-            continue;
-        }
-        const uint8_t *ip = f + MRC_ETH_HLEN, *udp = ip + MRC_IPV6_HLEN;
-        uint32_t w0 = get32(ip);
-        uint8_t tclass = (uint8_t)(w0 >> 20);
-        uint32_t ulen = get16(udp + 4);
-        if (ulen < MRC_UDP_HLEN || ulen > len - MRC_ETH_HLEN - MRC_IPV6_HLEN) {
-            p->st.rx_foreign++;
-            continue;
-        }
-        int peer = peer_of(c, ip + 8, p->cfg.plane);
-        if (peer < 0) {
-            p->st.rx_foreign++;
-            continue;
-        }
-        struct mrc_meta m = {.ev = (w0 & 0xFFFFF) | ((uint32_t)(get16(udp) & 0x3FFF) << 18 & 0xFFF00000u),
-                             .peer = (uint16_t)peer, .port = (uint8_t)p->cfg.plane,
-                             .ecn_ce = (tclass & 3) == MRC_ECN_CE,
-                             .trimmed = (tclass >> 2) == MRC_DSCP_TRIMMED};
-        p->st.rx_packets++;
-        p->st.rx_bytes += len;
-        mrc_ep_input(c->ep, udp + MRC_UDP_HLEN, ulen - MRC_UDP_HLEN, &m, now);
+    if (len < HDRS + MRC_BTH_LEN) {
+        p->st.rx_foreign++;
+        return;
     }
+    const uint8_t *ip = f + MRC_ETH_HLEN, *udp = ip + MRC_IPV6_HLEN;
+    uint32_t w0 = get32(ip);
+    uint8_t tclass = (uint8_t)(w0 >> 20);
+    uint32_t ulen = get16(udp + 4);
+    if (ulen < MRC_UDP_HLEN || ulen > len - MRC_ETH_HLEN - MRC_IPV6_HLEN) {
+        p->st.rx_foreign++;
+        return;
+    }
+    int peer = peer_of(c, ip + 8, p->cfg.plane);
+    if (peer < 0) {
+        p->st.rx_foreign++;
+        return;
+    }
+    struct mrc_meta m = {.ev = (w0 & 0xFFFFF) | ((uint32_t)(get16(udp) & 0x3FFF) << 18 & 0xFFF00000u),
+                         .peer = (uint16_t)peer, .port = (uint8_t)p->cfg.plane,
+                         .ecn_ce = (tclass & 3) == MRC_ECN_CE,
+                         .trimmed = (tclass >> 2) == MRC_DSCP_TRIMMED};
+    p->st.rx_packets++;
+    p->st.rx_bytes += len;
+    mrc_ep_input(c->ep, udp + MRC_UDP_HLEN, ulen - MRC_UDP_HLEN, &m, now);
+}
+
+/* Take up to max frames from the port's receive ring (no system call). */
+static int rx_port(struct mrc_ctx *c, struct port *p, uint64_t now, int max)
+{
+    int n = 0;
+    while (n < max) {
+        struct tpacket2_hdr *h = (struct tpacket2_hdr *)(p->ring + (size_t)p->rhead * RX_FRAME);
+        uint32_t st = __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE);
+        if (!(st & TP_STATUS_USER))
+            break;
+        if (h->tp_snaplen < h->tp_len || h->tp_mac + h->tp_snaplen > RX_FRAME)
+            p->st.rx_foreign++; /* truncated: larger than any MRC frame */
+        else
+            rx_frame(c, p, (const uint8_t *)h + h->tp_mac, h->tp_snaplen, now);
+        __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+        p->rhead = p->rhead + 1 == RX_FRAMES ? 0 : p->rhead + 1;
+        n++;
+    }
+    if (n)
+        p->st.rx_batches++;
     return n;
 }
 
@@ -554,18 +632,22 @@ static void *engine_main(void *arg)
         uint64_t now = mrc_ctx_now_ns();
         uint32_t cq_before = c->ep->cq_tail;
         int work = 0;
-        for (uint32_t i = 0; i < c->nports; i++)
-            work += rx_port(c, &c->ports[i], now);
+        /* a few frames per port per round: draining one plane's backlog
+         * before the next would look to the peer like reordering by plane */
+        for (int round = 0, got = 1; got && round < BATCH / RX_ROUND; round++) {
+            got = 0;
+            for (uint32_t i = 0; i < c->nports; i++)
+                got += rx_port(c, &c->ports[i], now, RX_ROUND);
+            work += got;
+        }
         int n;
         do {
             n = mrc_ep_poll_tx(c->ep, now, c->txbuf, (uint32_t)BATCH * FRAME, c->txd, BATCH);
             for (int k = 0; k < n; k++)
                 queue_tx(c, &c->txd[k], c->txbuf + c->txd[k].off);
+            flush_tx(c); /* before txbuf is reused */
             work += n;
         } while (n == BATCH);
-        for (uint32_t i = 0; i < c->nports; i++)
-            if (c->ports[i].tn)
-                flush_port(&c->ports[i]);
         if (c->ep->cq_tail != cq_before) {
             uint64_t one = 1;
             if (write(c->comp_fd, &one, sizeof(one)) < 0) { /* saturated: the reader is behind, it will see them */ }
@@ -646,9 +728,7 @@ int64_t mrc_ctx_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64
             queue_tx(c, &d, pkt);
             ev++;
         }
-        for (uint32_t i = 0; i < c->nports; i++)
-            if (c->ports[i].tn)
-                flush_port(&c->ports[i]);
+        flush_tx(c);
         sent += BATCH;
     }
     free(pkt);

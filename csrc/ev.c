@@ -191,6 +191,15 @@ void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t
         e->probe_due_ns = now + q->a.probe_interval_ns / 8;
 }
 
+/* A packet sent on ev was acknowledged after it had been declared lost: the
+ * path works, so an EV retired for that loss is GOOD again at once. */
+void ev_on_alive(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now)
+{
+    struct event *e = ev_find(q, ev);
+    if (e && e->state == MRC_EV_ASSUMED_BAD)
+        ev_set_state(ep, q, e, MRC_EV_GOOD, now);
+}
+
 /* An ASSUMED_BAD EV whose probe is due; expires probes that got no answer. */
 int ev_probe_due(struct mrc_ep *ep, struct qp *q, uint64_t now, struct event **out)
 {

@@ -227,6 +227,7 @@ void req_on_sack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const
     }
     uint32_t trig = psn_add(cack, (uint32_t)(int32_t)p->ack_psn_offset);
     uint64_t acked = 0, rtt = 0, rack = q->rack_sent_ns;
+    uint32_t spurious = 0;
     uint32_t from = psn_lt(q->una_psn, psn_add(cack, 1)) ? q->una_psn : psn_add(cack, 1);
     /* cumulative part, then the bitmap */
     for (int part = 0; part < 2; part++) {
@@ -244,7 +245,11 @@ void req_on_sack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const
             if (pe->st == PE_INFLIGHT) {
                 q->inflight -= pe->len;
             } else if (pe->st == PE_LOST) {
+                /* declared lost, not yet resent, and here it is: reordering,
+                 * not loss. Its path works, and the allowance was too small. */
                 q->nlost--;
+                spurious++;
+                ev_on_alive(ep, q, pe->ev, now);
             } else {
                 continue;
             }
@@ -278,16 +283,29 @@ void req_on_sack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const
         q->last_progress_ns = now;
         q->retries = 0;
     }
-    /* Loss: a hole that a packet sent more than reorder_ns after it has
+    /* The reordering allowance starts at reorder_ns, doubles (up to half the
+     * retry timer) on every SACK that shows a spurious loss, and halves back
+     * after 32 RTTs without one (RACK's adaptive window, RFC 8985 6.2). */
+    uint64_t base = q->a.reorder_ns, reo = q->reo_ns > base ? q->reo_ns : base;
+    if (spurious) {
+        uint64_t cap = rto_ns(q) / 2 > base ? rto_ns(q) / 2 : base;
+        reo = 2 * reo < cap ? 2 * reo : cap;
+        q->last_spurious_ns = now;
+    } else if (reo > base && now - q->last_spurious_ns > 32 * (q->srtt ? q->srtt : base)) {
+        reo = reo / 2 > base ? reo / 2 : base;
+        q->last_spurious_ns = now;
+    }
+    q->reo_ns = reo;
+    /* Loss: a hole that a packet sent more than the allowance after it has
      * already passed (packets on other paths overtook it for longer than
      * reordering explains): the hole's EV failed. */
     if (rack > q->rack_sent_ns) {
         q->rack_sent_ns = rack;
         for (uint32_t psn = q->una_psn; psn != q->next_psn; psn = psn_add(psn, 1)) {
             struct pent *pe = pe_at(q, psn);
-            if (pe->nrtx == 0 && pe->sent_ns + q->a.reorder_ns >= rack)
+            if (pe->nrtx == 0 && pe->sent_ns + reo >= rack)
                 break;
-            if (pe->st == PE_INFLIGHT && pe->sent_ns + q->a.reorder_ns < rack)
+            if (pe->st == PE_INFLIGHT && pe->sent_ns + reo < rack)
                 mark_lost(ep, q, pe, now, 1);
         }
     }

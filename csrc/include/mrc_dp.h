@@ -353,7 +353,7 @@ int mrc_sim_stats(struct mrc_sim *s, struct mrc_sim_stats *st);
 /* ------------------------------------------------------------ I/O + thread
  * The only code with system calls (csrc/engine.c): one
  * AF_PACKET socket per port with a socket filter for UDP 4791, batched
- * sendmmsg/recvmmsg, and an engine thread that plays the NIC. Posting and
+ * sendmmsg and a PACKET_RX_RING per port, and an engine thread that plays the NIC. Posting and
  * polling go through the lock-free rings (mrc_ctx_post_write, _post_recv,
  * _poll_cq); every other call on the context's endpoint must hold its lock
  * (mrc_ctx_lock/unlock). csrc/engine.c has the whole locking contract. */
