@@ -38,10 +38,14 @@ def paths_between(t, src, dst):
     return {p: [t.path_address(src, dst, p, s) for s in range(t.spines)] for p in range(t.planes)}
 
 
-# A fault from another process, as an operator's would be, started before the
-# transfer so that its interpreter start-up does not compete for the CPUs
-# during the measurement: it cuts the link when told to on stdin.
-FAULT = ("import sys; from mrc.fabric import apply; print('ready', flush=True); sys.stdin.readline(); "
+# A fault from another process, as an operator's would be. On this one
+# machine the "switch" shares the hosts' CPUs, so the process starts before
+# the transfer (its interpreter start-up stays out of the measurement) and
+# runs under SCHED_IDLE: the netlink work of taking the link down (about 7 ms
+# of CPU) must not preempt the engine threads, because in a real fabric a
+# link fails in the network, not on the hosts. It cuts the link when told to.
+FAULT = ("import os, sys; os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0)); "
+         "from mrc.fabric import apply; print('ready', flush=True); sys.stdin.readline(); "
          "apply.fail(sys.argv[1], sys.argv[2]); print('done', flush=True)")
 
 

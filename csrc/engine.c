@@ -30,7 +30,7 @@
 
 #include "core.h"
 
-enum { RX_ROUND = 4, RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512, SPIN = 64, BATCH = 64, MAX_PORTS = 16, MAX_PEERS = 256, FRAME = 9216, HDRS = MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN };
+enum { RX_ROUND = 4, RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512, SPIN_NS = 200000, BATCH = 64, MAX_PORTS = 16, MAX_PEERS = 256, FRAME = 9216, HDRS = MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN };
 
 struct port {
     struct mrc_port_cfg cfg;
@@ -69,6 +69,7 @@ struct mrc_ctx {
     uint32_t waiters;   /* application threads waiting for lock */
     uint32_t sleeping;  /* the engine is (about to be) blocked in ppoll */
     uint64_t post_seq;  /* bumped by every post: the engine's doorbell */
+    uint64_t spin_ns;   /* how long the idle engine polls before it sleeps */
     pthread_t thread;
     int running, started;
     int wake_fd, comp_fd;
@@ -142,7 +143,7 @@ static int open_port(struct port *p)
         return -e;
     }
     p->ring_len = (size_t)RX_FRAMES * RX_FRAME;
-    p->ring = mmap(NULL, p->ring_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    p->ring = mmap(NULL, p->ring_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0); /* no faults later */
     if (p->ring == MAP_FAILED) {
         int e = errno;
         p->ring = NULL;
@@ -195,6 +196,7 @@ int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *po
         c->ports[i].fd = -1;
     c->tx.fd = -1;
     c->wake_fd = c->comp_fd = -1;
+    c->spin_ns = SPIN_NS;
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->ulock, NULL);
     int rc = mrc_ep_create(attr, &c->ep);
@@ -418,6 +420,25 @@ int mrc_ctx_ev_poll_events(struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t
     return rc;
 }
 
+void mrc_ctx_set_spin(struct mrc_ctx *c, uint64_t ns) { __atomic_store_n(&c->spin_ns, ns, __ATOMIC_RELAXED); }
+
+int mrc_ctx_populate(void *addr, uint64_t len)
+{
+    /* fault the pages in for writing now, as ibv_reg_mr pins them, so the
+     * engine does not take a page fault on the first packet to each page */
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(pg - 1), e = ((uintptr_t)addr + len + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+    if (len == 0)
+        return 0;
+#ifdef MADV_POPULATE_WRITE
+    if (madvise((void *)a, e - a, MADV_POPULATE_WRITE) == 0)
+        return 0;
+    return -errno;
+#else
+    return -EOPNOTSUPP;
+#endif
+}
+
 int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st)
 {
     if (port >= c->nports)
@@ -625,7 +646,7 @@ static void *engine_main(void *arg)
     for (uint32_t i = 0; i < c->nports; i++)
         pf[i] = (struct pollfd){.fd = c->ports[i].fd, .events = POLLIN};
     pf[c->nports] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
-    uint32_t idle = 0;
+    uint64_t idle_since = 0;
     pthread_mutex_lock(&c->lock);
     while (c->running) {
         uint64_t seen = LOAD_SC(c->post_seq);
@@ -657,10 +678,12 @@ static void *engine_main(void *arg)
         /* busy, or spinning a little before sleeping: the next SACK is
          * usually microseconds away */
         if (work) {
-            idle = 0;
+            idle_since = 0;
             continue;
         }
-        if (++idle < SPIN)
+        if (!idle_since)
+            idle_since = now;
+        if (now - idle_since < c->spin_ns)
             continue;
         uint64_t next = mrc_ep_next_timer(c->ep, now);
         STORE_SC(c->sleeping, 1);
@@ -678,7 +701,7 @@ static void *engine_main(void *arg)
             if (read(c->wake_fd, &v, sizeof(v)) < 0) { /* spurious wake */ }
         }
         STORE_SC(c->sleeping, 0);
-        idle = 0;
+        idle_since = 0;
         pthread_mutex_lock(&c->lock);
     }
     pthread_mutex_unlock(&c->lock);

@@ -205,7 +205,7 @@ class Context(Endpoint):
     """
 
     def __init__(self, ports: list[Port] | None = None, max_qps: int = 1024, cq_depth: int = 65536,
-                 start: bool = True) -> None:
+                 start: bool = True, spin_us: float = 200.0) -> None:
         self.ports = ports if ports is not None else discover_ports()
         self.planes = max(p.plane for p in self.ports) + 1
         link_mtu = min(p.mtu for p in self.ports)
@@ -233,11 +233,21 @@ class Context(Endpoint):
         self._mrs = []
         self._tls = threading.local()
         self._peers: dict[tuple, int] = {}
+        # how long the idle engine polls before it sleeps: latency against CPU
+        lib.mrc_ctx_set_spin(self._ctx, int(spin_us * 1000))
         if start:  # start=False: only for the raw-ceiling blaster (bench/)
             check(lib.mrc_ctx_start(self._ctx), "start the engine thread")
 
     def _guard(self):
         return _EndpointLock(self._ctx)
+
+    def reg_mr(self, buf, remote_write: bool = False) -> MemoryRegion:
+        mr = super().reg_mr(buf, remote_write)
+        if remote_write:
+            # fault the pages in now, as a NIC's registration pins them: else the
+            # first pass of packets pays a page fault per 4 KiB in the engine
+            lib.mrc_ctx_populate(ffi.cast("void *", mr.addr), mr.length)
+        return mr
 
     def call(self, fn, *args):
         """Run an endpoint call under the context's lock, taken and released in C

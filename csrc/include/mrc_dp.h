@@ -401,6 +401,12 @@ int mrc_ctx_ev_list(struct mrc_ctx *c, uint32_t qpn, struct mrc_ev_info *out, ui
 int mrc_ctx_ev_set_state(struct mrc_ctx *c, uint32_t qpn, uint32_t ev, uint32_t state);
 int mrc_ctx_ev_poll_events(struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t max);
 int mrc_ctx_comp_fd(struct mrc_ctx *c);
+/* How long the idle engine thread keeps polling before it sleeps (default
+ * 200 us: waking a sleeping thread costs tens of us on a VM). */
+void mrc_ctx_set_spin(struct mrc_ctx *c, uint64_t ns);
+/* Fault a buffer's pages in for writing (madvise MADV_POPULATE_WRITE), as
+ * memory registration pins pages on a NIC; 0 or -errno (contents unchanged). */
+int mrc_ctx_populate(void *addr, uint64_t len);
 int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st);
 uint64_t mrc_ctx_now_ns(void);
 /* The raw ceiling: send pre-built packets (no protocol) to a peer over every
