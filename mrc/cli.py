@@ -7,6 +7,9 @@
     mrc fabric fail|heal|flap|loss|rate ...   real, reversible faults
     mrc fabric exec HOST -- CMD    run a command inside a namespace
     mrc fabric down [--name NAME | --all]
+    mrc perf server | client HOST  RDMA WRITE bandwidth and latency
+    mrc capture NODE -w FILE       tcpdump of MRC packets inside a namespace
+    mrc decode FILE [--json]       per-QP summary of a capture (scapy)
 
 Every error prints one line saying what is wrong and what to do, and exits 2.
 """
@@ -63,6 +66,29 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--verify", action="store_true", help="check the received data by hash")
     pc.add_argument("--qps", type=int, default=1, help="queue pairs (only 1 so far)")
     _json(pc)
+
+    cap = sub.add_parser("capture", help="capture MRC packets with tcpdump inside a fabric host or switch",
+                         description="Run tcpdump (filter: udp port 4791) in NODE's namespace and write a pcap. "
+                                     "It returns to you once tcpdump listens, so start it before the traffic; "
+                                     "Ctrl-C, --seconds or --count stop it cleanly. Example: "
+                                     "`mrc capture h0 --port 2 -w h0p2.pcap --seconds 5`, then "
+                                     "`mrc decode h0p2.pcap`.")
+    cap.add_argument("node", help="a host (h0) or a switch (p0l0, p0s1)")
+    cap.add_argument("-w", "--write", required=True, metavar="FILE", help="pcap file to write")
+    cap.add_argument("--port", type=int, help="a host's port (plane) P: capture on interface pP")
+    cap.add_argument("-i", "--interface", help="any interface of the node (default: all of them)")
+    cap.add_argument("--seconds", type=float, help="stop after this many seconds")
+    cap.add_argument("--count", type=int, help="stop after this many packets")
+    cap.add_argument("--snaplen", type=int, default=0, help="bytes kept per packet (default: all, so the "
+                                                            "ICRC can be checked)")
+    _name(cap)
+    dec = sub.add_parser("decode", help="summarise a capture per QP (needs the dissect extra: scapy)",
+                         description="Decode every MRC packet of a pcap with the scapy layers of mrc.dissect and "
+                                     "print, per QP, packets, bytes, retransmissions, counts per EV and per plane, "
+                                     "SACK and NACK counts by reason, a reorder-distance histogram and ICRC "
+                                     "failures, and the malformed packets. Example: `mrc decode h0p2.pcap --json`.")
+    dec.add_argument("file", help="a pcap or pcapng file")
+    _json(dec)
 
     fab = sub.add_parser("fabric", help="build, check, break and remove a multi-plane SRv6 fabric",
                          description="A fabric of P independent planes (each a 2-tier Clos of T0 leaves and T1 "
@@ -312,6 +338,17 @@ def main(argv: list[str] | None = None) -> int:
                 perf.main_json(res) if a.json else perf.print_table(res)
                 return 0 if all(r["verified"] is not False for r in res) else 1
             parser.parse_args(["perf", "--help"])
+        if a.cmd == "capture":
+            from mrc import capture
+
+            return capture.capture_main(a.name, a.node, a.write, a.port, a.interface, a.seconds, a.count,
+                                        a.snaplen)
+        if a.cmd == "decode":
+            from mrc import capture
+
+            r = capture.decode(a.file)
+            _print(r, a.json, capture.decode_text(r))
+            return 1 if r["malformed"] else 0
         if a.cmd == "fabric":
             if not a.fcmd:
                 parser.parse_args(["fabric", "--help"])

@@ -2,8 +2,8 @@
 # Set up mrc on a fresh Debian machine (as root) and run the demo or the tests.
 #
 #   bash tools/setup.sh demo     install, then build the default fabric, prove it, tear down
-#   bash tools/setup.sh test     install, then run the whole test suite and the
-#                                sanitizer build of the C tests (what CI runs)
+#   bash tools/setup.sh test     install (also tshark), then run the whole test
+#                                suite and the sanitizer build of the C tests (what CI runs)
 #   bash tools/setup.sh          install only
 #
 # It installs the Debian packages the fabric needs, makes a virtualenv in
@@ -21,6 +21,11 @@ need=()
 for pair in ip:iproute2 nft:nftables tcpdump:tcpdump ping:iputils-ping cc:build-essential; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
+# the tests also read captures with tshark and the Lua dissector (tools/mrc.lua)
+if [ "$what" = test ] && ! command -v tshark >/dev/null 2>&1; then
+    need+=(tshark)
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
+fi
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
     || need+=(python3-dev)
