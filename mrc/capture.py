@@ -40,7 +40,7 @@ class Capture:
 
     def argv(self) -> list[str]:
         # -B: a 64 MiB kernel buffer, so a burst at line rate is not dropped
-        a = ["tcpdump", "-n", "-U", "--immediate-mode", "-B", "65536", "-i", self.interface or "any", "-w", self.out]
+        a = ["tcpdump", "-n", "-B", "65536", "-i", self.interface or "any", "-w", self.out]
         if self.snaplen:
             a += ["-s", str(self.snaplen)]
         if self.count:
