@@ -89,12 +89,15 @@ def test_packets_spread_over_all_planes(pair):
     assert all(x >= s for x, s in zip(tx, sent, strict=True))
 
 
-def _cut_during(t, ca, cb, targets, size=64 << 20):
+def _cut_during(t, ca, cb, targets, size=256 << 20):
     qa, qb, src, dst, ms, ib = connect(t, ca, cb, size)
     qa.post_write(ms, 0, size, ib.addr, ib.rkey, wr_id=1)
-    time.sleep(0.05)
+    deadline = time.monotonic() + 30
+    while qa.stats()["tx_bytes"] < size // 8 and time.monotonic() < deadline:
+        time.sleep(0.002)
     for target in targets:
         apply.fail(t.name, target)
+    assert qa.stats()["una_psn"] < size // qa.attr_mtu, "the transfer ended before the cut: make it longer"
     wc = ca.create_cq().wait(1, timeout=120)
     assert wc[0].ok, wc[0].status_name
     assert hashlib.sha256(dst).digest() == hashlib.sha256(src).digest()
