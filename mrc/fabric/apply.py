@@ -323,14 +323,24 @@ def loss(name: str, target: str, percent: float) -> None:
     t = load_topology(name)
     link = t.link(target)
     node, ifname = _switch_end(link)
-    table = f"mrcloss_{ifname}"
-    # numgen gives 0..9999: two decimals of precision
-    threshold = int(round(percent * 100))
-    _nft(t, node, f"table inet {table}\ndelete table inet {table}\n"
-                  f"table inet {table} {{\n chain lossfwd {{\n  type filter hook forward priority 0; policy accept;\n"
-                  f"  iifname \"{ifname}\" numgen random mod 10000 < {threshold} counter drop\n"
-                  f"  oifname \"{ifname}\" numgen random mod 10000 < {threshold} counter drop\n }}\n}}\n")
+    _nft(t, node, loss_ruleset(ifname, percent))
     _record(t, "loss", [link.name], percent)
+
+
+def loss_ruleset(ifname: str, percent: float) -> str:
+    """The nftables table that drops ``percent``% of what crosses ``ifname``
+    (numgen gives 0..9999: two decimals of precision; 100% drops everything).
+
+    >>> 'numgen' in loss_ruleset('l0', 100), '< 2000' in loss_ruleset('l0', 20)
+    (False, True)
+    """
+    table = f"mrcloss_{ifname}"
+    threshold = int(round(percent * 100))
+    match = "" if threshold >= 10000 else f"numgen random mod 10000 < {threshold} "
+    return (f"table inet {table}\ndelete table inet {table}\n"
+            f"table inet {table} {{\n chain lossfwd {{\n  type filter hook forward priority 0; policy accept;\n"
+            f"  iifname \"{ifname}\" {match}counter drop\n"
+            f"  oifname \"{ifname}\" {match}counter drop\n }}\n}}\n")
 
 
 def _clear_loss(t: Topology, link) -> None:

@@ -135,10 +135,11 @@ def test_fail_switch_and_flap(small_fabric):
     assert check(t)["failed_count"] == 0
 
 
-def test_loss_20_percent_drops_about_a_fifth(small_fabric):
+@pytest.mark.parametrize("percent,low,high", [(20, 0.15, 0.25), (100, 1.0, 1.0)])
+def test_loss_drops_that_share(small_fabric, percent, low, high):
     t = small_fabric
     link = "p0l0-p0s0"
-    apply.loss(t.name, link, 20)
+    apply.loss(t.name, link, percent)
     addr = t.path_address(0, 1, plane=0, spine=0)
     rx = ns.run_in(t.ns("h1"), lambda: socket.socket(socket.AF_INET6, socket.SOCK_RAW, PROTO_EXPERIMENT))
     tx = ns.run_in(t.ns("h0"), lambda: socket.socket(socket.AF_INET6, socket.SOCK_RAW, PROTO_EXPERIMENT))
@@ -154,7 +155,7 @@ def test_loss_20_percent_drops_about_a_fifth(small_fabric):
         tx.close()
         rx.close()
     lost = (2000 - got) / 2000
-    assert 0.15 <= lost <= 0.25, f"lost {lost:.1%}"
+    assert low <= lost <= high, f"lost {lost:.1%}"
     apply.heal(t.name, link)
     assert check(t)["failed_count"] == 0
 

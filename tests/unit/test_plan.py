@@ -66,3 +66,12 @@ def test_kernel_traffic_routes_for_every_other_host_and_plane():
     enc = [o for o in plan(topo) if o.kind == "encap" and o.node == "h0"]
     # per plane: 3 other hosts, one main-table route and one per-plane table route each
     assert len(enc) == topo.planes * 3 * 2
+
+
+def test_loss_ruleset_thresholds():
+    from mrc.fabric.apply import loss_ruleset
+
+    assert "numgen random mod 10000 < 2000 counter drop" in loss_ruleset("l0", 20)
+    assert "numgen random mod 10000 < 1 counter drop" in loss_ruleset("l0", 0.01)
+    full = loss_ruleset("l0", 100)  # nftables refuses "< 10000": everything is dropped instead
+    assert "numgen" not in full and 'iifname "l0" counter drop' in full and 'oifname "l0" counter drop' in full
