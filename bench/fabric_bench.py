@@ -8,7 +8,8 @@
   (d) MPTCP with one subflow per plane;
   then the longest completion stall when a T0-T1 link is cut mid-transfer
   (64 KiB WRITEs, so that one message is not itself longer than the target),
-  beside the longest stall of the same transfer without a fault.
+  beside the longest stall of the same transfer without a fault and with the
+  link black-holed by nftables instead of taken down.
 
     python bench/fabric_bench.py [--json] [--seconds 3]
 
@@ -44,9 +45,13 @@ def paths_between(t, src, dst):
 # runs under SCHED_IDLE: the netlink work of taking the link down (about 7 ms
 # of CPU) must not preempt the engine threads, because in a real fabric a
 # link fails in the network, not on the hosts. It cuts the link when told to.
+# Mode "cut" takes the link down (ip link set down on both veth ends);
+# "blackhole" drops everything crossing it with nftables (a silent failure,
+# without the kernel's link-state work on these shared CPUs).
 FAULT = ("import os, sys; os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0)); "
          "from mrc.fabric import apply; print('ready', flush=True); sys.stdin.readline(); "
-         "apply.fail(sys.argv[1], sys.argv[2]); print('done', flush=True)")
+         "apply.fail(sys.argv[1], sys.argv[2]) if sys.argv[3] == 'cut' else apply.loss(sys.argv[1], sys.argv[2], 100); "
+         "print('done', flush=True)")
 
 
 def raw_ceiling(t, src, dst, seconds, payload):
@@ -73,7 +78,7 @@ def raw_ceiling(t, src, dst, seconds, payload):
         cb.close()
 
 
-def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20):
+def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut"):
     ca = ns.run_in(t.ns(t.host(src)), lambda: Context())
     cb = ns.run_in(t.ns(t.host(dst)), lambda: Context())
     try:
@@ -90,7 +95,7 @@ def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20):
         events = []
         proc = None
         if cut:
-            proc = subprocess.Popen([sys.executable, "-c", FAULT, t.name, cut], stdin=subprocess.PIPE,
+            proc = subprocess.Popen([sys.executable, "-c", FAULT, t.name, cut, mode], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, text=True)
             if proc.stdout.readline().strip() != "ready":
                 raise RuntimeError("the fault process did not start")
@@ -184,13 +189,16 @@ def main() -> int:
         mptcp_setup(t, dst)
         mp = _tcp(t, src, dst, a.seconds, 0, IPPROTO_MPTCP)
         log(f"  {mp:.2f} Gb/s\nmrc with a T0-T1 link cut mid-transfer ...")
-        cut = mrc_rate(t, src, dst, a.seconds / 2, cut=f"{t.leaf(2, t.host_leaf(src))}-{t.spine(2, 1)}",
-                       msg=64 << 10)
+        link = f"{t.leaf(2, t.host_leaf(src))}-{t.spine(2, 1)}"
+        cut = mrc_rate(t, src, dst, a.seconds / 2, cut=link, msg=64 << 10)
+        log(f"  longest stall {cut['max_stall_after_event_ms']} ms\nmrc with the same link black-holed (nftables) ...")
+        hole = mrc_rate(t, src, dst, a.seconds / 2, cut=link, msg=64 << 10, mode="blackhole")
         res = {"payload": payload, "raw_gbps": round(raw, 3), "mrc_gbps": m["gbps"], "tcp_gbps": round(tcp, 3),
                "mptcp_gbps": round(mp, 3), "ratio_raw": round(m["gbps"] / raw, 3),
                "ratio_mptcp": round(m["gbps"] / mp, 3), "ratio_tcp": round(m["gbps"] / tcp, 3),
                "stall_ms": cut["max_stall_after_event_ms"], "stall_ms_whole_run": cut["max_stall_ms"],
-               "stall_ms_no_fault": small["max_stall_ms"], "stall_msg_bytes": 64 << 10,
+               "stall_ms_no_fault": small["max_stall_ms"], "stall_ms_blackhole": hole["max_stall_after_event_ms"],
+               "stall_msg_bytes": 64 << 10,
                "targets": {"ratio_raw": 0.9, "ratio_mptcp": 1.2, "ratio_tcp": 0.8, "stall_ms": 1.0}}
         print(json.dumps(res, indent=1) if a.json else "\n".join(f"{k:20} {v}" for k, v in res.items()))
         return 0
