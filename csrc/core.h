@@ -172,6 +172,8 @@ struct mrc_ep {
     uint32_t *act;           /* indices of QPs in RTS: the only ones the tx path visits */
     uint32_t nact;
     uint32_t flush_pending;  /* a post raced a QP into ERROR: flush on the next poll_tx */
+    struct mrc_async_event aeq[256]; /* asynchronous events (ring) */
+    uint32_t aeq_head, aeq_tail, aeq_dropped;
 };
 
 /* wire.c */
@@ -185,6 +187,7 @@ int ep_push_wc(struct mrc_ep *ep, const struct mrc_wc *wc);
 struct ctrl *ep_ctrl_slot(struct mrc_ep *ep);
 void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
 void qp_flush(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
+void ep_async_event(struct mrc_ep *ep, uint32_t type, uint32_t qpn, uint32_t info);
 void ep_set_active(struct mrc_ep *ep, struct qp *q, int on);
 uint32_t qp_usable_ports(struct mrc_ep *ep, struct qp *q);
 

@@ -72,7 +72,8 @@ struct mrc_ctx {
     uint64_t spin_ns;   /* how long the idle engine polls before it sleeps */
     pthread_t thread;
     int running, started;
-    int wake_fd, comp_fd;
+    int wake_fd, comp_fd, async_fd;
+    uint32_t aeq_signalled; /* aeq_tail when async_fd was last written */
     uint8_t *txbuf;
     struct mrc_txdesc txd[BATCH];
 };
@@ -195,7 +196,7 @@ int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *po
     for (uint32_t i = 0; i < MAX_PORTS; i++)
         c->ports[i].fd = -1;
     c->tx.fd = -1;
-    c->wake_fd = c->comp_fd = -1;
+    c->wake_fd = c->comp_fd = c->async_fd = -1;
     c->spin_ns = SPIN_NS;
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->ulock, NULL);
@@ -223,7 +224,8 @@ int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *po
         goto fail;
     c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     c->comp_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (c->wake_fd < 0 || c->comp_fd < 0) {
+    c->async_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (c->wake_fd < 0 || c->comp_fd < 0 || c->async_fd < 0) {
         rc = -errno;
         goto fail;
     }
@@ -257,6 +259,8 @@ void mrc_ctx_destroy(struct mrc_ctx *c)
         close(c->wake_fd);
     if (c->comp_fd >= 0)
         close(c->comp_fd);
+    if (c->async_fd >= 0)
+        close(c->async_fd);
     mrc_ep_destroy(c->ep);
     free(c->peers);
     free(c->txbuf);
@@ -267,6 +271,17 @@ void mrc_ctx_destroy(struct mrc_ctx *c)
 
 struct mrc_ep *mrc_ctx_ep(struct mrc_ctx *c) { return c->ep; }
 int mrc_ctx_comp_fd(struct mrc_ctx *c) { return c->comp_fd; }
+int mrc_ctx_async_fd(struct mrc_ctx *c) { return c->async_fd; }
+
+/* With the endpoint lock held: tell async_fd's readers about new events. */
+static void signal_async(struct mrc_ctx *c)
+{
+    if (c->ep->aeq_tail == c->aeq_signalled)
+        return;
+    c->aeq_signalled = c->ep->aeq_tail;
+    uint64_t one = 1;
+    if (write(c->async_fd, &one, sizeof(one)) < 0) { /* saturated: the reader is behind, it will see them */ }
+}
 
 /* Ring the doorbell after a post: a syscall only if the engine sleeps. */
 static void doorbell(struct mrc_ctx *c)
@@ -296,6 +311,7 @@ void mrc_ctx_lock(struct mrc_ctx *c)
 
 void mrc_ctx_unlock(struct mrc_ctx *c)
 {
+    signal_async(c);
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_unlock(&c->ulock);
     wake(c); /* a modify or a port change may have made work: look now */
@@ -437,6 +453,14 @@ int mrc_ctx_populate(void *addr, uint64_t len)
 #else
     return -EOPNOTSUPP;
 #endif
+}
+
+int mrc_ctx_ep_async_events(struct mrc_ctx *c, struct mrc_async_event *out, uint32_t max)
+{
+    mrc_ctx_lock(c);
+    int rc = mrc_ep_async_events(c->ep, out, max);
+    mrc_ctx_unlock(c);
+    return rc;
 }
 
 int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st)
@@ -673,6 +697,7 @@ static void *engine_main(void *arg)
             uint64_t one = 1;
             if (write(c->comp_fd, &one, sizeof(one)) < 0) { /* saturated: the reader is behind, it will see them */ }
         }
+        signal_async(c);
         if (LOAD_SC(c->waiters))
             hand_over(c);
         /* busy, or spinning a little before sleeping: the next SACK is

@@ -328,10 +328,35 @@ struct ctrl *ep_ctrl_slot(struct mrc_ep *ep)
     return c;
 }
 
+void ep_async_event(struct mrc_ep *ep, uint32_t type, uint32_t qpn, uint32_t info)
+{
+    uint32_t nt = (ep->aeq_tail + 1) % 256;
+    if (nt == ep->aeq_head) {
+        ep->aeq_dropped++;
+        return;
+    }
+    ep->aeq[ep->aeq_tail] = (struct mrc_async_event){.type = type, .qpn = qpn, .info = info,
+                                                     .dropped = ep->aeq_dropped};
+    ep->aeq_dropped = 0;
+    ep->aeq_tail = nt;
+}
+
+int mrc_ep_async_events(struct mrc_ep *ep, struct mrc_async_event *out, uint32_t max)
+{
+    uint32_t n = 0;
+    while (n < max && ep->aeq_head != ep->aeq_tail) {
+        out[n++] = ep->aeq[ep->aeq_head];
+        ep->aeq_head = (ep->aeq_head + 1) % 256;
+    }
+    return (int)n;
+}
+
 void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
 {
     if (q->state == MRC_QPS_ERROR)
         return;
+    if (first_status != MRC_WC_WR_FLUSH_ERR) /* not the application's own modify */
+        ep_async_event(ep, MRC_EVENT_QP_FATAL, q->qpn, first_status);
     STORE_SC(q->state, MRC_QPS_ERROR);
     ep_set_active(ep, q, 0);
     qp_flush(ep, q, first_status);
@@ -474,6 +499,8 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
     } else if (p.opcode == MRC_OP_RELIABILITY_PROBE) {
         resp_on_probe(ep, q, &p, m);
     } else if (p.opcode == MRC_OP_ENDPOINT_REQUEST && p.ep_op == MRC_EP_PORT_STATUS) {
+        if (q->remote_ports != p.port_bitmap)
+            ep_async_event(ep, MRC_EVENT_PEER_PORTS, q->qpn, p.port_bitmap);
         q->remote_ports = p.port_bitmap;
     } else {
         drop(ep, MRC_DROP_MALFORMED);
@@ -549,6 +576,8 @@ int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now)
 {
     if (plane >= ep->a.planes)
         return -EINVAL;
+    if (!!(ep->port_up & (1u << plane)) != !!up)
+        ep_async_event(ep, up ? MRC_EVENT_PORT_ACTIVE : MRC_EVENT_PORT_ERR, 0, plane);
     if (up)
         ep->port_up |= 1u << plane;
     else

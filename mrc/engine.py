@@ -100,6 +100,26 @@ class QPAttr:
         return a
 
 
+ASYNC_EVENTS = {lib.MRC_EVENT_QP_FATAL: "QP_FATAL", lib.MRC_EVENT_PORT_ERR: "PORT_ERR",
+                lib.MRC_EVENT_PORT_ACTIVE: "PORT_ACTIVE", lib.MRC_EVENT_PEER_PORTS: "PEER_PORTS"}
+
+
+@dataclass(frozen=True)
+class AsyncEvent:
+    """An asynchronous event. ``info``: for QP_FATAL the status that failed the
+    QP (``status_name``), for PORT_ERR/PORT_ACTIVE the plane, for PEER_PORTS
+    the peer's port bitmap. ``dropped``: events lost before this one."""
+
+    type: str
+    qpn: int
+    info: int
+    dropped: int = 0
+
+    @property
+    def status_name(self) -> str | None:
+        return WC_STATUS.get(self.info) if self.type == "QP_FATAL" else None
+
+
 @dataclass(frozen=True)
 class WorkCompletion:
     wr_id: int
@@ -279,6 +299,14 @@ class Endpoint:
         return [{"qpn": out[i].qpn, "ev": out[i].ev, "old": EV_STATES[out[i].old_state],
                  "new": EV_STATES[out[i].new_state], "t_ns": out[i].t_ns, "dropped": out[i].dropped}
                 for i in range(n)]
+
+    def async_events(self) -> list[AsyncEvent]:
+        """Asynchronous events waiting (ibv_get_async_event): QP_FATAL, PORT_ERR,
+        PORT_ACTIVE, PEER_PORTS. Does not block; Context.get_async_event() waits."""
+        out = ffi.new("struct mrc_async_event[]", 256)
+        n = self.call(lib.mrc_ep_async_events, out, 256)
+        return [AsyncEvent(ASYNC_EVENTS.get(out[i].type, str(out[i].type)), out[i].qpn, out[i].info,
+                           out[i].dropped) for i in range(n)]
 
     def input(self, packet: bytes, ev: int = 0, peer: int = 0, port: int = 0, ecn_ce: bool = False,
               trimmed: bool = False, now_ns: int = 0) -> int:

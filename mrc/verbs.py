@@ -29,7 +29,16 @@ import threading
 from dataclasses import dataclass, field
 
 from mrc._dp import ffi, lib
-from mrc.engine import Endpoint, EngineError, MemoryRegion, QPAttr, QueuePair, WorkCompletion, check  # noqa: F401 (re-exported)
+from mrc.engine import (  # noqa: F401 (re-exported)
+    AsyncEvent,
+    Endpoint,
+    EngineError,
+    MemoryRegion,
+    QPAttr,
+    QueuePair,
+    WorkCompletion,
+    check,
+)
 from mrc.errors import MrcError, PrivilegeError
 
 ACCESS_LOCAL_WRITE = lib.MRC_ACCESS_LOCAL_WRITE
@@ -232,6 +241,7 @@ class Context(Endpoint):
         self._ep = lib.mrc_ctx_ep(self._ctx)
         self._mrs = []
         self._tls = threading.local()
+        self._pending_async: list = []
         self._peers: dict[tuple, int] = {}
         # how long the idle engine polls before it sleeps: latency against CPU
         lib.mrc_ctx_set_spin(self._ctx, int(spin_us * 1000))
@@ -265,6 +275,31 @@ class Context(Endpoint):
         if ctx is None:
             raise EngineError(errno.EBADF, "the context is closed: open a new one")
         return getattr(lib, "mrc_ctx_" + op)(ctx, *args)
+
+    @property
+    def async_fd(self) -> int:
+        """Readable when asynchronous events wait (select/epoll/asyncio)."""
+        return lib.mrc_ctx_async_fd(self._ctx)
+
+    def get_async_event(self, timeout: float | None = None):
+        """Wait up to ``timeout`` s for the next asynchronous event (ibv_get_async_event);
+        None if there is none. Events: QP_FATAL, PORT_ERR, PORT_ACTIVE, PEER_PORTS."""
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if not self._pending_async:
+                self._pending_async = self.async_events()
+            if self._pending_async:
+                return self._pending_async.pop(0)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            if select.select([self.async_fd], [], [], left)[0]:
+                try:
+                    os.read(self.async_fd, 8)
+                except BlockingIOError:
+                    pass
 
     # verbs nouns -----------------------------------------------------------
     def alloc_pd(self) -> ProtectionDomain:

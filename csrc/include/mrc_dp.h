@@ -290,6 +290,12 @@ struct mrc_qp_stats {
 };
 
 struct mrc_ev_info { uint32_t ev; uint8_t state; uint8_t in_slot; uint16_t slot; };
+/* Asynchronous events (ibv_get_async_event): a QP that fell into ERROR by
+ * itself (info = the WC status of the failure), a local port (plane) going
+ * down or up (info = plane), a peer reporting new port status (info = its
+ * port bitmap). dropped = events lost before this one (ring full). */
+enum mrc_event_type { MRC_EVENT_QP_FATAL = 1, MRC_EVENT_PORT_ERR = 2, MRC_EVENT_PORT_ACTIVE = 3, MRC_EVENT_PEER_PORTS = 4 };
+struct mrc_async_event { uint32_t type; uint32_t qpn; uint32_t info; uint32_t dropped; };
 struct mrc_ev_event { uint32_t qpn; uint32_t ev; uint8_t old_state; uint8_t new_state; uint64_t t_ns; uint32_t dropped; };
 
 struct mrc_ep;
@@ -316,6 +322,7 @@ int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now_ns);
 int mrc_ev_list(struct mrc_ep *ep, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
 int mrc_ev_set_state(struct mrc_ep *ep, uint32_t qpn, uint32_t ev, uint32_t state);
 int mrc_ev_poll_events(struct mrc_ep *ep, struct mrc_ev_event *out, uint32_t max);
+int mrc_ep_async_events(struct mrc_ep *ep, struct mrc_async_event *out, uint32_t max);
 
 /* ----------------------------------------------------- in-memory link
  * Two or more endpoints joined by npaths paths (path = plane * per_plane +
@@ -400,6 +407,9 @@ int mrc_ctx_ep_set_port(struct mrc_ctx *c, uint32_t plane, int up, uint64_t now_
 int mrc_ctx_ev_list(struct mrc_ctx *c, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
 int mrc_ctx_ev_set_state(struct mrc_ctx *c, uint32_t qpn, uint32_t ev, uint32_t state);
 int mrc_ctx_ev_poll_events(struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t max);
+int mrc_ctx_ep_async_events(struct mrc_ctx *c, struct mrc_async_event *out, uint32_t max);
+/* An eventfd that becomes readable when asynchronous events are waiting. */
+int mrc_ctx_async_fd(struct mrc_ctx *c);
 int mrc_ctx_comp_fd(struct mrc_ctx *c);
 /* How long the idle engine thread keeps polling before it sleeps (default
  * 200 us: waking a sleeping thread costs tens of us on a VM). */

@@ -114,6 +114,10 @@ def test_all_paths_dead_ends_in_error_with_retry_exceeded_and_flush():
     assert all(w.status == lib.MRC_WC_WR_FLUSH_ERR for w in wcs[1:])
     assert pair.qa.state == "ERROR"
     assert pair.sim.now < 5_000_000
+    # and the application hears of it once, as an asynchronous event
+    ev = pair.a.async_events()
+    assert [(e.type, e.qpn, e.status_name) for e in ev] == [("QP_FATAL", pair.qa.qpn, "RETRY_EXC_ERR")]
+    assert pair.a.async_events() == []
     # nothing hangs: the link goes idle
     pair.sim.run(pair.sim.now + 10_000_000)
     assert pair.qa.stats()["inflight"] == 0
@@ -124,6 +128,8 @@ def test_port_down_moves_traffic_to_other_planes_and_tells_the_peer():
     src, dst = start_big(pair)
     pair.sim.run(100_000)
     pair.b.set_port(2, False, pair.sim.now)  # the receiver's plane-2 port goes down
+    pair.b.set_port(2, False, pair.sim.now)  # (again: no second event)
+    assert [(e.type, e.info) for e in pair.b.async_events()] == [("PORT_ERR", 2)]
     for i in range(PER_PLANE):
         pair.sim.set_path(pair.sim.path(2, i), down_from_ns=pair.sim.now, down_until_ns=FOREVER)
     pair.sim.run(pair.sim.now + 100_000)
@@ -131,3 +137,9 @@ def test_port_down_moves_traffic_to_other_planes_and_tells_the_peer():
     wc = finish(pair)
     assert wc[0].ok and digest(dst) == digest(src)
     assert pair.qa.stats()["plane_tx"][2] - before <= 2  # at most a straggler or a probe
+    peer = pair.a.async_events()  # the sender heard the peer's new port status
+    assert ("PEER_PORTS", pair.qa.qpn) in [(e.type, e.qpn) for e in peer]
+    assert not [e for e in peer if e.type == "PEER_PORTS"][-1].info & (1 << 2)
+    # a QP the application moves to ERROR itself is not an asynchronous event
+    pair.qa.modify(lib.MRC_QPS_ERROR)
+    assert pair.qa.state == "ERROR" and not [e for e in pair.a.async_events() if e.type == "QP_FATAL"]

@@ -129,6 +129,9 @@ def test_a_peer_that_never_answers_ends_in_retry_exceeded(pair):
     wc = ca.create_cq().wait(1, timeout=10)
     assert wc[0].status == lib.MRC_WC_RETRY_EXC_ERR and qa.state == "ERROR"
     assert time.monotonic() - t0 < 1.0
+    ev = ca.get_async_event(timeout=2)  # the async event channel says so too (an eventfd)
+    assert ev is not None and (ev.type, ev.qpn, ev.status_name) == ("QP_FATAL", qa.qpn, "RETRY_EXC_ERR")
+    assert ca.get_async_event(timeout=0.05) is None
 
 
 def test_bad_api_use_raises_clear_errors(pair):
