@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--depth", type=int, default=16, help="messages in flight (default 16)")
     pc.add_argument("--imm", action="store_true", help="RDMA WRITE with immediate instead of WRITE")
     pc.add_argument("--verify", action="store_true", help="check the received data by hash")
-    pc.add_argument("--qps", type=int, default=1, help="queue pairs (only 1 so far)")
+    pc.add_argument("--qps", type=int, default=1, help="queue pairs, messages spread round robin (default 1)")
     _json(pc)
 
     cap = sub.add_parser("capture", help="capture MRC packets with tcpdump inside a fabric host or switch",
@@ -330,11 +330,9 @@ def main(argv: list[str] | None = None) -> int:
             if a.pcmd == "server":
                 return perf.server(a.port, once=not a.forever)
             if a.pcmd == "client":
-                if a.qps != 1:
-                    raise UsageError("--qps: only one queue pair is supported so far")
                 sizes = [perf.parse_size(x) for x in a.sizes.split(",") if x]
                 res = perf.client(a.server, sizes, a.iters, a.imm, a.verify, a.depth, a.port,
-                                  progress=sys.stderr.isatty() or not a.json)
+                                  progress=sys.stderr.isatty() or not a.json, qps=a.qps)
                 perf.main_json(res) if a.json else perf.print_table(res)
                 return 0 if all(r["verified"] is not False for r in res) else 1
             parser.parse_args(["perf", "--help"])

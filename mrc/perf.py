@@ -43,9 +43,10 @@ def percentile(xs: list[float], q: float) -> float:
 class _Receiver(threading.Thread):
     """Keeps receives posted and counts WRITE_IMM completions (server side)."""
 
-    def __init__(self, ctx: Context, qp, depth: int) -> None:
+    def __init__(self, ctx: Context, qps: list, depth: int) -> None:
         super().__init__(daemon=True)
-        self.ctx, self.qp, self.depth = ctx, qp, depth
+        self.ctx, self.depth = ctx, depth
+        self.qps = {q.qpn: q for q in qps}
         self.count = 0
         self.errors = 0
         self.stop = threading.Event()
@@ -53,7 +54,8 @@ class _Receiver(threading.Thread):
 
     def run(self) -> None:
         cq = self.ctx.create_cq()
-        self.qp.post_recv(list(range(self.depth)))
+        for qp in self.qps.values():
+            qp.post_recv(list(range(self.depth)))
         while not self.stop.is_set():
             wcs = cq.poll()
             if not wcs:
@@ -61,8 +63,10 @@ class _Receiver(threading.Thread):
                 continue
             ok = [w for w in wcs if w.ok]
             self.errors += len(wcs) - len(ok)
-            if ok:
-                self.qp.post_recv([w.wr_id for w in ok])
+            for qpn, qp in self.qps.items():
+                again = [w.wr_id for w in ok if w.qpn == qpn]
+                if again:
+                    qp.post_recv(again)
             with self.cv:
                 self.count += len(ok)
                 self.cv.notify_all()
@@ -83,13 +87,16 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr) -> in
             size = int(params.get("max_size", 1 << 20))
             buf = bytearray(size)
             mr = ctx.reg_mr(buf, remote_write=True)
-            attr = QPAttr(rq_depth=1024) if params.get("imm") else QPAttr()
-            qp = ctx.create_qp(attr=attr)
-            qp.connect(conn.peer)
-            rx = _Receiver(ctx, qp, 512) if params.get("imm") else None
+            peers = [conn.peer] + [cm.resolve_paths(cm.info_from_json(i)) for i in conn.hello.get("qps", [])]
+            qps = []
+            for peer in peers:  # one QP per client QP (--qps), all writing into the same buffer
+                qp = ctx.create_qp(attr=QPAttr(rq_depth=1024) if params.get("imm") else QPAttr())
+                qp.connect(peer)
+                qps.append(qp)
+            rx = _Receiver(ctx, qps, 512) if params.get("imm") else None
             if rx:
                 rx.start()
-            conn.reply(ctx.local_info(qp, mr))
+            conn.reply(ctx.local_info(qps[0], mr), qps=[cm.info_to_json(ctx.local_info(q, mr)) for q in qps[1:]])
             base = 0
             while True:
                 msg = conn.recv(timeout=None)
@@ -105,6 +112,8 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr) -> in
             if rx:
                 rx.stop.set()
                 rx.join()
+            for qp in qps:
+                qp.destroy()
             conn.close()
             if once:
                 return 0
@@ -114,21 +123,28 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr) -> in
 
 
 def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = False, verify: bool = False,
-           depth: int = 16, port: int = cm.DEFAULT_PORT, progress: bool = True) -> list[dict]:
+           depth: int = 16, port: int = cm.DEFAULT_PORT, progress: bool = True, qps: int = 1) -> list[dict]:
     addr = cm.mgmt_address(server_host) if server_host.startswith("h") and server_host[1:].isdigit() else server_host
     ctx = Context()
     try:
         max_size = max(sizes)
         src = bytearray(os.urandom(max_size))
         mr = ctx.reg_mr(src)
-        qp = ctx.create_qp(attr=QPAttr(sq_depth=max(64, depth * 2)))
-        conn = cm.connect(addr, port, ctx.local_info(qp), params={"max_size": max_size, "imm": imm})
-        qp.connect(conn.peer)
+        if qps < 1:
+            raise UsageError(f"--qps must be at least 1, got {qps}")
+        mine = [ctx.create_qp(attr=QPAttr(sq_depth=max(64, depth * 2))) for _ in range(qps)]
+        conn = cm.connect(addr, port, ctx.local_info(mine[0]), params={"max_size": max_size, "imm": imm},
+                          qps=[cm.info_to_json(ctx.local_info(q)) for q in mine[1:]])
+        peers = [conn.peer] + [cm.resolve_paths(cm.info_from_json(i)) for i in conn.answer.get("qps", [])]
+        if len(peers) != qps:
+            raise UsageError(f"the server made {len(peers)} QPs for our {qps}: is it an older mrc?")
+        for q, peer in zip(mine, peers, strict=True):
+            q.connect(peer)
         remote = conn.peer
         cq = ctx.create_cq()
         results = []
         for si, size in enumerate(sizes):
-            st0 = qp.stats()
+            st0 = _sum_stats(mine)
             lat: list[float] = []
             posted = done = 0
             t_post: dict[int, float] = {}
@@ -137,6 +153,7 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
             while done < iters:
                 while posted < iters and posted - done < depth:
                     t_post[posted] = time.perf_counter()
+                    qp = mine[posted % qps]  # round robin over the QPs
                     qp.post_write(mr, 0, size, remote.addr, remote.rkey, wr_id=posted,
                                   imm=(posted & 0xFFFFFFFF) if imm else None)
                     posted += 1
@@ -148,7 +165,7 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
                 for w in wcs:
                     if not w.ok:
                         raise UsageError(f"work request {w.wr_id} of size {size} failed: {w.status_name} "
-                                         f"(QP {qp.state})")
+                                         f"(QP {w.qpn})")
                     lat.append(now - t_post.pop(w.wr_id))
                     done += 1
                 if progress and now - last_draw > 0.2:
@@ -156,14 +173,14 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
                     bar = "#" * int(30 * done / iters)
                     print(f"\r{size:>10} B [{bar:<30}] {done}/{iters}", end="", file=sys.stderr, flush=True)
             dt = time.perf_counter() - t0
-            st1 = qp.stats()
+            st1 = _sum_stats(mine)
             verified = None
             if verify:
                 conn.send({"check": size, "iters": iters, "sha256": hashlib.sha256(memoryview(src)[:size]).hexdigest()})
                 verified = bool(conn.recv()["verified"])
             sent = [b - a for a, b in zip(st0["plane_tx"], st1["plane_tx"], strict=True)][: ctx.planes]
             total = sum(sent) or 1
-            res = {"size": size, "iters": iters, "op": "WRITE_IMM" if imm else "WRITE",
+            res = {"size": size, "iters": iters, "qps": qps, "op": "WRITE_IMM" if imm else "WRITE",
                    "gbps": round(size * iters * 8 / dt / 1e9, 3), "msg_rate": round(iters / dt, 1),
                    "p50_us": round(percentile(lat, 0.5) * 1e6, 1), "p99_us": round(percentile(lat, 0.99) * 1e6, 1),
                    "p999_us": round(percentile(lat, 0.999) * 1e6, 1),
@@ -179,6 +196,13 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
         return results
     finally:
         ctx.close()
+
+
+def _sum_stats(qps: list) -> dict:
+    """Counters of several QPs added up (plane_tx element by element)."""
+    sts = [q.stats() for q in qps]
+    return {"rtx_packets": sum(s["rtx_packets"] for s in sts),
+            "plane_tx": [sum(x) for x in zip(*(s["plane_tx"] for s in sts), strict=True)]}
 
 
 def print_table(results: list[dict]) -> None:

@@ -1,5 +1,7 @@
 import os
 import secrets
+import selectors
+import time
 
 import pytest
 
@@ -26,3 +28,19 @@ def small_fabric():
 
 def pytest_configure(config):
     os.environ.setdefault("MRC_STATE_DIR", "/run/mrc/fabrics")
+
+
+def wait_for_line(proc, text, timeout=20):
+    """Read proc's stderr until a line contains text; returns the lines read."""
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stderr, selectors.EVENT_READ)
+    lines, end = [], time.monotonic() + timeout
+    while time.monotonic() < end:
+        if sel.select(timeout=0.2):
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            if text in line:
+                return lines
+    raise AssertionError(f"{text!r} never appeared: {lines}")

@@ -13,31 +13,12 @@ import pytest
 
 from mrc.fabric import apply
 from mrc.fabric.topology import Topology
-from tests.integration.conftest import unique_name
+from tests.integration.conftest import unique_name, wait_for_line
 
 pytestmark = pytest.mark.root
 scapy = pytest.importorskip("scapy")
 
 MRC = [sys.executable, "-m", "mrc"]
-
-
-def wait_for(proc, text, timeout=20):
-    """Read proc's stderr until a line contains text; returns the lines read."""
-    import selectors
-    import time
-
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stderr, selectors.EVENT_READ)
-    lines, end = [], time.monotonic() + timeout
-    while time.monotonic() < end:
-        if sel.select(timeout=0.2):
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
-            if text in line:
-                return lines
-    raise AssertionError(f"{text!r} never appeared: {lines}")
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +43,10 @@ def test_capture_of_a_perf_transfer_decodes_cleanly(fabric, tmp_path):
                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     cap = None
     try:
-        wait_for(server, "waiting on port")
+        wait_for_line(server, "waiting on port")
         cap = subprocess.Popen(MRC + ["capture", "h1", "--name", t.name, "-w", pcap], stderr=subprocess.PIPE,
                                text=True)
-        wait_for(cap, "Ctrl-C to stop")  # printed once tcpdump listens
+        wait_for_line(cap, "Ctrl-C to stop")  # printed once tcpdump listens
         client = subprocess.run(MRC + ["fabric", "exec", "h0", "--name", t.name, "--"] + MRC
                                 + ["perf", "client", "h1", "--sizes", "64K,1M", "--iters", "8", "--verify", "--json"],
                                 capture_output=True, text=True, timeout=120)
