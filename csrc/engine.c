@@ -348,93 +348,25 @@ int mrc_ctx_poll_cq(struct mrc_ctx *c, struct mrc_wc *wc, uint32_t max)
 /* ------------------------------------------------------------ locked calls
  * Each takes the endpoint lock for exactly one core call: the lock is never
  * held while the caller (Python) waits for its interpreter lock. */
-int mrc_ctx_mr_reg(struct mrc_ctx *c, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey)
-{
-    mrc_ctx_lock(c);
-    int rc = mrc_mr_reg(c->ep, addr, length, access, lkey, rkey);
-    mrc_ctx_unlock(c);
-    return rc;
-}
-
-int mrc_ctx_mr_dereg(struct mrc_ctx *c, uint32_t lkey)
-{
-    mrc_ctx_lock(c);
-    int rc = mrc_mr_dereg(c->ep, lkey);
-    mrc_ctx_unlock(c);
-    return rc;
-}
-
-int mrc_ctx_qp_create(struct mrc_ctx *c, const struct mrc_qp_attr *attr, uint32_t *qpn)
-{
-    mrc_ctx_lock(c);
-    int rc = mrc_qp_create(c->ep, attr, qpn);
-    mrc_ctx_unlock(c);
-    return rc;
-}
-
-int mrc_ctx_qp_destroy(struct mrc_ctx *c, uint32_t qpn)
-{
-    mrc_ctx_lock(c);
-    int rc = mrc_qp_destroy(c->ep, qpn);
-    mrc_ctx_unlock(c);
-    return rc;
-}
-
-int mrc_ctx_qp_modify(struct mrc_ctx *c, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer)
-{
-    mrc_ctx_lock(c);
-    int rc = mrc_qp_modify(c->ep, qpn, state, dest_qpn, peer);
-    mrc_ctx_unlock(c);
-    return rc;
-}
-
-int mrc_ctx_qp_query(struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st)
-{
-    mrc_ctx_lock(c);
-    int rc = mrc_qp_query(c->ep, qpn, st);
-    mrc_ctx_unlock(c);
-    return rc;
-}
-
-int mrc_ctx_ep_drops(struct mrc_ctx *c, uint64_t *counts, uint32_t n)
-{
-    mrc_ctx_lock(c);
-    int rc = mrc_ep_drops(c->ep, counts, n);
-    mrc_ctx_unlock(c);
-    return rc;
-}
-
-int mrc_ctx_ep_set_port(struct mrc_ctx *c, uint32_t plane, int up, uint64_t now_ns)
-{
-    mrc_ctx_lock(c);
-    int rc = mrc_ep_set_port(c->ep, plane, up, now_ns);
-    mrc_ctx_unlock(c);
-    return rc;
-}
-
-int mrc_ctx_ev_list(struct mrc_ctx *c, uint32_t qpn, struct mrc_ev_info *out, uint32_t max)
-{
-    mrc_ctx_lock(c);
-    int rc = mrc_ev_list(c->ep, qpn, out, max);
-    mrc_ctx_unlock(c);
-    return rc;
-}
-
-int mrc_ctx_ev_set_state(struct mrc_ctx *c, uint32_t qpn, uint32_t ev, uint32_t state)
-{
-    mrc_ctx_lock(c);
-    int rc = mrc_ev_set_state(c->ep, qpn, ev, state);
-    mrc_ctx_unlock(c);
-    return rc;
-}
-
-int mrc_ctx_ev_poll_events(struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t max)
-{
-    mrc_ctx_lock(c);
-    int rc = mrc_ev_poll_events(c->ep, out, max);
-    mrc_ctx_unlock(c);
-    return rc;
-}
+#define LOCKED_CALL(name, params, args)      \
+    int mrc_ctx_##name params                \
+    {                                        \
+        mrc_ctx_lock(c);                     \
+        int rc = mrc_##name args;            \
+        mrc_ctx_unlock(c);                   \
+        return rc;                           \
+    }
+LOCKED_CALL(mr_reg, (struct mrc_ctx *c, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey), (c->ep, addr, length, access, lkey, rkey))
+LOCKED_CALL(mr_dereg, (struct mrc_ctx *c, uint32_t lkey), (c->ep, lkey))
+LOCKED_CALL(qp_create, (struct mrc_ctx *c, const struct mrc_qp_attr *attr, uint32_t *qpn), (c->ep, attr, qpn))
+LOCKED_CALL(qp_destroy, (struct mrc_ctx *c, uint32_t qpn), (c->ep, qpn))
+LOCKED_CALL(qp_modify, (struct mrc_ctx *c, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer), (c->ep, qpn, state, dest_qpn, peer))
+LOCKED_CALL(qp_query, (struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st), (c->ep, qpn, st))
+LOCKED_CALL(ep_drops, (struct mrc_ctx *c, uint64_t *counts, uint32_t n), (c->ep, counts, n))
+LOCKED_CALL(ep_set_port, (struct mrc_ctx *c, uint32_t plane, int up, uint64_t now_ns), (c->ep, plane, up, now_ns))
+LOCKED_CALL(ev_list, (struct mrc_ctx *c, uint32_t qpn, struct mrc_ev_info *out, uint32_t max), (c->ep, qpn, out, max))
+LOCKED_CALL(ev_set_state, (struct mrc_ctx *c, uint32_t qpn, uint32_t ev, uint32_t state), (c->ep, qpn, ev, state))
+LOCKED_CALL(ev_poll_events, (struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t max), (c->ep, out, max))
 
 void mrc_ctx_set_spin(struct mrc_ctx *c, uint64_t ns) { __atomic_store_n(&c->spin_ns, ns, __ATOMIC_RELAXED); }
 
@@ -455,13 +387,7 @@ int mrc_ctx_populate(void *addr, uint64_t len)
 #endif
 }
 
-int mrc_ctx_ep_async_events(struct mrc_ctx *c, struct mrc_async_event *out, uint32_t max)
-{
-    mrc_ctx_lock(c);
-    int rc = mrc_ep_async_events(c->ep, out, max);
-    mrc_ctx_unlock(c);
-    return rc;
-}
+LOCKED_CALL(ep_async_events, (struct mrc_ctx *c, struct mrc_async_event *out, uint32_t max), (c->ep, out, max))
 
 int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st)
 {

@@ -26,6 +26,18 @@ def small_fabric():
         assert not apply.project_namespaces(ns.list_netns(), t.name)
 
 
+@pytest.fixture(scope="module")
+def fabric():
+    """4 planes, 2 spines, 2 leaves, 2 hosts, shared by one test module; always torn down."""
+    t = Topology(planes=4, spines=2, leaves=2, hosts=2, name=unique_name("m"))
+    apply.up(t)
+    try:
+        yield t
+    finally:
+        apply.down(t.name)
+        assert not apply.project_namespaces(ns.list_netns(), t.name)
+
+
 def pytest_configure(config):
     os.environ.setdefault("MRC_STATE_DIR", "/run/mrc/fabrics")
 

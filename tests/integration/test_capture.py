@@ -11,9 +11,7 @@ import sys
 
 import pytest
 
-from mrc.fabric import apply
-from mrc.fabric.topology import Topology
-from tests.integration.conftest import unique_name, wait_for_line
+from tests.integration.conftest import wait_for_line
 
 pytestmark = pytest.mark.root
 scapy = pytest.importorskip("scapy")
@@ -21,14 +19,6 @@ scapy = pytest.importorskip("scapy")
 MRC = [sys.executable, "-m", "mrc"]
 
 
-@pytest.fixture(scope="module")
-def fabric():
-    t = Topology(planes=4, spines=2, leaves=2, hosts=2, name=unique_name("k"))
-    apply.up(t)
-    try:
-        yield t
-    finally:
-        apply.down(t.name)
 
 
 def test_capture_of_a_perf_transfer_decodes_cleanly(fabric, tmp_path):

@@ -10,22 +10,12 @@ from mrc._dp import lib
 
 from mrc.engine import EngineError
 from mrc.fabric import apply, ns
-from mrc.fabric.topology import Topology
 from mrc.verbs import Context, QPAttr, RemoteInfo
-from tests.integration.conftest import unique_name
 
 pytestmark = pytest.mark.root
 
 
 
-@pytest.fixture(scope="module")
-def fabric():
-    t = Topology(planes=4, spines=2, leaves=2, hosts=2, name=unique_name("c"))
-    apply.up(t)
-    try:
-        yield t
-    finally:
-        apply.down(t.name)
 
 
 def info_for(t, ctx, qp, mr, me):

@@ -7,22 +7,12 @@ import sys
 
 import pytest
 
-from mrc.fabric import apply
-from mrc.fabric.topology import Topology
-from tests.integration.conftest import unique_name, wait_for_line
+from tests.integration.conftest import wait_for_line
 
 pytestmark = pytest.mark.root
 MRC = [sys.executable, "-m", "mrc"]
 
 
-@pytest.fixture(scope="module")
-def fabric():
-    t = Topology(planes=4, spines=2, leaves=2, hosts=2, name=unique_name("f"))
-    apply.up(t)
-    try:
-        yield t
-    finally:
-        apply.down(t.name)
 
 
 def perf(t, *client_args):
