@@ -14,28 +14,26 @@ def unique_name(tag: str) -> str:
     return f"{tag}{secrets.token_hex(3)}"[:10]
 
 
-@pytest.fixture
-def small_fabric():
-    """2 planes, 2 spines, 2 leaves, 2 hosts, uniquely named; always torn down."""
-    t = Topology(planes=2, spines=2, leaves=2, hosts=2, name=unique_name("t"))
+def _built(t: Topology):
+    """Build t, hand it out, and always remove it (also after a failed test)."""
     apply.up(t)
     try:
         yield t
     finally:
         apply.down(t.name)
         assert not apply.project_namespaces(ns.list_netns(), t.name)
+
+
+@pytest.fixture
+def small_fabric():
+    """2 planes, 2 spines, 2 leaves, 2 hosts, uniquely named, for one test."""
+    yield from _built(Topology(planes=2, spines=2, leaves=2, hosts=2, name=unique_name("t")))
 
 
 @pytest.fixture(scope="module")
 def fabric():
-    """4 planes, 2 spines, 2 leaves, 2 hosts, shared by one test module; always torn down."""
-    t = Topology(planes=4, spines=2, leaves=2, hosts=2, name=unique_name("m"))
-    apply.up(t)
-    try:
-        yield t
-    finally:
-        apply.down(t.name)
-        assert not apply.project_namespaces(ns.list_netns(), t.name)
+    """4 planes, 2 spines, 2 leaves, 2 hosts, shared by one test module."""
+    yield from _built(Topology(planes=4, spines=2, leaves=2, hosts=2, name=unique_name("m")))
 
 
 def pytest_configure(config):
