@@ -66,6 +66,28 @@ QPS_RESET, QPS_INIT, QPS_RTR, QPS_RTS, QPS_ERR = (lib.MRC_QPS_RESET, lib.MRC_QPS
                                                   lib.MRC_QPS_RTS, lib.MRC_QPS_ERROR)
 
 
+@dataclass(frozen=True)
+class DeviceAttr:
+    """What a context supports (mrc_query_device_ex): limits the engine checks
+    when a QP is created, and the OCP capability bits."""
+
+    version: str                 # library and wire version (mrc_query_version)
+    wire_versions: tuple[int, ...]
+    ports: int
+    planes: int
+    max_qps: int
+    max_payload: int             # bytes per packet this context's QPs use
+    max_sge: int
+    max_mpr: int                 # in units of mpr_granularity PSNs; powers of two only
+    mpr_granularity: int
+    max_wimm: int                # WRITE_IMMs outstanding, as requester and as responder
+    max_timeout: int             # t in 1.024 us x 2^t
+    max_linear_retry: int
+    max_exp_retry: int           # this value means "forever"
+    max_qp_hints: int            # 0: QP hints are not supported
+    caps: dict[str, bool]        # TRIM_NACK, DYNAMIC_MPR, SVC_TIME
+
+
 @dataclass
 class Port:
     """One NIC port: an interface on one plane."""
@@ -217,6 +239,7 @@ class Context(Endpoint):
                  start: bool = True, spin_us: float = 200.0) -> None:
         self.ports = ports if ports is not None else discover_ports()
         self.planes = max(p.plane for p in self.ports) + 1
+        self.max_qps = max_qps
         link_mtu = min(p.mtu for p in self.ports)
         fits = [s for s in PAYLOAD_SIZES if s + HEADER_ROOM <= link_mtu]
         if not fits:
@@ -275,6 +298,16 @@ class Context(Endpoint):
         if ctx is None:
             raise EngineError(errno.EBADF, "the context is closed: open a new one")
         return getattr(lib, "mrc_ctx_" + op)(ctx, *args)
+
+    def query_device(self) -> DeviceAttr:
+        """The device's attributes and capabilities (mrc_query_device_ex)."""
+        max_mpr = 64
+        return DeviceAttr(version=ffi.string(lib.mrc_dp_version()).decode(), wire_versions=(lib.MRC_WIRE_VERSION,),
+                          ports=len(self.ports), planes=self.planes, max_qps=self.max_qps,
+                          max_payload=self.payload_size, max_sge=lib.MRC_MAX_SGE, max_mpr=max_mpr,
+                          mpr_granularity=lib.MRC_MPR_UNIT, max_wimm=max_mpr * lib.MRC_MPR_UNIT, max_timeout=24,
+                          max_linear_retry=7, max_exp_retry=lib.MRC_RETRY_FOREVER, max_qp_hints=0,
+                          caps={"TRIM_NACK": True, "DYNAMIC_MPR": False, "SVC_TIME": False})
 
     @property
     def async_fd(self) -> int:

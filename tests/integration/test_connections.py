@@ -160,3 +160,16 @@ def test_completion_channel_works_with_select(pair):
     wcs = cq.wait(1, timeout=5)
     assert wcs[0].ok
     done.set()
+
+
+def test_query_device_reports_the_limits_the_engine_enforces(pair):
+    t, ca, cb = pair
+    d = ca.query_device()
+    assert d.ports == d.planes == t.planes and d.max_payload == 8192 and d.wire_versions == (1,)
+    assert d.caps == {"TRIM_NACK": True, "DYNAMIC_MPR": False, "SVC_TIME": False} and "wire v1" in d.version
+    ca.create_qp(attr=QPAttr(mpr=d.max_mpr, timeout=d.max_timeout, linear_cnt=d.max_linear_retry,
+                             exp_cnt=d.max_exp_retry)).destroy()  # the limits themselves are accepted
+    for bad in (dict(mpr=d.max_mpr * 2), dict(mpr=3), dict(timeout=d.max_timeout + 1),
+                dict(linear_cnt=d.max_linear_retry + 1), dict(exp_cnt=d.max_exp_retry + 1)):
+        with pytest.raises(EngineError):
+            ca.create_qp(attr=QPAttr(**bad))
