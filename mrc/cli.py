@@ -135,10 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("node", help="h0.., p<plane>l<i>, p<plane>s<i> or mgmt")
     p.add_argument("argv", nargs="*", help="the command, after --")
 
-    for verb, helptext in (("fail", "take a LINK or every link of a SWITCH down"),):
-        p = fsub.add_parser(verb, help=helptext)
-        _name(p)
-        p.add_argument("target", help="a link (h0-p0l0, p0l0-p0s1) or a switch (p0s1) or a host (h0)")
+    p = fsub.add_parser("fail", help="take LINKs, or every link of SWITCHes, down",
+                        description="Take links down (both veth ends), e.g. `mrc fabric fail p3l0-p3s1`, or a whole "
+                                    "plane's spines at once: `mrc fabric fail p6s0 p6s1 p6s2 p6s3`.")
+    _name(p)
+    p.add_argument("target", nargs="+", help="links (h0-p0l0, p0l0-p0s1), switches (p0s1) or hosts (h0)")
 
     p = fsub.add_parser("heal", help="undo faults on a LINK or SWITCH, or on everything with --all")
     _name(p)
@@ -265,7 +266,7 @@ def fabric_main(a: argparse.Namespace) -> int:
         ns.execvp(t.ns(a.node), argv)
         return 127  # not reached
     if a.fcmd == "fail":
-        links = apply.fail(a.name, a.target)
+        links = [link for target in a.target for link in apply.fail(a.name, target)]
         print(f"down: {', '.join(links)}")
         return 0
     if a.fcmd == "heal":

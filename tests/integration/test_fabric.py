@@ -128,6 +128,14 @@ def test_fail_switch_and_flap(small_fabric):
     assert {p["plane"] for p in r["paths"] if not p["ok"]} == {1}
     assert {p["spine"] for p in r["paths"] if not p["ok"]} == {0}
     apply.heal(t.name, None)
+    # the CLI takes several targets in one command: here a whole plane
+    out = subprocess.run([sys.executable, "-m", "mrc", "fabric", "fail", "p0s0", "p0s1", "--name", t.name],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("down: "), out.stderr
+    r = check(t, timeout=1.0)
+    assert {p["plane"] for p in r["paths"] if not p["ok"]} == {0}
+    assert all(not p["ok"] for p in r["paths"] if p["plane"] == 0)
+    apply.heal(t.name, None)
     assert check(t)["failed_count"] == 0
     events = []
     n = apply.flap(t.name, "p0l1-p0s0", period=0.2, count=2, on_event=lambda *e: events.append(e[0]))
