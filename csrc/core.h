@@ -21,6 +21,7 @@
 #include "mrc_dp.h"
 
 #define MRC_INF_NS UINT64_MAX
+#define MRC_AEQ_SIZE 256
 #define LOAD_ACQ(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
 #define STORE_REL(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
 #define LOAD_SC(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
@@ -172,7 +173,7 @@ struct mrc_ep {
     uint32_t *act;           /* indices of QPs in RTS: the only ones the tx path visits */
     uint32_t nact;
     uint32_t flush_pending;  /* a post raced a QP into ERROR: flush on the next poll_tx */
-    struct mrc_async_event aeq[256]; /* asynchronous events (ring) */
+    struct mrc_async_event aeq[MRC_AEQ_SIZE]; /* asynchronous events (ring; full: counted in aeq_dropped) */
     uint32_t aeq_head, aeq_tail, aeq_dropped;
 };
 

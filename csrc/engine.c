@@ -53,7 +53,7 @@ struct txq {
     uint32_t n;
     struct mmsghdr msg[BATCH];
     struct iovec iov[BATCH][2];
-    uint8_t hdr[BATCH][HDRS + 2];
+    uint8_t hdr[BATCH][HDRS];
     uint8_t port[BATCH];
 };
 

@@ -6,6 +6,8 @@ static const char *state_names[] = {"RESET", "INIT", "RTR", "RTS", "ERROR"};
 
 const char *mrc_qp_state_name(uint32_t s) { return s <= MRC_QPS_ERROR ? state_names[s] : "?"; }
 
+static void qp_enter_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
+
 void mrc_qp_attr_default(struct mrc_qp_attr *a)
 {
     memset(a, 0, sizeof(*a));
@@ -187,6 +189,7 @@ int mrc_qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *attr, uint32_t *q
     q->a = *a;
     q->qpn = idx + 1;
     q->win = a->mpr * MRC_MPR_UNIT;
+    q->reo_ns = a->reorder_ns;
     q->sq_size = a->sq_depth + 1;
     q->sq = calloc(q->sq_size, sizeof(*q->sq));
     q->pe = calloc(q->win, sizeof(*q->pe));
@@ -246,8 +249,9 @@ int mrc_qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, uint32_t dest
     if (!q)
         return -ENOENT;
     uint32_t cur = q->state;
-    if (state == MRC_QPS_ERROR) {
-        qp_to_error(ep, q, MRC_WC_WR_FLUSH_ERR);
+    if (state == MRC_QPS_ERROR) { /* the application's own modify: no asynchronous event */
+        if (cur != MRC_QPS_ERROR)
+            qp_enter_error(ep, q, MRC_WC_WR_FLUSH_ERR);
         return 0;
     }
     if (state == MRC_QPS_RESET) {
@@ -330,7 +334,7 @@ struct ctrl *ep_ctrl_slot(struct mrc_ep *ep)
 
 void ep_async_event(struct mrc_ep *ep, uint32_t type, uint32_t qpn, uint32_t info)
 {
-    uint32_t nt = (ep->aeq_tail + 1) % 256;
+    uint32_t nt = (ep->aeq_tail + 1) % MRC_AEQ_SIZE;
     if (nt == ep->aeq_head) {
         ep->aeq_dropped++;
         return;
@@ -346,22 +350,28 @@ int mrc_ep_async_events(struct mrc_ep *ep, struct mrc_async_event *out, uint32_t
     uint32_t n = 0;
     while (n < max && ep->aeq_head != ep->aeq_tail) {
         out[n++] = ep->aeq[ep->aeq_head];
-        ep->aeq_head = (ep->aeq_head + 1) % 256;
+        ep->aeq_head = (ep->aeq_head + 1) % MRC_AEQ_SIZE;
     }
     return (int)n;
 }
 
-void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
+/* Into ERROR: flush everything queued (the first WR gets first_status). */
+static void qp_enter_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
 {
-    if (q->state == MRC_QPS_ERROR)
-        return;
-    if (first_status != MRC_WC_WR_FLUSH_ERR) /* not the application's own modify */
-        ep_async_event(ep, MRC_EVENT_QP_FATAL, q->qpn, first_status);
     STORE_SC(q->state, MRC_QPS_ERROR);
     ep_set_active(ep, q, 0);
     qp_flush(ep, q, first_status);
     q->inflight = 0;
     q->nlost = 0;
+}
+
+/* The engine failed the QP by itself: ERROR, and the application hears of it. */
+void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
+{
+    if (q->state == MRC_QPS_ERROR)
+        return;
+    ep_async_event(ep, MRC_EVENT_QP_FATAL, q->qpn, first_status);
+    qp_enter_error(ep, q, first_status);
 }
 
 /* Complete every WR still queued on q: the first with first_status, the rest

@@ -286,7 +286,7 @@ void req_on_sack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const
     /* The reordering allowance starts at reorder_ns, doubles (up to half the
      * retry timer) on every SACK that shows a spurious loss, and halves back
      * after 32 RTTs without one (RACK's adaptive window, RFC 8985 6.2). */
-    uint64_t base = q->a.reorder_ns, reo = q->reo_ns > base ? q->reo_ns : base;
+    uint64_t base = q->a.reorder_ns, reo = q->reo_ns; /* reo_ns starts at reorder_ns */
     if (spurious) {
         uint64_t cap = rto_ns(q) / 2 > base ? rto_ns(q) / 2 : base;
         reo = 2 * reo < cap ? 2 * reo : cap;

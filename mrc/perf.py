@@ -143,7 +143,7 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
         remote = conn.peer
         cq = ctx.create_cq()
         results = []
-        for si, size in enumerate(sizes):
+        for size in sizes:
             st0 = _sum_stats(mine)
             lat: list[float] = []
             posted = done = 0
@@ -190,7 +190,6 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
             if progress:
                 print(f"\r{size:>10} B  {res['gbps']:8.3f} Gb/s  {res['msg_rate']:9.1f} msg/s  p99 {res['p99_us']} us"
                       f"  rtx {res['retransmits']}" + (f"  verified {verified}" if verify else ""), file=sys.stderr)
-            _ = si
         conn.send({"bye": True})
         conn.close()
         return results

@@ -26,6 +26,7 @@ import re
 import select
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 
 from mrc._dp import ffi, lib
@@ -189,8 +190,6 @@ class CompletionQueue:
 
     def wait(self, n: int = 1, timeout: float = 10.0) -> list[WorkCompletion]:
         """Poll until at least ``n`` completions arrived, sleeping on the channel in between."""
-        import time
-
         out: list[WorkCompletion] = []
         deadline = time.monotonic() + timeout
         while len(out) < n:
@@ -317,8 +316,6 @@ class Context(Endpoint):
     def get_async_event(self, timeout: float | None = None):
         """Wait up to ``timeout`` s for the next asynchronous event (ibv_get_async_event);
         None if there is none. Events: QP_FATAL, PORT_ERR, PORT_ACTIVE, PEER_PORTS."""
-        import time
-
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if not self._pending_async:
