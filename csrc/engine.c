@@ -393,8 +393,14 @@ int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *
 {
     if (port >= c->nports)
         return -EINVAL;
+    struct port *p = &c->ports[port];
+    struct tpacket_stats ks;
+    socklen_t kl = sizeof(ks);
     mrc_ctx_lock(c);
-    *st = c->ports[port].st;
+    /* the kernel's counters reset on every read: add them up here */
+    if (p->fd >= 0 && getsockopt(p->fd, SOL_PACKET, PACKET_STATISTICS, &ks, &kl) == 0)
+        p->st.rx_ring_drops += ks.tp_drops;
+    *st = p->st;
     mrc_ctx_unlock(c);
     return 0;
 }
@@ -622,6 +628,8 @@ static void *engine_main(void *arg)
         if (c->ep->cq_tail != cq_before) {
             uint64_t one = 1;
             if (write(c->comp_fd, &one, sizeof(one)) < 0) { /* saturated: the reader is behind, it will see them */ }
+            /* let the woken application thread run now rather than behind this busy thread */
+            sched_yield();
         }
         signal_async(c);
         if (LOAD_SC(c->waiters))
@@ -634,8 +642,10 @@ static void *engine_main(void *arg)
         }
         if (!idle_since)
             idle_since = now;
-        if (now - idle_since < c->spin_ns)
+        if (now - idle_since < c->spin_ns) {
+            sched_yield(); /* spin politely: a runnable application or switch gets the core */
             continue;
+        }
         uint64_t next = mrc_ep_next_timer(c->ep, now);
         STORE_SC(c->sleeping, 1);
         if (LOAD_SC(c->post_seq) != seen) { /* a post raced the decision to sleep */

@@ -380,6 +380,7 @@ struct mrc_peer_cfg { struct mrc_peer_plane plane[16]; uint32_t nplanes; };
 
 struct mrc_port_stats {
     uint64_t tx_packets, tx_bytes, rx_packets, rx_bytes, tx_errors, rx_foreign, tx_no_path, rx_batches, tx_batches;
+    uint64_t rx_ring_drops; /* frames the kernel dropped because the rx ring was full (PACKET_STATISTICS) */
 };
 
 struct mrc_ctx;
