@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import socket
+import subprocess
 import time
 from contextlib import suppress
 
@@ -417,3 +418,29 @@ def flap(name: str, target: str, period: float, count: int | None = None, durati
     finally:
         heal(name, link.name)
     return cycles
+
+
+# ------------------------------------------------------- wire-sized packets
+def wire_sized(t: Topology, segs: int = 1) -> int:
+    """Make every switch interface carry wire-size packets (``gso_max_segs``).
+
+    Kernel TCP hands 64 KB GSO super-packets to a veth and they cross the
+    emulated switches whole: one route lookup per 64 KB, which no real switch
+    does. With ``gso_max_segs 1`` on the switch interfaces, a super-packet is
+    cut into MTU-size packets at the first switch (the leaf), so the fabric
+    forwards the same packet sizes a real one would. The hosts keep their
+    GSO, as a host keeps TSO on a real NIC. MRC is unaffected (it sends
+    packets of at most the MTU). Returns the number of interfaces set."""
+    require_root("wire-sized fabric")
+    per_node: dict[str, list[str]] = {}
+    switches = set(t.switch_nodes())
+    for link in t.links():
+        for node, ifname in ((link.a_node, link.a_if), (link.b_node, link.b_if)):
+            if node in switches:
+                per_node.setdefault(node, []).append(ifname)
+    for node, ifnames in per_node.items():
+        script = "".join(f"link set dev {i} gso_max_segs {segs}\n" for i in ifnames)
+        r = subprocess.run(["ip", "-n", t.ns(node), "-batch", "-"], input=script, text=True, capture_output=True)
+        if r.returncode != 0:
+            raise FabricError(f"setting gso_max_segs in {t.ns(node)} failed: {r.stderr.strip()}")
+    return sum(len(v) for v in per_node.values())

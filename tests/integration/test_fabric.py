@@ -228,6 +228,70 @@ def test_kernel_tcp_runs_over_the_chosen_plane(small_fabric):
     assert sent[plane] > 4 << 20 and sent[0] < 10_000, sent
 
 
+def _link_stats(t, node, ifnames):
+    from pyroute2 import IPRoute
+
+    with IPRoute(netns=t.ns(node)) as ipr:
+        st = [ipr.get_links(ifname=i)[0].get("IFLA_STATS64") for i in ifnames]
+    return sum(x["tx_packets"] for x in st), sum(x["tx_bytes"] for x in st)
+
+
+def _tcp_send(t, plane, nbytes):
+    dst = t.inner_address(1, plane)
+    srv = ns.run_in(t.ns("h1"), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM))
+    srv.bind((dst, 5202))
+    srv.listen(1)
+    got = []
+
+    def serve():
+        c, _ = srv.accept()
+        n = 0
+        while b := c.recv(1 << 20):
+            n += len(b)
+        got.append(n)
+        c.close()
+
+    th = threading.Thread(target=serve)
+    th.start()
+    cli = ns.run_in(t.ns("h0"), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM))
+    cli.settimeout(10)
+    cli.connect((dst, 5202))
+    cli.sendall(b"y" * nbytes)
+    cli.close()
+    th.join(10)
+    srv.close()
+    return got
+
+
+def test_wire_sized_makes_switches_forward_mtu_size_packets(small_fabric):
+    """Kernel TCP's GSO super-packets cross the emulated switches whole until
+    wire_sized() sets gso_max_segs 1 on the switch interfaces; then the leaf
+    cuts them and its uplinks carry packets no larger than the MTU."""
+    t = small_fabric
+    plane = 1
+    leaf = t.leaf(plane, t.host_leaf(0))
+    uplinks = [link.a_if for link in t.links() if link.a_node == leaf]
+    from pyroute2 import IPRoute
+
+    with IPRoute(netns=t.ns(leaf)) as ipr:
+        mtu = ipr.get_links(ifname=uplinks[0])[0].get("IFLA_MTU")
+
+    def mean_size():
+        p0, b0 = _link_stats(t, leaf, uplinks)
+        assert _tcp_send(t, plane, 16 << 20) == [16 << 20]
+        p1, b1 = _link_stats(t, leaf, uplinks)
+        return (b1 - b0) / (p1 - p0)
+
+    assert mean_size() > 2 * mtu  # super-packets: one forwarding step per many MTUs
+    n = apply.wire_sized(t)
+    assert n == sum(1 for link in t.links() for node in (link.a_node, link.b_node) if node in t.switch_nodes())
+    assert mean_size() <= mtu + 14
+    # the hosts keep their GSO
+    out = ns.command(t.ns("h0"), ["ip", "-d", "link", "show", "dev", t.port_ifname(plane)], capture_output=True,
+                     text=True, check=True).stdout
+    assert "gso_max_segs 65535" in out, out
+
+
 def test_rate_installs_tbf_and_heal_removes_it(small_fabric):
     from pyroute2 import IPRoute
 
