@@ -10,6 +10,7 @@
     mrc perf server | client HOST  RDMA WRITE bandwidth and latency
     mrc capture NODE -w FILE       tcpdump of MRC packets inside a namespace
     mrc decode FILE [--json]       per-QP summary of a capture (scapy)
+    mrc ctl ev|events|port|cc ...  controller API of a running MRC process
 
 Every error prints one line saying what is wrong and what to do, and exits 2.
 """
@@ -90,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     dec.add_argument("file", help="a pcap or pcapng file")
     _json(dec)
 
+    from mrc.ctl import cli as ctl_cli
+
+    ctl_cli.add_parser(sub)
     fab = sub.add_parser("fabric", help="build, check, break and remove a multi-plane SRv6 fabric",
                          description="A fabric of P independent planes (each a 2-tier Clos of T0 leaves and T1 "
                                      "spines) built from network namespaces and veth pairs; switches forward with "
@@ -337,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
                 perf.main_json(res) if a.json else perf.print_table(res)
                 return 0 if all(r["verified"] is not False for r in res) else 1
             parser.parse_args(["perf", "--help"])
+        if a.cmd == "ctl":
+            from mrc.ctl import cli as ctl_cli
+
+            return ctl_cli.run(a)
         if a.cmd == "capture":
             from mrc import capture
 

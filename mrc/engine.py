@@ -165,6 +165,7 @@ class QueuePair:
         qpn = ffi.new("uint32_t *")
         check(ep.call(lib.mrc_qp_create, attr.to_c(), qpn), "create QP")
         self.qpn = qpn[0]
+        self.destroyed = False
 
     def modify(self, state: int, dest_qpn: int = 0, peer: int = 0) -> None:
         check(self.ep.call(lib.mrc_qp_modify, self.qpn, state, dest_qpn, peer),
@@ -230,6 +231,7 @@ class QueuePair:
 
     def destroy(self) -> None:
         check(self.ep.call(lib.mrc_qp_destroy, self.qpn), f"destroy QP {self.qpn}")
+        self.destroyed = True
 
 
 class Endpoint:

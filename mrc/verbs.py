@@ -27,6 +27,7 @@ import select
 import socket
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 
 from mrc._dp import ffi, lib
@@ -265,6 +266,10 @@ class Context(Endpoint):
         self._tls = threading.local()
         self._pending_async: list = []
         self._peers: dict[tuple, int] = {}
+        self._peer_paths: dict[int, dict] = {}
+        self._qps: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        #: NSCC parameters every new QP gets on top of SOFTWARE_CC (``mrc ctl cc set``)
+        self.cc_overrides: dict = {}
         # how long the idle engine polls before it sleeps: latency against CPU
         lib.mrc_ctx_set_spin(self._ctx, int(spin_us * 1000))
         if start:  # start=False: only for the raw-ceiling blaster (bench/)
@@ -345,11 +350,31 @@ class Context(Endpoint):
             attr.planes = self.planes
         if attr.mtu is None:
             attr.mtu = self.payload_size
-        attr.cc = {**SOFTWARE_CC, **attr.cc}
+        attr.cc = {**SOFTWARE_CC, **self.cc_overrides, **attr.cc}
         for k, val in SOFTWARE_TIMING.items():
             if getattr(attr, k) is None:
                 setattr(attr, k, val)
-        return ConnectedQP(self, attr)
+        qp = ConnectedQP(self, attr)
+        self._qps[qp.qpn] = qp
+        return qp
+
+    def live_qps(self) -> dict:
+        """QPN -> QP for this context's QPs that still exist."""
+        return {n: q for n, q in list(self._qps.items()) if not q.destroyed}
+
+    def cc_config(self) -> dict:
+        """The NSCC parameters a new QP gets (C defaults, SOFTWARE_CC, overrides)."""
+        a = ffi.new("struct mrc_qp_attr *")
+        lib.mrc_qp_attr_default(a)
+        base = {name: getattr(a.cc, name) for name, _ in ffi.typeof("struct mrc_cc_params").fields}
+        return {**base, **SOFTWARE_CC, **self.cc_overrides}
+
+    def ev_address(self, qp: QueuePair, ev: int) -> str | None:
+        """The destination address EV ``ev`` of a connected ``qp`` sends to."""
+        paths = self._peer_paths.get(getattr(qp, "peer", None), {}).get(ev >> 16)
+        if not paths:
+            return None
+        return paths[:16][(ev & 0xFFFF) % min(len(paths), 16)]
 
     def local_info(self, qp: QueuePair, mr: MemoryRegion | None = None) -> RemoteInfo:
         """What to send a peer so it can connect to ``qp`` (and write into ``mr``)."""
@@ -373,6 +398,7 @@ class Context(Endpoint):
             pp.npaths = min(len(paths), 16)
         idx = check(lib.mrc_ctx_add_peer(self._ctx, cfg), "add peer")
         self._peers[key] = idx
+        self._peer_paths[idx] = {int(p): list(a) for p, a in (remote.paths or {}).items()}
         return idx
 
     def port_stats(self) -> list[dict]:
@@ -398,3 +424,4 @@ class ConnectedQP(QueuePair):
     def connect(self, remote: RemoteInfo) -> None:  # type: ignore[override]
         peer = self.ep.peer_index(remote)
         super().connect(remote.qpn, peer)
+        self.peer = peer

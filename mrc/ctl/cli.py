@@ -1,0 +1,162 @@
+"""``mrc ctl``: drive a running MRC process's control endpoint.
+
+    mrc ctl list                        the endpoints on this machine
+    mrc ctl ev list [--qpn N]           every EV of a QP: plane, state, path
+    mrc ctl ev deny EV|--path ADDR      stop using an EV (or every EV of a path)
+    mrc ctl ev allow EV|--path ADDR     use it again
+    mrc ctl events [--follow]           EV state changes (GOOD, ASSUMED_BAD, ...)
+    mrc ctl port down|up PLANE          a port's admin state
+    mrc ctl cc show | cc set K=V ...    the NSCC profile new QPs get
+
+An EV is written PLANE/ENTROPY (2/5) or as its number (0x20005). With one
+endpoint running, it is used; otherwise pick one with --pid or --endpoint.
+Changing anything needs root (or CAP_NET_ADMIN).
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import sys
+import time
+
+from mrc.ctl.endpoint import ControlClient, ctl_dir, endpoints
+from mrc.ctl.profiles import NSCC_FIELDS, CtlError
+
+
+def parse_ev(text: str) -> int:
+    try:
+        if "/" in text:
+            plane, entropy = (int(x, 0) for x in text.split("/", 1))
+            if not (0 <= plane < 16 and 0 <= entropy < 1 << 16):
+                raise ValueError
+            return plane << 16 | entropy
+        return int(text, 0)
+    except ValueError:
+        raise CtlError(errno.EINVAL, f"bad EV {text!r}: write PLANE/ENTROPY (2/5) or a number (0x20005)") from None
+
+
+def ev_name(ev: int) -> str:
+    return f"{ev >> 16}/{ev & 0xFFFF}"
+
+
+def add_parser(sub) -> None:
+    ctl = sub.add_parser("ctl", help="the controller API of a running MRC process (EVs, events, ports, CC)",
+                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ctl.add_argument("--pid", type=int, help="the process whose endpoint to use")
+    ctl.add_argument("--endpoint", help=f"a control socket path (default: the one under {ctl_dir()})")
+    ctl.add_argument("--json", action="store_true", help="print JSON")
+    cs = ctl.add_subparsers(dest="ccmd")
+    cs.add_parser("list", help="the control endpoints on this machine")
+    ev = cs.add_parser("ev", help="list, deny or allow EVs")
+    es = ev.add_subparsers(dest="evcmd")
+    p = es.add_parser("list", help="every EV of a QP")
+    p.add_argument("--qpn", type=int, help="the QP (needed when the process has several)")
+    for name, what in (("deny", "stop using"), ("allow", "use again")):
+        p = es.add_parser(name, help=f"{what} an EV, or every EV that takes a path")
+        p.add_argument("ev", nargs="?", help="PLANE/ENTROPY or a number")
+        p.add_argument("--path", help="a destination address: every EV that sends there")
+        p.add_argument("--qpn", type=int)
+    p = cs.add_parser("events", help="EV state changes since the endpoint started")
+    p.add_argument("--follow", action="store_true", help="keep printing new events until interrupted")
+    p.add_argument("--interval", type=float, default=0.2, help="seconds between polls with --follow")
+    p = cs.add_parser("port", help="set a port's admin state (a disabled port reports DOWN)")
+    p.add_argument("state", choices=["down", "up"])
+    p.add_argument("plane", type=int)
+    cc = cs.add_parser("cc", help="show or set the NSCC profile new QPs get")
+    ccs = cc.add_subparsers(dest="cccmd")
+    ccs.add_parser("show")
+    p = ccs.add_parser("set", help=f"KEY=VALUE pairs; keys: {', '.join(NSCC_FIELDS)}")
+    p.add_argument("pairs", nargs="+")
+
+
+def _endpoint(a) -> str:
+    if a.endpoint:
+        return a.endpoint
+    if a.pid:
+        return os.path.join(ctl_dir(), f"{a.pid}.sock")
+    found = endpoints()
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise CtlError(errno.ENOENT, f"no MRC process serves a control endpoint under {ctl_dir()}")
+    raise CtlError(errno.EINVAL, f"{len(found)} endpoints: pick one with --pid ({', '.join(found)})")
+
+
+def _out(a, obj, text: str) -> None:
+    print(json.dumps(obj, indent=1) if a.json else text)
+
+
+def run(a) -> int:
+    if a.ccmd == "list":
+        rows = []
+        for path in endpoints():
+            try:
+                with ControlClient(path, timeout=2) as c:
+                    rows.append({"endpoint": path, **c.call("info")})
+            except (CtlError, OSError) as e:
+                rows.append({"endpoint": path, "error": str(e)})
+        _out(a, rows, "\n".join(f"{r['endpoint']}: pid {r.get('pid')} host {r.get('host')} QPs {r.get('qps')}"
+                                for r in rows) or "no control endpoints")
+        return 0
+    if a.ccmd is None:
+        raise CtlError(errno.EINVAL, "missing command: see `mrc ctl --help`")
+    with ControlClient(_endpoint(a)) as c:
+        if a.ccmd == "ev":
+            if a.evcmd == "list":
+                r = c.call("ev_list", **({"qpn": a.qpn} if a.qpn is not None else {}))
+                lines = [f"QP {r['qpn']}: {len(r['evs'])} EVs", f"{'EV':<8} {'state':<12} {'active':<7} path"]
+                lines += [f"{ev_name(e['ev']):<8} {e['state']:<12} {'yes' if e['active'] else 'spare':<7} "
+                          f"{e['address'] or '-'}" for e in r["evs"]]
+                _out(a, r, "\n".join(lines))
+                return 0
+            if a.evcmd in ("deny", "allow"):
+                if (a.ev is None) == (a.path is None):
+                    raise CtlError(errno.EINVAL, "name one EV or one --path")
+                args = {"state": "DENIED" if a.evcmd == "deny" else "GOOD"}
+                args.update({"ev": parse_ev(a.ev)} if a.ev else {"path": a.path})
+                if a.qpn is not None:
+                    args["qpn"] = a.qpn
+                r = c.call("ev_set", **args)
+                _out(a, r, f"QP {r['qpn']}: {', '.join(map(ev_name, r['evs']))} now {r['state']}")
+                return 0
+            raise CtlError(errno.EINVAL, "missing ev command: list, deny or allow")
+        if a.ccmd == "events":
+            after = 0
+            while True:
+                r = c.call("events", after=after)
+                if r["dropped"]:
+                    print(json.dumps({"dropped": r["dropped"]}) if a.json else f"({r['dropped']} events dropped)")
+                for e in r["events"]:
+                    print(json.dumps(e) if a.json else
+                          f"{e['t_ns'] / 1e9:.6f} QP {e['qpn']} EV {ev_name(e['ev'])} {e['old']} -> {e['new']}"
+                          f"{' ' + e['address'] if e.get('address') else ''}")
+                after = r["last"]
+                if not a.follow:
+                    return 0
+                sys.stdout.flush()
+                time.sleep(a.interval)
+        if a.ccmd == "port":
+            r = c.call("port", plane=a.plane, up=a.state == "up")
+            _out(a, r, f"plane {r['plane']}: {r['admin']}")
+            return 0
+        if a.ccmd == "cc":
+            if a.cccmd == "set":
+                cfg = {}
+                for pair in a.pairs:
+                    k, sep, v = pair.partition("=")
+                    if not sep:
+                        raise CtlError(errno.EINVAL, f"write KEY=VALUE, got {pair!r}")
+                    try:
+                        cfg[k] = int(v, 0)
+                    except ValueError:
+                        raise CtlError(errno.EINVAL, f"{k}: {v!r} is not an integer") from None
+                r = c.call("cc_set", config=cfg)
+            else:
+                r = c.call("cc_show")
+            eff = r["effective"]
+            _out(a, r, f"{r['profile']['algorithm']} ({r['profile']['state']}); new QPs get:\n" +
+                 "\n".join(f"  {k:<24} {eff[k]}" for k in sorted(eff)))
+            return 0
+    raise CtlError(errno.EINVAL, "unknown ctl command: see `mrc ctl --help`")
