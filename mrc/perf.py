@@ -18,6 +18,7 @@ import threading
 import time
 
 from mrc import cm
+from mrc.ctl import endpoint
 from mrc.errors import UsageError
 from mrc.verbs import Context, QPAttr
 
@@ -78,8 +79,10 @@ class _Receiver(threading.Thread):
 
 def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr) -> int:
     ctx = Context()
+    ctl = endpoint.serve(ctx, out)
     lst = cm.listen(port=port)
-    print(f"mrc perf server: {len(ctx.ports)} ports, waiting on port {port}", file=out, flush=True)
+    print(f"mrc perf server: {len(ctx.ports)} ports, waiting on port {port}"
+          f"{f'; control endpoint {ctl.path}' if ctl else ''}", file=out, flush=True)
     try:
         while True:
             conn = lst.accept()
@@ -119,6 +122,8 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr) -> in
                 return 0
     finally:
         lst.close()
+        if ctl:
+            ctl.close()
         ctx.close()
 
 
@@ -126,6 +131,7 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
            depth: int = 16, port: int = cm.DEFAULT_PORT, progress: bool = True, qps: int = 1) -> list[dict]:
     addr = cm.mgmt_address(server_host) if server_host.startswith("h") and server_host[1:].isdigit() else server_host
     ctx = Context()
+    ctl = endpoint.serve(ctx, sys.stderr)
     try:
         max_size = max(sizes)
         src = bytearray(os.urandom(max_size))
@@ -194,6 +200,8 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
         conn.close()
         return results
     finally:
+        if ctl:
+            ctl.close()
         ctx.close()
 
 

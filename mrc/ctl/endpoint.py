@@ -228,6 +228,17 @@ class ControlServer:
         self.close()
 
 
+def serve(ctx, out=None) -> ControlServer | None:
+    """A ControlServer for ``ctx``, or None (with a note on ``out``) when the
+    socket directory cannot be written (not root): the tools run on without."""
+    try:
+        return ControlServer(ctx)
+    except OSError as e:
+        if out is not None:
+            print(f"note: no control endpoint ({e}); `mrc ctl` cannot reach this process", file=out)
+        return None
+
+
 class ControlClient:
     """Talk to a control endpoint: ``ControlClient(path).call("ev_list")``."""
 
