@@ -11,6 +11,7 @@ from mrc._dp import lib
 from mrc.engine import EngineError
 from mrc.fabric import apply, ns
 from mrc.verbs import Context, QPAttr, RemoteInfo
+from tests.integration.conftest import info_for
 
 pytestmark = pytest.mark.root
 
@@ -18,12 +19,6 @@ pytestmark = pytest.mark.root
 
 
 
-def info_for(t, ctx, qp, mr, me):
-    """Our info as the peer needs it: paths *to us* from the other host."""
-    i = ctx.local_info(qp, mr)
-    other = 1 - me
-    i.paths = {p: [t.path_address(other, me, p, s) for s in range(t.spines)] for p in range(t.planes)}
-    return i
 
 
 @pytest.fixture

@@ -15,15 +15,11 @@ from mrc.ctl.endpoint import ControlClient, ControlServer
 from mrc.ctl.profiles import CtlError
 from mrc.fabric import apply, ns
 from mrc.verbs import Context, QPAttr
+from tests.integration.conftest import info_for
 
 pytestmark = pytest.mark.root
 
 
-def info_for(t, ctx, qp, mr, me):
-    i = ctx.local_info(qp, mr)
-    other = 1 - me
-    i.paths = {p: [t.path_address(other, me, p, s) for s in range(t.spines)] for p in range(t.planes)}
-    return i
 
 
 @pytest.fixture

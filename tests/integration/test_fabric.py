@@ -194,33 +194,8 @@ def _tx_bytes(t, node, ifname):
 def test_kernel_tcp_runs_over_the_chosen_plane(small_fabric):
     t = small_fabric
     plane = 1
-    dst = t.inner_address(1, plane)
-    srv = ns.run_in(t.ns("h1"), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM))
-    srv.bind((dst, 5201))
-    srv.listen(1)
-    received = []
-
-    def serve():
-        c, _ = srv.accept()
-        total = 0
-        while True:
-            b = c.recv(1 << 16)
-            if not b:
-                break
-            total += len(b)
-        received.append(total)
-        c.close()
-
-    th = threading.Thread(target=serve)
-    th.start()
     before = {p: _tx_bytes(t, "h0", f"p{p}") for p in range(t.planes)}
-    cli = ns.run_in(t.ns("h0"), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM))
-    cli.settimeout(10)
-    cli.connect((dst, 5201))
-    cli.sendall(b"x" * (4 << 20))
-    cli.close()
-    th.join(10)
-    srv.close()
+    received = _tcp_send(t, plane, 4 << 20)
     after = {p: _tx_bytes(t, "h0", f"p{p}") for p in range(t.planes)}
     assert received == [4 << 20]
     sent = {p: after[p] - before[p] for p in after}
