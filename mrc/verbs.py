@@ -372,9 +372,7 @@ class Context(Endpoint):
     def ev_address(self, qp: QueuePair, ev: int) -> str | None:
         """The destination address EV ``ev`` of a connected ``qp`` sends to."""
         paths = self._peer_paths.get(getattr(qp, "peer", None), {}).get(ev >> 16)
-        if not paths:
-            return None
-        return paths[:16][(ev & 0xFFFF) % min(len(paths), 16)]
+        return paths[(ev & 0xFFFF) % len(paths)] if paths else None  # as queue_tx picks it
 
     def local_info(self, qp: QueuePair, mr: MemoryRegion | None = None) -> RemoteInfo:
         """What to send a peer so it can connect to ``qp`` (and write into ``mr``)."""
@@ -389,16 +387,18 @@ class Context(Endpoint):
             return self._peers[key]
         cfg = ffi.new("struct mrc_peer_cfg *")
         cfg.nplanes = self.planes
+        used = {}
         for plane, final in remote.ports.items():
-            paths = remote.paths.get(plane) or [final]
+            paths = (remote.paths.get(plane) or [final])[:len(cfg.plane[0].paths)]
             pp = cfg.plane[plane]
             pp.final_addr = list(socket.inet_pton(socket.AF_INET6, final))
-            for i, a in enumerate(paths[:16]):
+            for i, a in enumerate(paths):
                 pp.paths[i] = list(socket.inet_pton(socket.AF_INET6, a))
-            pp.npaths = min(len(paths), 16)
+            pp.npaths = len(paths)
+            used[int(plane)] = paths
         idx = check(lib.mrc_ctx_add_peer(self._ctx, cfg), "add peer")
         self._peers[key] = idx
-        self._peer_paths[idx] = {int(p): list(a) for p, a in (remote.paths or {}).items()}
+        self._peer_paths[idx] = used  # what the engine sends to: ev_address() reads it
         return idx
 
     def port_stats(self) -> list[dict]:

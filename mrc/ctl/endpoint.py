@@ -118,11 +118,8 @@ class ControlServer:
         return fn(req)
 
     # --------------------------------------------------------- operations
-    def _qps(self) -> dict:
-        return self.ctx.live_qps()
-
     def _qp(self, req: dict):
-        qps = self._qps()
+        qps = self.ctx.live_qps()
         qpn = req.get("qpn")
         if qpn is None:
             if len(qps) != 1:
@@ -137,7 +134,7 @@ class ControlServer:
         return {"pid": os.getpid(), "ports": [{"ifname": p.ifname, "plane": p.plane, "address": p.address,
                                               "admin": "DISABLED" if p.plane in self._admin_down else "ENABLED"}
                                              for p in self.ctx.ports],
-                "qps": sorted(self._qps()), "host": os.environ.get("MRC_HOST")}
+                "qps": sorted(self.ctx.live_qps()), "host": os.environ.get("MRC_HOST")}
 
     def op_ev_list(self, req: dict) -> dict:
         qp = self._qp(req)
@@ -176,7 +173,7 @@ class ControlServer:
                 self._events.append({"seq": self._seq, **ev, "address": self._address_of(ev)})
 
     def _address_of(self, ev: dict) -> str | None:
-        ref = self._qps().get(ev["qpn"])
+        ref = self.ctx.live_qps().get(ev["qpn"])
         return self.ctx.ev_address(ref, ev["ev"]) if ref is not None else None
 
     def op_events(self, req: dict) -> dict:
@@ -206,7 +203,7 @@ class ControlServer:
             self.cc.offline()
         self.cc.modify(req.get("algorithm", "uet-1.0-nscc"), {**self.cc.config, **cfg})
         self.cc.online()
-        self.ctx.cc_overrides.update(cfg)
+        self.ctx.cc_overrides = dict(self.cc.config)
         return {"profile": self.cc.query(), "effective": self.ctx.cc_config()}
 
     # ------------------------------------------------------------ closing
