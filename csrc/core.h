@@ -152,7 +152,18 @@ struct ctrl {
     uint16_t peer;
     uint32_t ev;
     uint8_t tclass;
+    uint32_t probe_id;       /* an EV probe request: stamp its send time when it leaves */
 };
+
+struct probe {
+    uint32_t id;
+    uint32_t ev;
+    uint16_t peer;
+    uint8_t state;           /* PROBE_FREE, _PENDING, _ANSWERED */
+    uint8_t port;
+    uint64_t t_sent, rtt;
+};
+enum { PROBE_FREE = 0, PROBE_PENDING = 1, PROBE_ANSWERED = 2 };
 
 struct mrc_ep {
     struct mrc_ep_attr a;
@@ -175,6 +186,9 @@ struct mrc_ep {
     uint32_t flush_pending;  /* a post raced a QP into ERROR: flush on the next poll_tx */
     struct mrc_async_event aeq[MRC_AEQ_SIZE]; /* asynchronous events (ring; full: counted in aeq_dropped) */
     uint32_t aeq_head, aeq_tail, aeq_dropped;
+    struct probe *probes;    /* EV probes in flight, slot = id % MRC_PROBE_MAX */
+    uint32_t probe_seq;
+    uint32_t probe_answered; /* bumped on every answer: a waiter reads it without the lock */
 };
 
 /* wire.c */

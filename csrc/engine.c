@@ -681,6 +681,80 @@ int mrc_ctx_start(struct mrc_ctx *c)
     return 0;
 }
 
+/* ------------------------------------------------------------ EV probes */
+int mrc_ctx_ep_batch_send_wait(struct mrc_ctx *c, const struct mrc_probe_req *req, uint32_t n, uint64_t timeout_ns,
+                               struct mrc_probe_resp *out)
+{
+    if (n > MRC_PROBE_MAX || (n && (!req || !out)))
+        return -EINVAL;
+    if (!c->started)
+        return -ENOTCONN; /* nothing would send them */
+    uint32_t *ids = calloc(n ? n : 1, sizeof(*ids));
+    if (!ids)
+        return -ENOMEM;
+    uint64_t deadline = mrc_ctx_now_ns() + timeout_ns;
+    uint32_t queued = 0, left = 0, answered = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t plane = req[i].ev >> 16;
+        out[i] = (struct mrc_probe_resp){.status = -ETIMEDOUT, .ev = req[i].ev, .peer = req[i].peer};
+        if (plane >= MRC_MAX_PLANES || c->plane_port[plane] < 0)
+            out[i].status = -ENETDOWN; /* no port on that plane */
+        else if (req[i].peer >= c->npeers || !c->peers[req[i].peer].plane[plane].npaths)
+            out[i].status = -EHOSTUNREACH;
+        else
+            left++;
+    }
+    /* queue them all (the control ring may fill: let the engine drain it), then wait */
+    uint32_t seen = 0;
+    while (left) {
+        uint64_t now = mrc_ctx_now_ns();
+        if (queued < n) {
+            mrc_ctx_lock(c);
+            for (; queued < n; queued++) {
+                if (out[queued].status != -ETIMEDOUT)
+                    continue;
+                int rc = mrc_ep_probe_send(c->ep, req[queued].peer, req[queued].ev, mrc_ctx_now_ns(), &ids[queued]);
+                if (rc == -ENOSPC || rc == -EBUSY)
+                    break; /* try again after the engine sent some */
+                if (rc < 0) {
+                    out[queued].status = rc;
+                    left--;
+                }
+            }
+            mrc_ctx_unlock(c);
+        }
+        uint32_t got = __atomic_load_n(&c->ep->probe_answered, __ATOMIC_ACQUIRE);
+        if (got != seen) {
+            seen = got;
+            mrc_ctx_lock(c);
+            for (uint32_t i = 0; i < queued; i++) {
+                struct mrc_probe_result r;
+                if (!ids[i] || out[i].status != -ETIMEDOUT || mrc_ep_probe_result(c->ep, ids[i], &r) != 1)
+                    continue;
+                out[i].status = 0;
+                out[i].port = r.port;
+                out[i].rtt_ns = r.rtt_ns;
+                ids[i] = 0;
+                answered++;
+                left--;
+            }
+            mrc_ctx_unlock(c);
+            continue;
+        }
+        if (now >= deadline)
+            break;
+        struct timespec ts = {0, 20000}; /* 20 us: probes answer in tens of us */
+        nanosleep(&ts, NULL);
+    }
+    mrc_ctx_lock(c);
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] && out[i].status == -ETIMEDOUT)
+            mrc_ep_probe_cancel(c->ep, ids[i]); /* a late answer is now STALE_PROBE */
+    mrc_ctx_unlock(c);
+    free(ids);
+    return (int)answered;
+}
+
 int64_t mrc_ctx_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns)
 {
     if (c->started)

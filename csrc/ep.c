@@ -77,7 +77,8 @@ int mrc_ep_create(const struct mrc_ep_attr *attr, struct mrc_ep **out)
     ep->ctl = calloc(ep->ctl_size, sizeof(*ep->ctl));
     ep->evq_size = ep->a.ev_event_depth + 1;
     ep->evq = calloc(ep->evq_size, sizeof(*ep->evq));
-    if (!ep->mrs || !ep->qps || !ep->act || !ep->cq || !ep->ctl || !ep->evq) {
+    ep->probes = calloc(MRC_PROBE_MAX, sizeof(*ep->probes));
+    if (!ep->mrs || !ep->qps || !ep->act || !ep->cq || !ep->ctl || !ep->evq || !ep->probes) {
         mrc_ep_destroy(ep);
         return -ENOMEM;
     }
@@ -112,6 +113,7 @@ void mrc_ep_destroy(struct mrc_ep *ep)
     free(ep->cq);
     free(ep->ctl);
     free(ep->evq);
+    free(ep->probes);
     free(ep);
 }
 
@@ -329,6 +331,7 @@ struct ctrl *ep_ctrl_slot(struct mrc_ep *ep)
         return NULL; /* full: the SACK is dropped; the next one is cumulative */
     struct ctrl *c = &ep->ctl[ep->ctl_tail];
     ep->ctl_tail = nt;
+    c->probe_id = 0;
     return c;
 }
 
@@ -475,6 +478,86 @@ int mrc_post_recv(struct mrc_ep *ep, uint32_t qpn, const uint64_t *wr_ids, uint3
 /* ------------------------------------------------------------ input */
 static void drop(struct mrc_ep *ep, int why) { ep->drops[why]++; }
 
+/* ------------------------------------------------------------ EV probes */
+int mrc_ep_probe_send(struct mrc_ep *ep, uint16_t peer, uint32_t ev, uint64_t now, uint32_t *id)
+{
+    uint32_t plane = ev >> 16;
+    if (plane >= ep->a.planes)
+        return -EINVAL;
+    if (!(ep->port_up & (1u << plane)))
+        return -ENETDOWN;
+    uint32_t pid = ep->probe_seq + 1 ? ep->probe_seq + 1 : 1; /* 0 is "no probe" */
+    struct probe *pr = &ep->probes[pid % MRC_PROBE_MAX];
+    if (pr->state != PROBE_FREE)
+        return -EBUSY;
+    struct ctrl *c = ep_ctrl_slot(ep);
+    if (!c)
+        return -ENOSPC;
+    struct mrc_pkt p = {.opcode = MRC_OP_ENDPOINT_REQUEST, .dqpn = 0, .probe_id = pid, .ep_op = MRC_EP_EV_PROBE,
+                        .port_bitmap = ep->port_up, .t1 = now};
+    int len = mrc_pkt_build(&p, NULL, c->buf, sizeof(c->buf));
+    c->len = (uint16_t)(len > 0 ? len : 0);
+    c->peer = peer;
+    c->ev = ev;
+    c->tclass = MRC_DSCP_CONTROL << 2;
+    c->probe_id = pid;
+    ep->probe_seq = pid;
+    *pr = (struct probe){.id = pid, .ev = ev, .peer = peer, .state = PROBE_PENDING, .t_sent = now};
+    *id = pid;
+    return 0;
+}
+
+int mrc_ep_probe_result(struct mrc_ep *ep, uint32_t id, struct mrc_probe_result *out)
+{
+    struct probe *pr = &ep->probes[id % MRC_PROBE_MAX];
+    if (!id || pr->id != id || pr->state == PROBE_FREE)
+        return -ENOENT;
+    if (pr->state == PROBE_PENDING)
+        return 0;
+    *out = (struct mrc_probe_result){.id = id, .ev = pr->ev, .peer = pr->peer, .port = pr->port, .rtt_ns = pr->rtt};
+    pr->state = PROBE_FREE;
+    return 1;
+}
+
+int mrc_ep_probe_cancel(struct mrc_ep *ep, uint32_t id)
+{
+    struct probe *pr = &ep->probes[id % MRC_PROBE_MAX];
+    if (!id || pr->id != id || pr->state == PROBE_FREE)
+        return -ENOENT;
+    pr->state = PROBE_FREE;
+    return 0;
+}
+
+/* A request: answer on the EV it came in on, with the plane it arrived on.
+ * An answer: the RTT of the probe it names. */
+static int ep_on_ev_probe(struct mrc_ep *ep, const struct mrc_pkt *p, const struct mrc_meta *m, uint64_t now)
+{
+    if (p->opcode == MRC_OP_ENDPOINT_REQUEST) {
+        struct ctrl *c = ep_ctrl_slot(ep);
+        if (!c)
+            return -ENOSPC; /* the prober times out, as on a congested path */
+        struct mrc_pkt r = {.opcode = MRC_OP_ENDPOINT_RESPONSE, .dqpn = 0, .probe_id = p->probe_id,
+                            .ep_op = MRC_EP_EV_PROBE, .rx_port = m->port, .port_bitmap = ep->port_up, .ev = m->ev,
+                            .t1 = p->t1, .t2 = 0};
+        int len = mrc_pkt_build(&r, NULL, c->buf, sizeof(c->buf));
+        c->len = (uint16_t)(len > 0 ? len : 0);
+        c->peer = m->peer;
+        c->ev = m->ev;
+        c->tclass = MRC_DSCP_CONTROL << 2;
+        return 0;
+    }
+    struct probe *pr = &ep->probes[p->probe_id % MRC_PROBE_MAX];
+    if (!p->probe_id || pr->id != p->probe_id || pr->state != PROBE_PENDING || pr->peer != m->peer) {
+        drop(ep, MRC_DROP_STALE_PROBE);
+        return -ENOENT;
+    }
+    pr->rtt = now > pr->t_sent ? now - pr->t_sent : 0;
+    pr->port = (uint8_t)m->port;
+    pr->state = PROBE_ANSWERED;
+    __atomic_add_fetch(&ep->probe_answered, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
 int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const struct mrc_meta *m, uint64_t now)
 {
     struct mrc_pkt p;
@@ -487,6 +570,8 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
         drop(ep, MRC_DROP_ICRC);
         return -EBADMSG;
     }
+    if ((p.opcode == MRC_OP_ENDPOINT_REQUEST || p.opcode == MRC_OP_ENDPOINT_RESPONSE) && p.ep_op == MRC_EP_EV_PROBE)
+        return ep_on_ev_probe(ep, &p, m, now); /* connectionless: no QP */
     struct qp *q = ep_qp(ep, p.dqpn);
     if (!q) {
         drop(ep, MRC_DROP_UNKNOWN_QP);
@@ -535,6 +620,8 @@ int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t bufle
             return (int)n;
         memcpy(buf + used, c->buf, c->len);
         d[n] = (struct mrc_txdesc){.off = used, .len = c->len, .ev = c->ev, .peer = c->peer, .tclass = c->tclass};
+        if (c->probe_id && ep->probes[c->probe_id % MRC_PROBE_MAX].id == c->probe_id)
+            ep->probes[c->probe_id % MRC_PROBE_MAX].t_sent = now; /* the RTT starts when it leaves */
         used += c->len;
         n++;
         ep->ctl_head = ring_next(ep->ctl_head, ep->ctl_size);

@@ -283,8 +283,11 @@ int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe)
             if (t < next)
                 next = t;
         }
-        if (next == MRC_INF_NS)
-            return 0; /* idle */
+        if (next == MRC_INF_NS) { /* idle: nothing will happen before until_ns */
+            if (until_ns != MRC_INF_NS && until_ns > s->now)
+                s->now = until_ns;
+            return 0;
+        }
         if (next <= s->now)
             next = s->now + 100; /* a timer that is due but made no progress: step on */
         if (next > until_ns) {

@@ -61,7 +61,7 @@ WC_STATUS = {lib.MRC_WC_SUCCESS: "SUCCESS", lib.MRC_WC_LOC_LEN_ERR: "LOC_LEN_ERR
 EV_STATES = {lib.MRC_EV_GOOD: "GOOD", lib.MRC_EV_SKIP: "SKIP", lib.MRC_EV_ASSUMED_BAD: "ASSUMED_BAD",
              lib.MRC_EV_DENIED: "DENIED", lib.MRC_EV_UNKNOWN: "UNKNOWN"}
 DROP_REASONS = ["malformed", "icrc", "unknown_qp", "qp_state", "psn_window", "rkey", "range", "duplicate",
-                "no_recv", "trimmed", "stale_ack"]
+                "no_recv", "trimmed", "stale_ack", "stale_probe"]
 
 
 @dataclass
@@ -309,6 +309,23 @@ class Endpoint:
         n = self.call(lib.mrc_ep_async_events, out, 256)
         return [AsyncEvent(ASYNC_EVENTS.get(out[i].type, str(out[i].type)), out[i].qpn, out[i].info,
                            out[i].dropped) for i in range(n)]
+
+    def probe_send(self, peer: int, ev: int, now_ns: int = 0) -> int:
+        """Queue an EV probe to ``peer`` on ``ev``; returns its id (the packet
+        leaves on the next poll_tx)."""
+        pid = ffi.new("uint32_t *")
+        check(self.call(lib.mrc_ep_probe_send, peer, ev, now_ns, pid), f"probe EV {ev:#x}")
+        return pid[0]
+
+    def probe_result(self, probe_id: int) -> dict | None:
+        """The answer to probe ``probe_id`` (and forget it), or None while it is pending."""
+        r = ffi.new("struct mrc_probe_result *")
+        if not check(self.call(lib.mrc_ep_probe_result, probe_id, r), f"probe {probe_id}"):
+            return None
+        return {"id": r.id, "ev": r.ev, "peer": r.peer, "port": r.port, "rtt_ns": r.rtt_ns}
+
+    def probe_cancel(self, probe_id: int) -> None:
+        check(self.call(lib.mrc_ep_probe_cancel, probe_id), f"cancel probe {probe_id}")
 
     def input(self, packet: bytes, ev: int = 0, peer: int = 0, port: int = 0, ecn_ce: bool = False,
               trimmed: bool = False, now_ns: int = 0) -> int:

@@ -267,6 +267,8 @@ class Context(Endpoint):
         self._pending_async: list = []
         self._peers: dict[tuple, int] = {}
         self._peer_paths: dict[int, dict] = {}
+        self._peer_ports: dict[int, dict] = {}
+        self._peer_host: dict[int, str | None] = {}
         self._qps: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         #: NSCC parameters every new QP gets on top of SOFTWARE_CC (``mrc ctl cc set``)
         self.cc_overrides: dict = {}
@@ -374,6 +376,35 @@ class Context(Endpoint):
         paths = self._peer_paths.get(getattr(qp, "peer", None), {}).get(ev >> 16)
         return paths[(ev & 0xFFFF) % len(paths)] if paths else None  # as queue_tx picks it
 
+    def peers(self) -> dict[int, dict]:
+        """Peer index -> its host name (if it said), final address and paths per plane."""
+        return {i: {"host": self._peer_host.get(i), "ports": self._peer_ports[i], "paths": self._peer_paths[i]}
+                for i in sorted(self._peer_paths)}
+
+    def probe(self, targets: list[tuple[int, int]], timeout: float = 0.1) -> list[dict]:
+        """EV probes (mrc_ctl_ep_batch_send_wait): one per (peer, ev), sent at
+        once; waits until all are answered or ``timeout`` s passed. Each
+        result: peer, ev, status ("ok", "timeout", "unreachable", "down"),
+        rtt_ns and the local plane the answer came back on."""
+        if len(targets) > lib.MRC_PROBE_MAX:
+            raise MrcError(f"at most {lib.MRC_PROBE_MAX} probes per batch, not {len(targets)}")
+        req = ffi.new("struct mrc_probe_req[]", max(1, len(targets)))
+        out = ffi.new("struct mrc_probe_resp[]", max(1, len(targets)))
+        for i, (peer, ev) in enumerate(targets):
+            req[i].peer, req[i].ev = peer, ev
+        # cffi drops the interpreter lock for the call: other threads run while it waits
+        check(lib.mrc_ctx_ep_batch_send_wait(self._ctx, req, len(targets), int(timeout * 1e9), out), "probe")
+        names = {0: "ok", -errno.ETIMEDOUT: "timeout", -errno.EHOSTUNREACH: "unreachable",
+                 -errno.ENETDOWN: "down"}
+        res = []
+        for i in range(len(targets)):
+            o = out[i]
+            status = names.get(o.status, errno.errorcode.get(-o.status, str(o.status)))
+            res.append({"peer": o.peer, "ev": o.ev, "status": status,
+                        "rtt_ns": o.rtt_ns if o.status == 0 else None, "port": o.port if o.status == 0 else None,
+                        "corrected": bool(o.corrected)})
+        return res
+
     def local_info(self, qp: QueuePair, mr: MemoryRegion | None = None) -> RemoteInfo:
         """What to send a peer so it can connect to ``qp`` (and write into ``mr``)."""
         return RemoteInfo(qpn=qp.qpn, ports={p.plane: p.address for p in self.ports},
@@ -399,6 +430,8 @@ class Context(Endpoint):
         idx = check(lib.mrc_ctx_add_peer(self._ctx, cfg), "add peer")
         self._peers[key] = idx
         self._peer_paths[idx] = used  # what the engine sends to: ev_address() reads it
+        self._peer_ports[idx] = {int(k): v for k, v in remote.ports.items()}
+        self._peer_host[idx] = remote.host
         return idx
 
     def port_stats(self) -> list[dict]:

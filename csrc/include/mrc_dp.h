@@ -190,7 +190,8 @@ enum mrc_drop {
     MRC_DROP_NO_RECV = 8,
     MRC_DROP_TRIMMED = 9,
     MRC_DROP_STALE_ACK = 10,
-    MRC_DROP_NREASONS = 11,
+    MRC_DROP_STALE_PROBE = 11, /* an EV probe response nobody waits for (late, or never asked) */
+    MRC_DROP_NREASONS = 12,
 };
 
 struct mrc_sge { uint64_t addr; uint32_t length; uint32_t lkey; };
@@ -322,6 +323,20 @@ int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now_ns);
 int mrc_ev_list(struct mrc_ep *ep, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
 int mrc_ev_set_state(struct mrc_ep *ep, uint32_t qpn, uint32_t ev, uint32_t state);
 int mrc_ev_poll_events(struct mrc_ep *ep, struct mrc_ev_event *out, uint32_t max);
+
+/* EV probes (protocol.md 3): a connectionless ENDPOINT_REQUEST on one EV to
+ * a peer, answered by the peer's endpoint on the EV it arrived on. send
+ * queues one (-ENOSPC: control ring full, -EBUSY: probe table full,
+ * -ENETDOWN: the EV's plane is down here, -EINVAL: no such plane) and gives
+ * its id; result gives 1 and the answer (and forgets the probe), 0 while it
+ * is pending, -ENOENT for an id it does not know; cancel forgets a probe
+ * (timed out), so a late answer is dropped as STALE_PROBE. The RTT runs from
+ * the poll_tx that sent the request to the input of the answer. */
+#define MRC_PROBE_MAX 1024
+struct mrc_probe_result { uint32_t id; uint32_t ev; uint16_t peer; uint8_t port; uint8_t corrected; uint64_t rtt_ns; };
+int mrc_ep_probe_send(struct mrc_ep *ep, uint16_t peer, uint32_t ev, uint64_t now_ns, uint32_t *id);
+int mrc_ep_probe_result(struct mrc_ep *ep, uint32_t id, struct mrc_probe_result *out);
+int mrc_ep_probe_cancel(struct mrc_ep *ep, uint32_t id);
 int mrc_ep_async_events(struct mrc_ep *ep, struct mrc_async_event *out, uint32_t max);
 
 /* ----------------------------------------------------- in-memory link
@@ -420,6 +435,17 @@ void mrc_ctx_set_spin(struct mrc_ctx *c, uint64_t ns);
 int mrc_ctx_populate(void *addr, uint64_t len);
 int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st);
 uint64_t mrc_ctx_now_ns(void);
+/* mrc_ctl_ep_batch_send_wait for EV probes: send one probe per request and
+ * wait until every one is answered or timeout_ns has passed. out[i].status:
+ * 0 answered (port = local plane the answer arrived on, rtt_ns), -ETIMEDOUT,
+ * -EHOSTUNREACH (no such peer or no path on that plane), -ENETDOWN (plane
+ * down here), -EINVAL. corrected is 0: the responder's service time is not
+ * reported (device caps SVC_TIME false). Returns how many were answered, or
+ * -errno. Blocks the calling thread (not the engine). */
+struct mrc_probe_req { uint32_t ev; uint16_t peer; };
+struct mrc_probe_resp { int32_t status; uint32_t ev; uint16_t peer; uint8_t port; uint8_t corrected; uint64_t rtt_ns; };
+int mrc_ctx_ep_batch_send_wait(struct mrc_ctx *c, const struct mrc_probe_req *req, uint32_t n, uint64_t timeout_ns,
+                               struct mrc_probe_resp *out);
 /* The raw ceiling: send pre-built packets (no protocol) to a peer over every
  * plane and path for duration_ns, from the calling thread (the engine thread
  * must not be started). Returns packets sent or -errno. */

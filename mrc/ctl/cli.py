@@ -5,6 +5,7 @@
     mrc ctl ev deny EV|--path ADDR      stop using an EV (or every EV of a path)
     mrc ctl ev allow EV|--path ADDR     use it again
     mrc ctl events [--follow]           EV state changes (GOOD, ASSUMED_BAD, ...)
+    mrc ctl probe [DST] [--all-paths]   EV probes to a peer: RTT per plane or per path
     mrc ctl port down|up PLANE          a port's admin state
     mrc ctl cc show | cc set K=V ...    the NSCC profile new QPs get
 
@@ -41,6 +42,22 @@ def ev_name(ev: int) -> str:
     return f"{ev >> 16}/{ev & 0xFFFF}"
 
 
+def probe_matrix(r: dict) -> str:
+    """Plane x path table of RTTs (us) from a probe answer."""
+    rows: dict[int, dict[int, str]] = {}
+    for p in r["probes"]:
+        cell = f"{p['rtt_ns'] / 1000:.1f}us" if p["status"] == "ok" else p["status"]
+        rows.setdefault(p["ev"] >> 16, {})[p["ev"] & 0xFFFF] = cell
+    width = max((len(row) for row in rows.values()), default=0)
+    ok = sum(p["status"] == "ok" for p in r["probes"])
+    lines = [f"probe {r['host'] or '#' + str(r['peer'])}: {ok} of {len(r['probes'])} answered "
+             f"(timeout {r['timeout_ms']:g} ms)",
+             "plane " + "".join(f"{'path' + str(i):>10}" for i in range(width))]
+    for plane in sorted(rows):
+        lines.append(f"{plane:<5} " + "".join(f"{rows[plane].get(i, '-'):>10}" for i in range(width)))
+    return "\n".join(lines)
+
+
 def add_parser(sub) -> None:
     ctl = sub.add_parser("ctl", help="the controller API of a running MRC process (EVs, events, ports, CC)",
                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -61,6 +78,14 @@ def add_parser(sub) -> None:
     p = cs.add_parser("events", help="EV state changes since the endpoint started")
     p.add_argument("--follow", action="store_true", help="keep printing new events until interrupted")
     p.add_argument("--interval", type=float, default=0.2, help="seconds between polls with --follow")
+    p = cs.add_parser("probe", help="EV probes to a peer: the RTT of every plane (or of every path)",
+                      description="Send EV probes (connectionless ENDPOINT_REQUESTs) to a peer the process "
+                                  "is connected to and wait for the answers: one per plane, or with "
+                                  "--all-paths one per path, printed as a plane x path matrix of RTTs.")
+    p.add_argument("dst", nargs="?", help="the peer: its host name, one of its addresses or #INDEX "
+                                          "(default: the only peer)")
+    p.add_argument("--all-paths", action="store_true", help="probe every path, not one per plane")
+    p.add_argument("--timeout-ms", type=float, default=100.0, help="how long to wait for answers (default 100)")
     p = cs.add_parser("port", help="set a port's admin state (a disabled port reports DOWN)")
     p.add_argument("state", choices=["down", "up"])
     p.add_argument("plane", type=int)
@@ -137,6 +162,13 @@ def run(a) -> int:
                     return 0
                 sys.stdout.flush()
                 time.sleep(a.interval)
+        if a.ccmd == "probe":
+            args = {"all_paths": a.all_paths, "timeout_ms": a.timeout_ms}
+            if a.dst is not None:
+                args["dst"] = a.dst
+            r = c.call("probe", **args)
+            _out(a, r, probe_matrix(r))
+            return 0 if any(p["status"] == "ok" for p in r["probes"]) else 1
         if a.ccmd == "port":
             r = c.call("port", plane=a.plane, up=a.state == "up")
             _out(a, r, f"plane {r['plane']}: {r['admin']}")

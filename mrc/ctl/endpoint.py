@@ -12,7 +12,8 @@ Operations: ``info``; ``ev_list`` [qpn]; ``ev_set`` qpn, state (DENIED or
 GOOD) and either ev or path (every EV that takes that destination
 address); ``events`` [after] (EV events since a sequence number, with drop
 counts); ``port`` plane, up; ``cc_show``; ``cc_set`` config (the NSCC
-parameters new QPs get).
+parameters new QPs get); ``probe`` [dst] [all_paths] [timeout_ms] (EV probes
+to a peer: one per plane, or one per path, each with its RTT or a timeout).
 
 While a server runs it is the consumer of the context's EV events (the
 engine queue is read once): read them through ``events``.
@@ -185,6 +186,38 @@ class ControlServer:
             first = evs[0]["seq"] if evs else self._seq + 1
             missed = max(0, first - after - 1)
             return {"events": evs, "dropped": missed, "last": self._seq}
+
+    def _peer(self, dst) -> tuple[int, dict]:
+        peers = self.ctx.peers()
+        if dst is None:
+            if len(peers) != 1:
+                raise CtlError(errno.EINVAL, f"this context knows {len(peers)} peers: name one "
+                                             f"({', '.join(str(p['host'] or i) for i, p in peers.items()) or 'none'})")
+            return next(iter(peers.items()))
+        dst = str(dst)
+        for i, p in peers.items():
+            addrs = set(p["ports"].values()) | {a for paths in p["paths"].values() for a in paths}
+            if dst in (p["host"], f"#{i}") or dst in addrs:
+                return i, p
+        raise CtlError(errno.ENOENT, f"no peer {dst!r}: this context only probes peers it is connected to "
+                                     f"({', '.join(str(p['host'] or f'#{i}') for i, p in peers.items()) or 'none'})")
+
+    def op_probe(self, req: dict) -> dict:
+        idx, peer = self._peer(req.get("dst"))
+        timeout_ms = float(req.get("timeout_ms", 100))
+        if not 0 < timeout_ms <= 10_000:
+            raise CtlError(errno.EINVAL, f"timeout_ms must be in (0, 10000], not {timeout_ms}")
+        local = {p.plane for p in self.ctx.ports}
+        targets = []
+        for plane, paths in sorted(peer["paths"].items()):
+            if plane in local:
+                for e in range(len(paths) if req.get("all_paths") else 1):
+                    targets.append((idx, plane << 16 | e))
+        res = self.ctx.probe(targets, timeout=timeout_ms / 1000)
+        for r in res:
+            paths = peer["paths"][r["ev"] >> 16]
+            r["address"] = paths[(r["ev"] & 0xFFFF) % len(paths)]
+        return {"peer": idx, "host": peer["host"], "timeout_ms": timeout_ms, "probes": res}
 
     def op_port(self, req: dict) -> dict:
         plane, up = int(req["plane"]), bool(req["up"])

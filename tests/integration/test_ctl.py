@@ -144,6 +144,47 @@ def test_events_follow_a_cut_and_a_heal(ctl):
     assert all(e["dropped"] == 0 for e in events)
 
 
+def test_probe_a_dead_path_times_out_and_a_live_one_returns_an_rtt(ctl):
+    t, ca, cb, qa, ms, ib, srv, *_ = ctl
+    cut = t.path_address(0, 1, 1, 1)  # plane 1 through its second spine
+    # every path answers on a healthy fabric, on the plane it was sent on
+    r = json.loads(mrc_ctl(srv, "probe", "--all-paths").stdout)
+    assert len(r["probes"]) == t.planes * t.spines
+    assert {p["address"] for p in r["probes"]} == {t.path_address(0, 1, p, s) for p in range(t.planes)
+                                                  for s in range(t.spines)}
+    for p in r["probes"]:
+        assert p["status"] == "ok", p
+        assert p["port"] == p["ev"] >> 16
+        assert 0 < p["rtt_ns"] < 100_000_000
+    apply.fail(t.name, f"{t.leaf(1, 0)}-{t.spine(1, 1)}")
+    try:
+        r = json.loads(mrc_ctl(srv, "probe", ib.ports[1], "--all-paths", "--timeout-ms", "200",
+                               check=False).stdout)
+        by_addr = {p["address"]: p for p in r["probes"]}
+        assert by_addr[cut]["status"] == "timeout" and by_addr[cut]["rtt_ns"] is None
+        assert all(p["status"] == "ok" for a, p in by_addr.items() if a != cut), by_addr
+        # the table a person reads: plane 1's second path says timeout, the rest RTTs
+        text = subprocess.run([sys.executable, "-m", "mrc", "ctl", "--endpoint", srv.path, "probe", "--all-paths",
+                               "--timeout-ms", "200"], capture_output=True, text=True, timeout=30).stdout
+    finally:
+        apply.heal(t.name, None)
+    rows = {int(line.split()[0]): line.split()[1:] for line in text.splitlines() if line[:1].isdigit()}
+    assert rows[1][1] == "timeout" and rows[1][0].endswith("us"), text
+    assert all(c.endswith("us") for p, row in rows.items() if p != 1 for c in row), text
+    # healed: it answers again (routes come back with the link)
+    deadline = time.monotonic() + 10
+    while True:
+        res = ca.probe([(qa.peer, 1 << 16 | e) for e in range(t.spines)], timeout=0.2)
+        if all(x["status"] == "ok" for x in res) or time.monotonic() > deadline:
+            break
+    assert all(x["status"] == "ok" for x in res), res
+    # a probe to a peer the context does not know is refused, not sent
+    bad = ca.probe([(qa.peer + 7, 0)], timeout=0.05)
+    assert bad[0]["status"] == "unreachable"
+    r = mrc_ctl(srv, "probe", "fc00:dead::1", check=False)
+    assert r.returncode != 0 and "no peer" in r.stderr
+
+
 def test_port_down_stops_the_plane_and_up_restores_it(ctl):
     t, ca, cb, qa, ms, ib, srv, *_ = ctl
     r = json.loads(mrc_ctl(srv, "port", "down", "2").stdout)
