@@ -106,6 +106,7 @@ struct qp {
     uint16_t peer;
     uint32_t state;
     struct mrc_qp_attr a;
+    uint16_t ev_paths[MRC_MAX_PLANES]; /* per plane: EVs with equal entropy mod this share a path (0: unknown) */
     uint32_t win;            /* mpr * 128 */
     /* requester */
     struct wqe *sq;

@@ -366,6 +366,7 @@ LOCKED_CALL(ep_drops, (struct mrc_ctx *c, uint64_t *counts, uint32_t n), (c->ep,
 LOCKED_CALL(ep_set_port, (struct mrc_ctx *c, uint32_t plane, int up, uint64_t now_ns), (c->ep, plane, up, now_ns))
 LOCKED_CALL(ev_list, (struct mrc_ctx *c, uint32_t qpn, struct mrc_ev_info *out, uint32_t max), (c->ep, qpn, out, max))
 LOCKED_CALL(ev_set_state, (struct mrc_ctx *c, uint32_t qpn, uint32_t ev, uint32_t state), (c->ep, qpn, ev, state))
+LOCKED_CALL(ev_set_paths, (struct mrc_ctx *c, uint32_t qpn, const uint32_t *npaths, uint32_t nplanes), (c->ep, qpn, npaths, nplanes))
 LOCKED_CALL(ev_poll_events, (struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t max), (c->ep, out, max))
 
 void mrc_ctx_set_spin(struct mrc_ctx *c, uint64_t ns) { __atomic_store_n(&c->spin_ns, ns, __ATOMIC_RELAXED); }

@@ -735,6 +735,18 @@ int mrc_ev_set_state(struct mrc_ep *ep, uint32_t qpn, uint32_t ev, uint32_t stat
     return 0;
 }
 
+int mrc_ev_set_paths(struct mrc_ep *ep, uint32_t qpn, const uint32_t *npaths, uint32_t nplanes)
+{
+    struct qp *q = ep_qp(ep, qpn);
+    if (!q)
+        return -ENOENT;
+    if (nplanes > MRC_MAX_PLANES)
+        return -EINVAL;
+    for (uint32_t p = 0; p < MRC_MAX_PLANES; p++)
+        q->ev_paths[p] = (uint16_t)(p < nplanes && npaths[p] < 0x10000 ? npaths[p] : 0);
+    return 0;
+}
+
 int mrc_ev_poll_events(struct mrc_ep *ep, struct mrc_ev_event *out, uint32_t max)
 {
     uint32_t n = 0;

@@ -159,14 +159,30 @@ int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, ui
     return -EAGAIN;
 }
 
-void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now)
+static void retire(struct mrc_ep *ep, struct qp *q, struct event *e, uint64_t now)
 {
-    struct event *e = ev_find(q, ev);
     if (!e || (e->state != MRC_EV_GOOD && e->state != MRC_EV_SKIP))
         return;
     if (e->in_slot && ev_count_good(q) <= q->a.ev_min_active)
         return; /* the floor: never demote below ev_min_active */
     ev_set_state(ep, q, e, MRC_EV_ASSUMED_BAD, now);
+}
+
+void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now)
+{
+    struct event *e = ev_find(q, ev);
+    if (!e || (e->state != MRC_EV_GOOD && e->state != MRC_EV_SKIP))
+        return;
+    retire(ep, q, e, now);
+    /* its aliases take the same path: the loss is evidence about them too */
+    uint32_t plane = ev >> 16, np = plane < MRC_MAX_PLANES ? q->ev_paths[plane] : 0;
+    if (!np || e->state != MRC_EV_ASSUMED_BAD)
+        return;
+    for (uint32_t i = 0; i < q->nevs; i++) {
+        struct event *f = &q->evs[i];
+        if (f != e && (f->ev >> 16) == plane && (f->ev & 0xFFFF) % np == (ev & 0xFFFF) % np)
+            retire(ep, q, f, now);
+    }
 }
 
 void ev_on_congestion(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now)

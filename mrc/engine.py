@@ -229,6 +229,12 @@ class QueuePair:
     def set_ev_state(self, ev: int, state: int) -> None:
         check(self.ep.call(lib.mrc_ev_set_state, self.qpn, ev, state), f"set EV {ev:#x} state")
 
+    def set_ev_paths(self, npaths: list[int]) -> None:
+        """Which EVs share a path: on plane p, EVs whose entropy is equal mod
+        npaths[p] (0: unknown). A loss retires an EV and its aliases at once."""
+        arr = ffi.new("uint32_t[]", list(npaths) or [0])
+        check(self.ep.call(lib.mrc_ev_set_paths, self.qpn, arr, len(npaths)), f"set QP {self.qpn} paths")
+
     def destroy(self) -> None:
         check(self.ep.call(lib.mrc_qp_destroy, self.qpn), f"destroy QP {self.qpn}")
         self.destroyed = True

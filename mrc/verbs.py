@@ -456,5 +456,8 @@ class ConnectedQP(QueuePair):
 
     def connect(self, remote: RemoteInfo) -> None:  # type: ignore[override]
         peer = self.ep.peer_index(remote)
+        # the engine sends EV e of plane p to paths[p][e % len]: tell the QP which EVs alias
+        paths = self.ep._peer_paths[peer]
+        self.set_ev_paths([len(paths.get(p, [])) for p in range(self.ep.planes)])
         super().connect(remote.qpn, peer)
         self.peer = peer

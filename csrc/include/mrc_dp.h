@@ -323,6 +323,12 @@ int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now_ns);
 int mrc_ev_list(struct mrc_ep *ep, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
 int mrc_ev_set_state(struct mrc_ep *ep, uint32_t qpn, uint32_t ev, uint32_t state);
 int mrc_ev_poll_events(struct mrc_ep *ep, struct mrc_ev_event *out, uint32_t max);
+/* Tell a QP which of its EVs share a path: on plane p, EVs whose entropy is
+ * equal modulo npaths[p] go to the same destination (the I/O layer sends EV
+ * e to paths[e % npaths]; 0: unknown, every EV its own path). A loss then
+ * retires the lost EV and its aliases at once; each comes back on its own
+ * probes. */
+int mrc_ev_set_paths(struct mrc_ep *ep, uint32_t qpn, const uint32_t *npaths, uint32_t nplanes);
 
 /* EV probes (protocol.md 3): a connectionless ENDPOINT_REQUEST on one EV to
  * a peer, answered by the peer's endpoint on the EV it arrived on. send
@@ -423,6 +429,7 @@ int mrc_ctx_ep_set_port(struct mrc_ctx *c, uint32_t plane, int up, uint64_t now_
 int mrc_ctx_ev_list(struct mrc_ctx *c, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
 int mrc_ctx_ev_set_state(struct mrc_ctx *c, uint32_t qpn, uint32_t ev, uint32_t state);
 int mrc_ctx_ev_poll_events(struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t max);
+int mrc_ctx_ev_set_paths(struct mrc_ctx *c, uint32_t qpn, const uint32_t *npaths, uint32_t nplanes);
 int mrc_ctx_ep_async_events(struct mrc_ctx *c, struct mrc_async_event *out, uint32_t max);
 /* An eventfd that becomes readable when asynchronous events are waiting. */
 int mrc_ctx_async_fd(struct mrc_ctx *c);

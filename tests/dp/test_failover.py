@@ -143,3 +143,36 @@ def test_port_down_moves_traffic_to_other_planes_and_tells_the_peer():
     # a QP the application moves to ERROR itself is not an asynchronous event
     pair.qa.modify(lib.MRC_QPS_ERROR)
     assert pair.qa.state == "ERROR" and not [e for e in pair.a.async_events() if e.type == "QP_FATAL"]
+
+
+def _first_retirement(pair, victims, budget_ns=50_000_000):
+    """Step until some victim leaves GOOD; return the states at that moment."""
+    t0 = pair.sim.now
+    while pair.sim.now - t0 < budget_ns:
+        pair.sim.run(pair.sim.now + 2000)
+        states = pair.ev_states()
+        if any(states[v] != "GOOD" for v in victims):
+            return states
+    raise AssertionError("no EV of the lossy path left GOOD")
+
+
+def test_a_loss_retires_every_ev_that_shares_the_path_when_the_qp_knows_the_aliases():
+    """20% loss on one path: told which EVs alias (entropy mod paths per plane),
+    the first loss retires all of the path's EVs at once; not told, only the one."""
+    got = {}
+    for told in (False, True):
+        pair = Pair(seed=21)
+        if told:
+            pair.qa.set_ev_paths([PER_PLANE] * PLANES)
+        start_big(pair)
+        pair.sim.run(200_000)
+        victims = {e["ev"] for e in evs_on(pair, 2, 1, active_only=False)}
+        assert len(victims) > 2
+        pair.sim.set_path(pair.sim.path(2, 1), loss_ppm=200_000)
+        states = _first_retirement(pair, victims)
+        got[told] = sum(states[v] != "GOOD" for v in victims)
+        # the rest of the transfer is intact either way
+        pair.sim.set_path(pair.sim.path(2, 1), loss_ppm=0)
+        assert finish(pair)[0].ok
+    assert got[True] == len(victims), got
+    assert got[False] < len(victims), got

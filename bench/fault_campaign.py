@@ -1,0 +1,484 @@
+"""Fault campaign: MRC against kernel TCP and MPTCP under real faults, on
+the default fabric (8 planes, 4 spines, 2 leaves, 4 hosts), in one run.
+
+Scenarios (each transfer is h0 -> h3; the faults sit on the paths TCP uses
+too: plane 0, spine 3, where the fabric's static kernel route for h0 -> h3
+goes):
+  a  one T0-T1 link (p0l0-p0s3) cut mid-transfer, never healed in the run
+  b  that link flapping every second (down half a second, up half) for 60 s
+  c  a T1 switch (p0s3) rebooting: all its links down for 5 s
+  d  a host port down: h0's plane-0 link
+  e  1% random loss on one plane (h0's plane-0 link, both directions)
+  f  20% random loss on a single path (p0l0-p0s3, both directions)
+
+For each, per protocol: goodput_ratio (bytes from the first fault to the
+end against a no-fault run of the same length just before it, over the same
+window), goodput_ratio_after (from 1 s after the last fault event),
+max_stall_ms (longest gap between completions, or between reads at the TCP
+receiver, after the first fault), qp_errors (failed completions or QPs in
+ERROR; for TCP, connection errors), retransmitted_bytes (MRC: the QP's
+counter; TCP/MPTCP: the sender's TcpRetransSegs times the MSS), and for MRC
+the EV state timeline (sampled every 100 ms) and, for (f), how many RTTs the
+bad path's EVs took to leave GOOD.
+
+    python bench/fault_campaign.py [--json] [--plots DIR] [--only a,c]
+        [--seconds 6] [--flap-seconds 60]
+
+Needs root. The switch interfaces carry wire-size packets
+(mrc.fabric.apply.wire_sized), as in bench/fabric_bench.py. Faults come
+from a separate process under SCHED_IDLE (a link fails in the network, not
+on the hosts' CPUs); the times it reports are the fault markers. Plots need
+matplotlib (pip install matplotlib, or `pip install .[bench]`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from fabric_bench import IPPROTO_MPTCP, mptcp_setup, paths_between  # noqa: E402
+
+from mrc.fabric import apply, ns  # noqa: E402
+from mrc.fabric.topology import Topology  # noqa: E402
+from mrc.verbs import Context  # noqa: E402
+
+BUCKET = 0.1          # seconds per goodput sample
+GAP = 0.0005          # gaps longer than this are recorded
+FAULT_AT = 1.5        # seconds into a run when the first fault fires
+
+# The fault process: waits for "go", then runs its schedule against the
+# clock, printing each event with its CLOCK_MONOTONIC time.
+FAULTER = r"""
+import json, os, sys, time
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+from mrc.fabric import apply
+name, plan = sys.argv[1], json.loads(sys.argv[2])
+print("ready", flush=True)
+sys.stdin.readline()
+t0 = time.monotonic()
+for at, op, target, arg in plan:
+    wait = t0 + at - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+    if op == "fail":
+        apply.fail(name, target)
+    elif op == "heal":
+        apply.heal(name, target)
+    elif op == "loss":
+        apply.loss(name, target, arg)
+    print(json.dumps({"t_ns": time.monotonic_ns(), "op": op, "target": target, "arg": arg}), flush=True)
+print("end", flush=True)
+"""
+
+
+def scenarios(t: Topology, seconds: float, flap_seconds: float) -> dict:
+    src, dst = 0, t.hosts - 1
+    spine = (src + dst) % t.spines  # the kernel's static path for this pair
+    link = f"{t.leaf(0, t.host_leaf(src))}-{t.spine(0, spine)}"
+    host_link = f"{t.host(src)}-{t.leaf(0, t.host_leaf(src))}"
+    sw = t.spine(0, spine)
+    flaps = [(FAULT_AT + k + h, op, link, None) for k in range(int(flap_seconds)) for h, op in ((0, "fail"),
+                                                                                                (0.5, "heal"))]
+    return {
+        "a": {"name": "link cut", "desc": f"T0-T1 link {link} cut mid-transfer",
+              "plan": [(FAULT_AT, "fail", link, None)], "seconds": seconds, "target": "stall <= 1 ms"},
+        "b": {"name": "link flap", "desc": f"{link} flapping every second for {flap_seconds:g} s",
+              "plan": flaps, "seconds": FAULT_AT + flap_seconds + 1, "target": "goodput >= 0.95"},
+        "c": {"name": "T1 reboot", "desc": f"T1 switch {sw}: all its links down for 5 s",
+              "plan": [(FAULT_AT, "fail", sw, None), (FAULT_AT + 5, "heal", sw, None)],
+              "seconds": FAULT_AT + 5 + max(2.0, seconds - FAULT_AT - 2), "target": "no QP error, goodput >= (P-1)/P"},
+        "d": {"name": "host port down", "desc": f"host port {host_link} (plane 0) down",
+              "plan": [(FAULT_AT, "fail", host_link, None)], "seconds": seconds,
+              "target": "no QP error, goodput >= (P-1)/P"},
+        "e": {"name": "1% plane loss", "desc": f"1% random loss on plane 0 ({host_link})",
+              "plan": [(FAULT_AT, "loss", host_link, 1.0)], "seconds": seconds, "target": "goodput >= 0.90"},
+        "f": {"name": "20% path loss", "desc": f"20% random loss on the path through {link}",
+              "plan": [(FAULT_AT, "loss", link, 20.0)], "seconds": seconds,
+              "target": "bad path's EVs leave GOOD within 10 RTTs, rate holds", "bad_path": (src, dst, 0, spine)},
+    }
+
+
+class Faulter:
+    """The fault process of one run (started before the transfer)."""
+
+    def __init__(self, t: Topology, plan: list) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", FAULTER, t.name, json.dumps(plan)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the fault process did not start")
+        self.events: list[dict] = []
+        self._th = threading.Thread(target=self._read, daemon=True)
+
+    def go(self) -> None:
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        self._th.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def finish(self) -> list[dict]:
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._th.join(5)
+        return self.events
+
+
+class Recorder:
+    """Bytes per bucket and gaps between deliveries, against a shared t0."""
+
+    def __init__(self, t0: float, seconds: float) -> None:
+        self.t0 = t0
+        self.buckets = [0] * (int(seconds / BUCKET) + 2)
+        self.gaps: list[tuple[float, float]] = []
+        self.last: float | None = None
+
+    def add(self, now: float, nbytes: int) -> None:
+        i = int((now - self.t0) / BUCKET)
+        if 0 <= i < len(self.buckets):
+            self.buckets[i] += nbytes
+        if self.last is not None and now - self.last > GAP:
+            self.gaps.append((self.last - self.t0, now - self.last))
+        self.last = now
+
+
+def run_mrc(t, seconds, plan, msg, depth=64) -> dict:
+    src, dst = 0, t.hosts - 1
+    ca = ns.run_in(t.ns(t.host(src)), lambda: Context())
+    cb = ns.run_in(t.ns(t.host(dst)), lambda: Context())
+    faulter = Faulter(t, plan) if plan else None
+    try:
+        window = 64 << 20
+        sbuf, dbuf = bytearray(os.urandom(window)), bytearray(window)
+        ms, md = ca.reg_mr(sbuf), cb.reg_mr(dbuf, remote_write=True)
+        qa, qb = ca.create_qp(), cb.create_qp()
+        ia, ib = ca.local_info(qa, ms), cb.local_info(qb, md)
+        ia.paths, ib.paths = paths_between(t, dst, src), paths_between(t, src, dst)
+        qb.connect(ia)
+        qa.connect(ib)
+        cq = ca.create_cq()
+        slots = window // msg
+        st0 = qa.stats()
+        srtt = []
+        timeline, ev_events = [], []
+        errors = 0
+        t0 = time.monotonic()
+        t0_ns = time.monotonic_ns()
+        if faulter:
+            faulter.go()
+        rec = Recorder(t0, seconds)
+        posted = done = 0
+        next_sample = t0
+        while True:
+            now = time.monotonic()
+            if now - t0 >= seconds or errors:
+                break
+            while posted - done < depth:
+                off = (posted % slots) * msg
+                qa.post_write(ms, off, msg, ib.addr + off, ib.rkey, wr_id=posted)
+                posted += 1
+            wcs = cq.poll()
+            now = time.monotonic()
+            if wcs:
+                bad = [w for w in wcs if not w.ok]
+                errors += len(bad)
+                rec.add(now, msg * (len(wcs) - len(bad)))
+                done += len(wcs)
+            else:
+                cq.get_event(0.002)
+            if now >= next_sample:
+                next_sample = now + BUCKET
+                counts = {"GOOD": 0, "ASSUMED_BAD": 0, "DENIED": 0}
+                for e in qa.evs():  # active and spare: where every EV of the QP stands
+                    counts[e["state"]] = counts.get(e["state"], 0) + 1
+                st = qa.stats()
+                srtt.append((now - t0, st["srtt_ns"]))
+                timeline.append([round(now - t0, 3), counts["GOOD"], counts["ASSUMED_BAD"], counts["DENIED"]])
+                ev_events += ca.ev_events()
+        ev_events += ca.ev_events()
+        # let what is in flight finish (not counted): a clean QP at the end
+        deadline = time.monotonic() + 10
+        while done < posted and time.monotonic() < deadline and not errors:
+            for w in cq.poll():
+                errors += not w.ok
+                done += 1
+            cq.get_event(0.01)
+        st1 = qa.stats()
+        qp_errors = errors + (qa.state != "RTS")
+        faults = faulter.finish() if faulter else []
+        evs_by_address = {e["ev"]: ca.ev_address(qa, e["ev"]) for e in qa.evs()}
+        return {"rec": rec, "faults": faults, "qp_errors": qp_errors, "t0_ns": t0_ns,
+                "retransmitted_bytes": st1["rtx_bytes"] - st0["rtx_bytes"],
+                "losses": st1["losses"] - st0["losses"], "timeouts": st1["timeouts"] - st0["timeouts"],
+                "timeline": timeline, "ev_events": ev_events, "srtt": srtt, "ev_address": evs_by_address}
+    finally:
+        if faulter and faulter.proc.poll() is None:
+            faulter.proc.kill()
+        ca.close()
+        cb.close()
+
+
+def _retrans_segs(t, h) -> int:
+    out = ns.command(t.ns(t.host(h)), ["cat", "/proc/net/snmp"], capture_output=True, text=True).stdout
+    rows = [line.split() for line in out.splitlines() if line.startswith("Tcp:")]
+    return int(rows[1][rows[0].index("RetransSegs")])
+
+
+def run_tcp(t, seconds, plan, proto=0, port=5201) -> dict:
+    src, dst = 0, t.hosts - 1
+    srv = ns.run_in(t.ns(t.host(dst)), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM, proto))
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("::", port))
+    srv.listen(1)
+    faulter = Faulter(t, plan) if plan else None
+    errors = []
+    box: dict = {}
+    stop = threading.Event()
+
+    def serve():
+        c, _ = srv.accept()
+        c.settimeout(0.1)
+        buf = bytearray(1 << 20)
+        rec = box["rec"]
+        try:
+            while not stop.is_set():
+                try:
+                    k = c.recv_into(buf)
+                except TimeoutError:
+                    continue
+                if not k:
+                    break
+                rec.add(time.monotonic(), k)
+        except OSError as e:
+            errors.append(f"receiver: {e}")
+        finally:
+            c.close()
+
+    cli = ns.run_in(t.ns(t.host(src)), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM, proto))
+    rs0 = _retrans_segs(t, src)
+    try:
+        cli.connect((t.inner_address(dst, 0), port))
+        t0 = time.monotonic()
+        box["rec"] = Recorder(t0, seconds)
+        th = threading.Thread(target=serve, daemon=True)
+        th.start()
+        if faulter:
+            faulter.go()
+        cli.settimeout(0.1)
+        chunk = memoryview(b"\0" * (1 << 20))
+        while time.monotonic() - t0 < seconds:
+            try:
+                cli.send(chunk)
+            except TimeoutError:
+                continue
+            except OSError as e:
+                errors.append(f"sender: {e}")
+                break
+        mss = 0
+        if proto == 0:
+            info = cli.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+            mss = struct.unpack_from("I", info, 16)[0]  # tcpi_snd_mss: after 8 u8 and rto, ato
+        stop.set()
+        th.join(5)
+    finally:
+        cli.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # reset: no tail to drain
+        cli.close()
+        srv.close()
+        faults = faulter.finish() if faulter else []
+    return {"rec": box["rec"], "faults": faults, "qp_errors": len(errors), "errors": errors,
+            "retrans_segs": _retrans_segs(t, src) - rs0, "mss": mss, "t0": t0}
+
+
+def rate_between(rec: Recorder, a: float, b: float) -> float:
+    """Goodput in Gb/s over [a, b) seconds (whole buckets)."""
+    i, j = int(a / BUCKET + 0.5), int(b / BUCKET)
+    if j <= i:
+        return 0.0
+    return sum(rec.buckets[i:j]) * 8 / ((j - i) * BUCKET) / 1e9
+
+
+def summarize(r: dict, base_gbps: float, seconds: float, t0_ns: int) -> dict:
+    rec = r["rec"]
+    times = [(f["t_ns"] - t0_ns) / 1e9 for f in r["faults"]]
+    first = times[0] if times else FAULT_AT
+    last = times[-1] if times else FAULT_AT
+    after = [g for s, g in rec.gaps if s + g >= first]
+    # a transfer that stopped for good: its stall lasts to the end of the run
+    if rec.last is None or rec.last - rec.t0 < seconds - 0.2:
+        after.append(seconds - max(first, (rec.last or rec.t0) - rec.t0))
+    during = rate_between(rec, first, seconds)
+    recovered = rate_between(rec, min(last + 1.0, seconds - 1.0), seconds)
+    return {"goodput_gbps": round(during, 3), "goodput_ratio": round(during / base_gbps, 3) if base_gbps else None,
+            "goodput_ratio_after": round(recovered / base_gbps, 3) if base_gbps else None,
+            "max_stall_ms": round(max(after, default=0.0) * 1e3, 3), "qp_errors": r["qp_errors"],
+            "fault_times_s": [round(x, 3) for x in times],
+            "series_gbps": [round(b * 8 / BUCKET / 1e9, 3) for b in rec.buckets]}
+
+
+def bad_path_leave(r: dict, t: Topology, path: tuple, t0_ns: int) -> dict:
+    """When the EVs on the lossy path first left GOOD after the fault, in RTTs."""
+    addr = t.path_address(*path)
+    evs = {ev for ev, a in r["ev_address"].items() if a == addr}
+    if not r["faults"] or not evs:
+        return {}
+    tf = r["faults"][0]["t_ns"]
+    first: dict[int, int] = {}
+    for e in r["ev_events"]:
+        if e["ev"] in evs and e["new"] != "GOOD" and e["t_ns"] >= tf and e["ev"] not in first:
+            first[e["ev"]] = e["t_ns"] - tf
+    before = [s for at, s in r["srtt"] if at * 1e9 + t0_ns < tf and s]
+    rtt = sorted(before)[len(before) // 2] if before else 0
+    lat = sorted(first.values())
+    out = {"bad_path_evs": len(evs), "left_good": len(first), "srtt_us": round(rtt / 1e3, 1)}
+    if lat and rtt:
+        out.update(first_left_rtts=round(lat[0] / rtt, 1), median_left_rtts=round(lat[len(lat) // 2] / rtt, 1),
+                   all_left_rtts=round(lat[-1] / rtt, 1) if len(first) == len(evs) else None,
+                   first_left_ms=round(lat[0] / 1e6, 3))
+    return out
+
+
+def plot(path: str, key: str, sc: dict, res: dict) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for proto, color in (("mrc", "tab:blue"), ("tcp", "tab:orange"), ("mptcp", "tab:green")):
+        if proto in res:
+            ys = res[proto]["series_gbps"]
+            ax.plot([i * BUCKET for i in range(len(ys))], ys, label=proto.upper(), color=color, lw=1.2)
+    marked = set()
+    for proto, color in (("mrc", "tab:blue"), ("tcp", "tab:orange"), ("mptcp", "tab:green")):
+        # each run's own fault times (the fault process reports them), in the run's colour
+        for at, op in res.get(proto, {}).get("fault_markers", []):
+            lab = "fault" if op != "heal" else "heal"
+            ax.axvline(at, color=color, ls="--" if op != "heal" else ":", lw=0.8,
+                       label=None if lab in marked else lab + " (dashed; heal dotted)" if lab == "fault" else None)
+            marked.add(lab)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("goodput (Gb/s)")
+    ax.set_title(f"({key}) {sc['desc']}", fontsize=9)
+    ax.set_xlim(0, sc["seconds"])
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print JSON only (progress goes to stderr)")
+    ap.add_argument("--plots", metavar="DIR", help="write one PNG per scenario into DIR")
+    ap.add_argument("--only", default="abcdef", help="scenarios to run, e.g. a,c (default: all)")
+    ap.add_argument("--seconds", type=float, default=6.0, help="length of a run (default 6; c and b are longer)")
+    ap.add_argument("--flap-seconds", type=float, default=60.0, help="how long (b) flaps (default 60)")
+    ap.add_argument("--msg", type=int, default=64 << 10, help="MRC WRITE size in bytes (default 64 KiB)")
+    ap.add_argument("--no-kernel", action="store_true", help="MRC only (skip TCP and MPTCP)")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        print("the fault campaign builds a fabric of namespaces: run it as root", file=sys.stderr)
+        return 2
+    t = Topology(name=f"fc{os.getpid() % 10000}")
+    log = lambda *x: print(*x, file=sys.stderr, flush=True)  # noqa: E731
+    want = [k for k in a.only.replace(",", "") if k in "abcdef"]
+    protos = ["mrc"] if a.no_kernel else ["mrc", "tcp", "mptcp"]
+    if a.plots:
+        os.makedirs(a.plots, exist_ok=True)
+    apply.up(t)
+    try:
+        apply.wire_sized(t)
+        if "mptcp" in protos:
+            mptcp_setup(t, 0)
+            mptcp_setup(t, t.hosts - 1)
+        scs = scenarios(t, a.seconds, a.flap_seconds)
+
+        def run(proto, seconds, plan, port):
+            if proto == "mrc":
+                r = run_mrc(t, seconds, plan, a.msg)
+                return r, r["t0_ns"]
+            r = run_tcp(t, seconds, plan, IPPROTO_MPTCP if proto == "mptcp" else 0, port)
+            return r, int(r["t0"] * 1e9)
+
+        port = 5300
+        out: dict = {"fabric": {"planes": t.planes, "spines": t.spines, "leaves": t.leaves, "hosts": t.hosts},
+                     "msg_bytes": a.msg, "scenarios": {}}
+        mss = 0
+        for key in want:
+            sc = scs[key]
+            res: dict = {"name": sc["name"], "desc": sc["desc"], "target": sc["target"]}
+            for p in protos:
+                # the no-fault run of the same length, just before: this machine's
+                # rate drifts over minutes, so each fault run gets its own baseline
+                port += 1
+                log(f"({key}) {sc['desc']}: {p}, no fault ...")
+                b, b0_ns = run(p, sc["seconds"], [], port)
+                port += 1
+                log(f"({key}) {sc['desc']}: {p}, with the fault ...")
+                r, t0_ns = run(p, sc["seconds"], sc["plan"], port)
+                apply.heal(t.name, None)
+                times = [(f["t_ns"] - t0_ns) / 1e9 for f in r["faults"]]
+                first = times[0] if times else FAULT_AT
+                base_gbps = rate_between(b["rec"], first, sc["seconds"])
+                s = summarize(r, base_gbps, sc["seconds"], t0_ns)
+                s["no_fault_gbps"] = round(base_gbps, 3)
+                s["no_fault_max_stall_ms"] = round(max((g for st, g in b["rec"].gaps if st + g >= first),
+                                                       default=0.0) * 1e3, 3)
+                if p == "mrc":
+                    s["retransmitted_bytes"] = r["retransmitted_bytes"]
+                    s["losses"], s["timeouts"] = r["losses"], r["timeouts"]
+                    s["ev_timeline"] = r["timeline"]
+                    s["ev_events"] = len(r["ev_events"])
+                    if "bad_path" in sc:
+                        s["bad_path"] = bad_path_leave(r, t, sc["bad_path"], t0_ns)
+                else:
+                    mss = r["mss"] or b["mss"] or mss
+                    s["retrans_segs"] = r["retrans_segs"]
+                    s["retransmitted_bytes"] = r["retrans_segs"] * mss
+                    s["errors"] = r["errors"]
+                s["fault_markers"] = [(x, f["op"]) for x, f in zip(s["fault_times_s"], r["faults"], strict=True)]
+                res[p] = s
+                log(f"    goodput x{s['goodput_ratio']} (after x{s['goodput_ratio_after']}; no fault "
+                    f"{s['no_fault_gbps']} Gb/s), longest stall {s['max_stall_ms']} ms (no fault "
+                    f"{s['no_fault_max_stall_ms']}), errors {s['qp_errors']}, rtx {s['retransmitted_bytes']} B")
+            if a.plots and plot(os.path.join(a.plots, f"campaign_{key}.png"), key, sc, res):
+                res["plot"] = os.path.join(a.plots, f"campaign_{key}.png")
+            out["scenarios"][key] = res
+        if not a.json:
+            for p in ("mrc", "tcp", "mptcp"):
+                for r in out["scenarios"].values():
+                    r.get(p, {}).pop("series_gbps", None)
+                    r.get(p, {}).pop("ev_timeline", None)
+        print(json.dumps(out, indent=1) if a.json else table(out, protos))
+        return 0
+    finally:
+        apply.down(t.name)
+
+
+def table(out: dict, protos: list[str]) -> str:
+    lines = [f"{'scenario':<16}" + "".join(f"{p + ' ' + k:>16}" for p in protos for k in ("ratio", "stall ms"))
+             + f"{'mrc errors':>11}"]
+    for key, r in out["scenarios"].items():
+        lines.append(f"({key}) {r['name']:<12}" + "".join(f"{r[p]['goodput_ratio']:>16}{r[p]['max_stall_ms']:>16}"
+                                                       for p in protos) + f"{r['mrc']['qp_errors']:>11}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
