@@ -14,6 +14,8 @@ setup(
         # scapy is GPL: only the dissector, the tools and the tests use it
         "dissect": ["scapy>=2.5"],
         "test": ["pytest>=7", "hypothesis>=6", "scapy>=2.5"],
+        # bench/fault_campaign.py --plots
+        "bench": ["matplotlib>=3.5"],
     },
     entry_points={"console_scripts": ["mrc=mrc.cli:main"]},
     zip_safe=False,

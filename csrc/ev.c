@@ -89,6 +89,20 @@ static void replace_in_slot(struct qp *q, struct event *bad)
     }
 }
 
+/* An EV of the initial rotation that is GOOD again takes its own slot back
+ * from the spare that stood in for it, so its path carries its share again
+ * (else a path retired once stays out of the rotation and the spines of a
+ * plane are loaded unequally). Slot i started with EV i. */
+static void restore_slot(struct qp *q, struct event *e)
+{
+    uint32_t bi = (uint32_t)(e - q->evs);
+    if (e->in_slot || bi >= q->nslots || q->slot[bi] == bi)
+        return;
+    q->evs[q->slot[bi]].in_slot = 0;
+    q->slot[bi] = (uint16_t)bi;
+    e->in_slot = 1;
+}
+
 void ev_set_state(struct mrc_ep *ep, struct qp *q, struct event *e, uint8_t st, uint64_t now)
 {
     uint8_t old = e->state;
@@ -105,6 +119,8 @@ void ev_set_state(struct mrc_ep *ep, struct qp *q, struct event *e, uint8_t st, 
     e->state = st;
     if (st == MRC_EV_ASSUMED_BAD || st == MRC_EV_DENIED)
         replace_in_slot(q, e);
+    else if (st == MRC_EV_GOOD)
+        restore_slot(q, e);
     if (old != MRC_EV_SKIP && st != MRC_EV_SKIP)
         push_event(ep, q, e->ev, old, st, now);
     else if (old == MRC_EV_SKIP && st != MRC_EV_GOOD)

@@ -63,6 +63,8 @@ def test_path_dying_mid_transfer_is_retired_within_a_few_rtts_and_probed_back():
     pair.sim.run_until(lambda: all(pair.ev_states()[v] == "GOOD" for v in victims),
                        budget_ns=5_000_000, step_ns=10_000)
     assert pair.sim.now - t_heal < 2_000_000
+    # and take their slots back: the healed path carries its share again
+    assert {e["ev"] for e in evs_on(pair, 1, 3)} == victims
     events = pair.a.ev_events()
     assert {(e["ev"], e["old"], e["new"]) for e in events if e["ev"] in victims} >= \
         {(v, "GOOD", "ASSUMED_BAD") for v in victims} | {(v, "ASSUMED_BAD", "GOOD") for v in victims}
