@@ -71,13 +71,15 @@ for at, op, target, arg in plan:
     wait = t0 + at - time.monotonic()
     if wait > 0:
         time.sleep(wait)
+    start_ns = time.monotonic_ns()
     if op == "fail":
         apply.fail(name, target)
     elif op == "heal":
         apply.heal(name, target)
     elif op == "loss":
         apply.loss(name, target, arg)
-    print(json.dumps({"t_ns": time.monotonic_ns(), "op": op, "target": target, "arg": arg}), flush=True)
+    print(json.dumps({"t_ns": time.monotonic_ns(), "start_ns": start_ns, "op": op, "target": target, "arg": arg}),
+          flush=True)
 print("end", flush=True)
 """
 
@@ -343,7 +345,9 @@ def bad_path_leave(r: dict, t: Topology, path: tuple, t0_ns: int) -> dict:
     evs = {ev for ev, a in r["ev_address"].items() if a == addr}
     if not r["faults"] or not evs:
         return {}
-    tf = r["faults"][0]["t_ns"]
+    # the fault took effect between start_ns and t_ns (the fault process reports
+    # both): count from start_ns, an upper bound on how long the EVs took
+    tf = r["faults"][0].get("start_ns", r["faults"][0]["t_ns"])
     first: dict[int, int] = {}
     for e in r["ev_events"]:
         if e["ev"] in evs and e["new"] != "GOOD" and e["t_ns"] >= tf and e["ev"] not in first:
@@ -358,6 +362,7 @@ def bad_path_leave(r: dict, t: Topology, path: tuple, t0_ns: int) -> dict:
     if lat and rtt:
         out.update(first_left_rtts=round(lat[0] / rtt, 1), median_left_rtts=round(lat[len(lat) // 2] / rtt, 1),
                    all_left_rtts=round(lat[-1] / rtt, 1) if len(first) == len(evs) else None,
+                   fault_applied_within_ms=round((r["faults"][0]["t_ns"] - tf) / 1e6, 3),
                    first_left_ms=round(lat[0] / 1e6, 3))
     return out
 
@@ -406,7 +411,12 @@ def main() -> int:
     ap.add_argument("--flap-seconds", type=float, default=60.0, help="how long (b) flaps (default 60)")
     ap.add_argument("--msg", type=int, default=64 << 10, help="MRC WRITE size in bytes (default 64 KiB)")
     ap.add_argument("--no-kernel", action="store_true", help="MRC only (skip TCP and MPTCP)")
+    ap.add_argument("--markdown", metavar="JSON", help="print the markdown table of a saved --json run and exit")
     a = ap.parse_args()
+    if a.markdown:
+        with open(a.markdown) as f:
+            print(markdown(json.load(f)))
+        return 0
     if os.geteuid() != 0:
         print("the fault campaign builds a fabric of namespaces: run it as root", file=sys.stderr)
         return 2
@@ -496,6 +506,28 @@ def table(out: dict, protos: list[str]) -> str:
     for key, r in out["scenarios"].items():
         lines.append(f"({key}) {r['name']:<12}" + "".join(f"{r[p]['goodput_ratio']:>16}{r[p]['max_stall_ms']:>16}"
                                                        for p in protos) + f"{r['mrc']['qp_errors']:>11}")
+    return "\n".join(lines)
+
+
+def markdown(out: dict) -> str:
+    """The README table: per scenario, goodput ratio / longest stall per protocol, MRC's errors and rtx."""
+    protos = [p for p in ("mrc", "tcp", "mptcp") if any(p in r for r in out["scenarios"].values())]
+    head = "| scenario | " + " | ".join(f"{p.upper()} goodput / stall" for p in protos) + \
+           " | MRC QP errors | MRC retransmitted | target |"
+    lines = [head, "|" + "---|" * (len(protos) + 4)]
+    for key, r in out["scenarios"].items():
+        cells = []
+        for p in protos:
+            s = r.get(p)
+            cells.append("-" if s is None else f"{s['goodput_ratio']:.2f} x / {s['max_stall_ms']:g} ms")
+        m = r["mrc"]
+        extra = ""
+        b = m.get("bad_path", {})
+        if b.get("fault_applied_within_ms") is not None:
+            extra = (f"; the bad path's EVs left GOOD {b['first_left_ms']:g} ms ({b['first_left_rtts']:g} RTTs) after "
+                     f"the fault began to be applied (it took {b['fault_applied_within_ms']:g} ms)")
+        lines.append(f"| ({key}) {r['name']} | " + " | ".join(cells) +
+                     f" | {m['qp_errors']} | {m['retransmitted_bytes'] / 1e6:.1f} MB | {r['target']}{extra} |")
     return "\n".join(lines)
 
 
