@@ -85,18 +85,25 @@ def raw_ceiling(t, src, dst, seconds, payload):
         cb.close()
 
 
+def connect_pair(t, ca, cb, src, dst, window):
+    """A QP from ca (host src) to cb (host dst) over every plane and path, with
+    a window-byte region on each side; returns the QP, its MR and the peer's info."""
+    sbuf, dbuf = bytearray(os.urandom(window)), bytearray(window)
+    ms, md = ca.reg_mr(sbuf), cb.reg_mr(dbuf, remote_write=True)  # the MRs keep the buffers
+    qa, qb = ca.create_qp(), cb.create_qp()
+    ia, ib = ca.local_info(qa, ms), cb.local_info(qb, md)
+    ia.paths, ib.paths = paths_between(t, dst, src), paths_between(t, src, dst)
+    qb.connect(ia)
+    qa.connect(ib)
+    return qa, ms, ib
+
+
 def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut"):
     ca = ns.run_in(t.ns(t.host(src)), lambda: Context())
     cb = ns.run_in(t.ns(t.host(dst)), lambda: Context())
     try:
         window = 64 << 20
-        sbuf, dbuf = bytearray(os.urandom(window)), bytearray(window)
-        ms, md = ca.reg_mr(sbuf), cb.reg_mr(dbuf, remote_write=True)
-        qa, qb = ca.create_qp(), cb.create_qp()
-        ia, ib = ca.local_info(qa, ms), cb.local_info(qb, md)
-        ia.paths, ib.paths = paths_between(t, dst, src), paths_between(t, src, dst)
-        qb.connect(ia)
-        qa.connect(ib)
+        qa, ms, ib = connect_pair(t, ca, cb, src, dst, window)
         # size the transfer for about `seconds` at 5 Gb/s
         total = int(seconds * 5e9 / 8) // (1 << 20) * (1 << 20)
         events = []

@@ -47,7 +47,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fabric_bench import IPPROTO_MPTCP, mptcp_setup, paths_between  # noqa: E402
+from fabric_bench import IPPROTO_MPTCP, connect_pair, mptcp_setup  # noqa: E402
 
 from mrc.fabric import apply, ns  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
@@ -173,13 +173,7 @@ def run_mrc(t, seconds, plan, msg, depth=64) -> dict:
     faulter = Faulter(t, plan) if plan else None
     try:
         window = 64 << 20
-        sbuf, dbuf = bytearray(os.urandom(window)), bytearray(window)
-        ms, md = ca.reg_mr(sbuf), cb.reg_mr(dbuf, remote_write=True)
-        qa, qb = ca.create_qp(), cb.create_qp()
-        ia, ib = ca.local_info(qa, ms), cb.local_info(qb, md)
-        ia.paths, ib.paths = paths_between(t, dst, src), paths_between(t, src, dst)
-        qb.connect(ia)
-        qa.connect(ib)
+        qa, ms, ib = connect_pair(t, ca, cb, src, dst, window)
         cq = ca.create_cq()
         slots = window // msg
         st0 = qa.stats()
