@@ -201,6 +201,10 @@ struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn);
 struct mr *ep_mr(struct mrc_ep *ep, uint32_t key);
 int ep_push_wc(struct mrc_ep *ep, const struct mrc_wc *wc);
 struct ctrl *ep_ctrl_slot(struct mrc_ep *ep);
+/* A control packet slot to peer on ev (DSCP control); NULL when the ring is full. */
+struct ctrl *ep_ctrl_to(struct mrc_ep *ep, uint16_t peer, uint32_t ev);
+/* Build p into the slot. */
+void ctrl_put(struct ctrl *c, const struct mrc_pkt *p);
 void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
 void qp_flush(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
 void ep_async_event(struct mrc_ep *ep, uint32_t type, uint32_t qpn, uint32_t info);

@@ -335,6 +335,23 @@ struct ctrl *ep_ctrl_slot(struct mrc_ep *ep)
     return c;
 }
 
+struct ctrl *ep_ctrl_to(struct mrc_ep *ep, uint16_t peer, uint32_t ev)
+{
+    struct ctrl *c = ep_ctrl_slot(ep);
+    if (c) {
+        c->peer = peer;
+        c->ev = ev;
+        c->tclass = MRC_DSCP_CONTROL << 2;
+    }
+    return c;
+}
+
+void ctrl_put(struct ctrl *c, const struct mrc_pkt *p)
+{
+    int len = mrc_pkt_build(p, NULL, c->buf, sizeof(c->buf));
+    c->len = (uint16_t)(len > 0 ? len : 0);
+}
+
 void ep_async_event(struct mrc_ep *ep, uint32_t type, uint32_t qpn, uint32_t info)
 {
     uint32_t nt = (ep->aeq_tail + 1) % MRC_AEQ_SIZE;
@@ -490,16 +507,11 @@ int mrc_ep_probe_send(struct mrc_ep *ep, uint16_t peer, uint32_t ev, uint64_t no
     struct probe *pr = &ep->probes[pid % MRC_PROBE_MAX];
     if (pr->state != PROBE_FREE)
         return -EBUSY;
-    struct ctrl *c = ep_ctrl_slot(ep);
+    struct ctrl *c = ep_ctrl_to(ep, peer, ev);
     if (!c)
         return -ENOSPC;
-    struct mrc_pkt p = {.opcode = MRC_OP_ENDPOINT_REQUEST, .dqpn = 0, .probe_id = pid, .ep_op = MRC_EP_EV_PROBE,
-                        .port_bitmap = ep->port_up, .t1 = now};
-    int len = mrc_pkt_build(&p, NULL, c->buf, sizeof(c->buf));
-    c->len = (uint16_t)(len > 0 ? len : 0);
-    c->peer = peer;
-    c->ev = ev;
-    c->tclass = MRC_DSCP_CONTROL << 2;
+    ctrl_put(c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_REQUEST, .dqpn = 0, .probe_id = pid,
+                                  .ep_op = MRC_EP_EV_PROBE, .port_bitmap = ep->port_up, .t1 = now});
     c->probe_id = pid;
     ep->probe_seq = pid;
     *pr = (struct probe){.id = pid, .ev = ev, .peer = peer, .state = PROBE_PENDING, .t_sent = now};
@@ -533,17 +545,12 @@ int mrc_ep_probe_cancel(struct mrc_ep *ep, uint32_t id)
 static int ep_on_ev_probe(struct mrc_ep *ep, const struct mrc_pkt *p, const struct mrc_meta *m, uint64_t now)
 {
     if (p->opcode == MRC_OP_ENDPOINT_REQUEST) {
-        struct ctrl *c = ep_ctrl_slot(ep);
+        struct ctrl *c = ep_ctrl_to(ep, m->peer, m->ev);
         if (!c)
             return -ENOSPC; /* the prober times out, as on a congested path */
-        struct mrc_pkt r = {.opcode = MRC_OP_ENDPOINT_RESPONSE, .dqpn = 0, .probe_id = p->probe_id,
-                            .ep_op = MRC_EP_EV_PROBE, .rx_port = m->port, .port_bitmap = ep->port_up, .ev = m->ev,
-                            .t1 = p->t1, .t2 = 0};
-        int len = mrc_pkt_build(&r, NULL, c->buf, sizeof(c->buf));
-        c->len = (uint16_t)(len > 0 ? len : 0);
-        c->peer = m->peer;
-        c->ev = m->ev;
-        c->tclass = MRC_DSCP_CONTROL << 2;
+        ctrl_put(c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_RESPONSE, .dqpn = 0, .probe_id = p->probe_id,
+                                      .ep_op = MRC_EP_EV_PROBE, .rx_port = m->port, .port_bitmap = ep->port_up,
+                                      .ev = m->ev, .t1 = p->t1, .t2 = 0});
         return 0;
     }
     struct probe *pr = &ep->probes[p->probe_id % MRC_PROBE_MAX];
@@ -686,16 +693,11 @@ int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now)
         for (uint32_t pl = 0; pl < q->a.planes; pl++) {
             if (!(ep->port_up & (1u << pl)))
                 continue;
-            struct ctrl *c = ep_ctrl_slot(ep);
+            struct ctrl *c = ep_ctrl_to(ep, q->peer, pl << 16);
             if (!c)
                 break;
-            struct mrc_pkt p = {.opcode = MRC_OP_ENDPOINT_REQUEST, .dqpn = q->dqpn, .ep_op = MRC_EP_PORT_STATUS,
-                                .port_bitmap = ep->port_up, .t1 = now};
-            int len = mrc_pkt_build(&p, NULL, c->buf, sizeof(c->buf));
-            c->len = (uint16_t)(len > 0 ? len : 0);
-            c->peer = q->peer;
-            c->ev = (pl << 16);
-            c->tclass = MRC_DSCP_CONTROL << 2;
+            ctrl_put(c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_REQUEST, .dqpn = q->dqpn,
+                                          .ep_op = MRC_EP_PORT_STATUS, .port_bitmap = ep->port_up, .t1 = now});
         }
     }
     return 0;

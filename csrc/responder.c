@@ -8,20 +8,10 @@ static inline int rbit(const struct qp *q, uint32_t psn) { uint32_t i = widx(q, 
 static inline void rset(struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); q->rbits[i >> 6] |= 1ull << (i & 63); }
 static inline void rclr(struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); q->rbits[i >> 6] &= ~(1ull << (i & 63)); }
 
-static struct ctrl *ctrl_for(struct mrc_ep *ep, struct qp *q, uint32_t ev)
-{
-    struct ctrl *c = ep_ctrl_slot(ep);
-    if (c) {
-        c->peer = q->peer;
-        c->ev = ev; /* answer on the path the packet came in on */
-        c->tclass = MRC_DSCP_CONTROL << 2;
-    }
-    return c;
-}
 
 void resp_send_sack(struct mrc_ep *ep, struct qp *q, uint32_t ev, int ecn, uint32_t trig, uint16_t flags, uint16_t ts)
 {
-    struct ctrl *c = ctrl_for(ep, q, ev);
+    struct ctrl *c = ep_ctrl_to(ep, q->peer, ev); /* on the path the packet came in on */
     if (!c)
         return;
     uint32_t cack = psn_add(q->epsn, MRC_PSN_MASK); /* epsn - 1 */
@@ -39,21 +29,19 @@ void resp_send_sack(struct mrc_ep *ep, struct qp *q, uint32_t ev, int ecn, uint3
                         .ack_psn_offset = (int16_t)off, .ev = ev, .scid = (uint16_t)q->qpn, .dcid = (uint16_t)q->dqpn,
                         .cack_psn = cack, .mpr = (uint8_t)q->a.mpr, .sack_base_off = 2, .bitmap = bm,
                         .ts_echo = ts, .ooo_cnt = (uint16_t)q->ooo, .rcv_bytes = q->rcv_bytes >> 8};
-    int len = mrc_pkt_build(&p, NULL, c->buf, sizeof(c->buf));
-    c->len = (uint16_t)(len > 0 ? len : 0);
+    ctrl_put(c, &p);
     q->bytes_unacked = 0;
     q->st.sacks_tx++;
 }
 
 static void send_nack(struct mrc_ep *ep, struct qp *q, uint8_t reason, uint32_t psn, uint32_t ev)
 {
-    struct ctrl *c = ctrl_for(ep, q, ev);
+    struct ctrl *c = ep_ctrl_to(ep, q->peer, ev); /* on the path the packet came in on */
     if (!c)
         return;
     struct mrc_pkt p = {.opcode = MRC_OP_NACK, .dqpn = q->dqpn, .nack_reason = reason, .ev = ev,
                         .scid = (uint16_t)q->qpn, .dcid = (uint16_t)q->dqpn, .nack_psn = psn};
-    int len = mrc_pkt_build(&p, NULL, c->buf, sizeof(c->buf));
-    c->len = (uint16_t)(len > 0 ? len : 0);
+    ctrl_put(c, &p);
     q->st.nacks_tx++;
 }
 

@@ -339,7 +339,7 @@ int mrc_ev_set_paths(struct mrc_ep *ep, uint32_t qpn, const uint32_t *npaths, ui
  * (timed out), so a late answer is dropped as STALE_PROBE. The RTT runs from
  * the poll_tx that sent the request to the input of the answer. */
 #define MRC_PROBE_MAX 1024
-struct mrc_probe_result { uint32_t id; uint32_t ev; uint16_t peer; uint8_t port; uint8_t corrected; uint64_t rtt_ns; };
+struct mrc_probe_result { uint32_t id; uint32_t ev; uint16_t peer; uint8_t port; uint64_t rtt_ns; };
 int mrc_ep_probe_send(struct mrc_ep *ep, uint16_t peer, uint32_t ev, uint64_t now_ns, uint32_t *id);
 int mrc_ep_probe_result(struct mrc_ep *ep, uint32_t id, struct mrc_probe_result *out);
 int mrc_ep_probe_cancel(struct mrc_ep *ep, uint32_t id);
