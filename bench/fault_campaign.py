@@ -315,12 +315,19 @@ def rate_between(rec: Recorder, a: float, b: float) -> float:
     return sum(rec.buckets[i:j]) * 8 / ((j - i) * BUCKET) / 1e9
 
 
-def summarize(r: dict, base_gbps: float, seconds: float, t0_ns: int) -> dict:
+def longest_gap_after(rec: Recorder, t: float) -> float:
+    return max((g for s, g in rec.gaps if s + g >= t), default=0.0)
+
+
+def summarize(r: dict, base: Recorder, seconds: float, t0_ns: int) -> dict:
+    """A fault run against its paired no-fault run, both over the window from
+    the first fault (as the fault process reported it) to the end."""
     rec = r["rec"]
     times = [(f["t_ns"] - t0_ns) / 1e9 for f in r["faults"]]
     first = times[0] if times else FAULT_AT
     last = times[-1] if times else FAULT_AT
-    after = [g for s, g in rec.gaps if s + g >= first]
+    base_gbps = rate_between(base, first, seconds)
+    after = [longest_gap_after(rec, first)]
     # a transfer that stopped for good: its stall lasts to the end of the run
     if rec.last is None or rec.last - rec.t0 < seconds - 0.2:
         after.append(seconds - max(first, (rec.last or rec.t0) - rec.t0))
@@ -328,7 +335,9 @@ def summarize(r: dict, base_gbps: float, seconds: float, t0_ns: int) -> dict:
     recovered = rate_between(rec, min(last + 1.0, seconds - 1.0), seconds)
     return {"goodput_gbps": round(during, 3), "goodput_ratio": round(during / base_gbps, 3) if base_gbps else None,
             "goodput_ratio_after": round(recovered / base_gbps, 3) if base_gbps else None,
-            "max_stall_ms": round(max(after, default=0.0) * 1e3, 3), "qp_errors": r["qp_errors"],
+            "max_stall_ms": round(max(after) * 1e3, 3), "qp_errors": r["qp_errors"],
+            "no_fault_gbps": round(base_gbps, 3),
+            "no_fault_max_stall_ms": round(longest_gap_after(base, first) * 1e3, 3),
             "fault_times_s": [round(x, 3) for x in times],
             "series_gbps": [round(b * 8 / BUCKET / 1e9, 3) for b in rec.buckets]}
 
@@ -451,18 +460,12 @@ def main() -> int:
                 # rate drifts over minutes, so each fault run gets its own baseline
                 port += 1
                 log(f"({key}) {sc['desc']}: {p}, no fault ...")
-                b, b0_ns = run(p, sc["seconds"], [], port)
+                b, _ = run(p, sc["seconds"], [], port)
                 port += 1
                 log(f"({key}) {sc['desc']}: {p}, with the fault ...")
                 r, t0_ns = run(p, sc["seconds"], sc["plan"], port)
                 apply.heal(t.name, None)
-                times = [(f["t_ns"] - t0_ns) / 1e9 for f in r["faults"]]
-                first = times[0] if times else FAULT_AT
-                base_gbps = rate_between(b["rec"], first, sc["seconds"])
-                s = summarize(r, base_gbps, sc["seconds"], t0_ns)
-                s["no_fault_gbps"] = round(base_gbps, 3)
-                s["no_fault_max_stall_ms"] = round(max((g for st, g in b["rec"].gaps if st + g >= first),
-                                                       default=0.0) * 1e3, 3)
+                s = summarize(r, b["rec"], sc["seconds"], t0_ns)
                 if p == "mrc":
                     s["retransmitted_bytes"] = r["retransmitted_bytes"]
                     s["losses"], s["timeouts"] = r["losses"], r["timeouts"]

@@ -373,7 +373,11 @@ class Context(Endpoint):
 
     def ev_address(self, qp: QueuePair, ev: int) -> str | None:
         """The destination address EV ``ev`` of a connected ``qp`` sends to."""
-        paths = self._peer_paths.get(getattr(qp, "peer", None), {}).get(ev >> 16)
+        return self.peer_address(getattr(qp, "peer", None), ev)
+
+    def peer_address(self, peer: int | None, ev: int) -> str | None:
+        """The destination address a packet to ``peer`` on EV ``ev`` goes to."""
+        paths = self._peer_paths.get(peer, {}).get(ev >> 16)
         return paths[(ev & 0xFFFF) % len(paths)] if paths else None  # as queue_tx picks it
 
     def peers(self) -> dict[int, dict]:

@@ -65,7 +65,6 @@ class ControlServer:
         self.cc = CCProfile(0, "uet-1.0-nscc", {})
         self._events: collections.deque = collections.deque(maxlen=event_depth)
         self._seq = 0
-        self._dropped = 0
         self._lock = threading.Lock()
         self._admin_down: set[int] = set()
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -168,8 +167,6 @@ class ControlServer:
     def _drain(self) -> None:
         with self._lock:
             for ev in self.ctx.ev_events():
-                if len(self._events) == self._events.maxlen:
-                    self._dropped += 1
                 self._seq += 1
                 self._events.append({"seq": self._seq, **ev, "address": self._address_of(ev)})
 
@@ -215,8 +212,7 @@ class ControlServer:
                     targets.append((idx, plane << 16 | e))
         res = self.ctx.probe(targets, timeout=timeout_ms / 1000)
         for r in res:
-            paths = peer["paths"][r["ev"] >> 16]
-            r["address"] = paths[(r["ev"] & 0xFFFF) % len(paths)]
+            r["address"] = self.ctx.peer_address(idx, r["ev"])
         return {"peer": idx, "host": peer["host"], "timeout_ms": timeout_ms, "probes": res}
 
     def op_port(self, req: dict) -> dict:
