@@ -168,6 +168,7 @@ def test_probe_a_dead_path_times_out_and_a_live_one_returns_an_rtt(ctl):
                                "--timeout-ms", "200"], capture_output=True, text=True, timeout=30).stdout
     finally:
         apply.heal(t.name, None)
+    print(text)  # docs/ctl.md shows this table (pytest -s)
     rows = {int(line.split()[0]): line.split()[1:] for line in text.splitlines() if line[:1].isdigit()}
     assert rows[1][1] == "timeout" and rows[1][0].endswith("us"), text
     assert all(c.endswith("us") for p, row in rows.items() if p != 1 for c in row), text
