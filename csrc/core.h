@@ -235,6 +235,7 @@ void ev_on_congestion(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now
 void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
 void ev_on_alive(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
 int ev_probe_due(struct mrc_ep *ep, struct qp *q, uint64_t now, struct event **out);
+void ev_probe_sent(struct qp *q, struct event *e, uint64_t now);
 uint64_t ev_next_timer(struct qp *q, uint64_t now);
 void ev_set_state(struct mrc_ep *ep, struct qp *q, struct event *e, uint8_t st, uint64_t now);
 struct event *ev_find(struct qp *q, uint32_t ev);

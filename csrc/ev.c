@@ -232,7 +232,7 @@ void ev_on_alive(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now)
         ev_set_state(ep, q, e, MRC_EV_GOOD, now);
 }
 
-/* An ASSUMED_BAD EV whose probe is due; expires probes that got no answer. */
+/* An ASSUMED_BAD EV whose probe is due. */
 int ev_probe_due(struct mrc_ep *ep, struct qp *q, uint64_t now, struct event **out)
 {
     if (!q->nbad)
@@ -240,24 +240,29 @@ int ev_probe_due(struct mrc_ep *ep, struct qp *q, uint64_t now, struct event **o
     uint32_t usable = qp_usable_ports(ep, q);
     for (uint32_t i = 0; i < q->nevs; i++) {
         struct event *e = &q->evs[i];
-        if (e->state != MRC_EV_ASSUMED_BAD || !(usable & (1u << (e->ev >> 16))))
-            continue;
-        if (e->probing && now - e->probe_sent_ns >= q->a.probe_interval_ns) {
-            /* timed out: the run of successes starts again, and a path that
-             * keeps failing is probed ever less often (up to 1024 x) so that
-             * a dead plane costs no bandwidth */
-            e->probing = 0;
-            e->probe_ok = 0;
-            if (e->probe_shift < 10)
-                e->probe_shift++;
-            e->probe_due_ns = now + (q->a.probe_interval_ns << e->probe_shift);
-        }
-        if (!e->probing && now >= e->probe_due_ns) {
+        if (e->state == MRC_EV_ASSUMED_BAD && (usable & (1u << (e->ev >> 16))) && now >= e->probe_due_ns) {
             *out = e;
             return 1;
         }
     }
     return 0;
+}
+
+/* A probe went out on e. The previous one still unanswered after its
+ * interval breaks the run of successes, and a path that keeps failing is
+ * probed ever less often (up to 1024 x) so that a dead plane costs no
+ * bandwidth. An answer is never too late: it counts whenever it comes (a
+ * slow fabric or a busy peer must not keep a healed path out for good). */
+void ev_probe_sent(struct qp *q, struct event *e, uint64_t now)
+{
+    if (e->probing) {
+        e->probe_ok = 0;
+        if (e->probe_shift < 10)
+            e->probe_shift++;
+    }
+    e->probing = 1;
+    e->probe_sent_ns = now;
+    e->probe_due_ns = now + (q->a.probe_interval_ns << e->probe_shift);
 }
 
 uint64_t ev_next_timer(struct qp *q, uint64_t now)
@@ -269,7 +274,7 @@ uint64_t ev_next_timer(struct qp *q, uint64_t now)
         struct event *e = &q->evs[i];
         if (e->state != MRC_EV_ASSUMED_BAD)
             continue;
-        uint64_t x = e->probing ? e->probe_sent_ns + q->a.probe_interval_ns : e->probe_due_ns;
+        uint64_t x = e->probe_due_ns;
         if (x < t)
             t = x;
     }

@@ -130,8 +130,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
             break;
         emit(&d[n++], *used, len, e->ev, q, MRC_DSCP_CONTROL << 2, 0);
         *used += (uint32_t)len;
-        e->probing = 1;
-        e->probe_sent_ns = now;
+        ev_probe_sent(q, e, now);
         e->probe_id = q->probe_seq;
         q->st.probes_tx++;
     }

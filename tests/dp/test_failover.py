@@ -178,3 +178,26 @@ def test_a_loss_retires_every_ev_that_shares_the_path_when_the_qp_knows_the_alia
         assert finish(pair)[0].ok
     assert got[True] == len(victims), got
     assert got[False] < len(victims), got
+
+
+def test_a_retired_path_comes_back_when_its_round_trip_is_longer_than_the_probe_interval():
+    """A probe answered after probe_interval still proves the path works: on a
+    slow fabric (or a busy host whose engine answers late) a healed path must
+    come back, not be probed ever less often because every answer is late."""
+    slow = 60_000  # RTT 120 us, the harness's probe interval is 50 us
+    pair = Pair(seed=22, qp_attr=attr(timeout=9))
+    pair.sim.set_all(delay_ns=slow)
+    src, dst = start_big(pair, 64 << 20)
+    pair.sim.run(2_000_000)
+    victims = {e["ev"] for e in evs_on(pair, 1, 3)}
+    pair.sim.set_path(pair.sim.path(1, 3), down_from_ns=pair.sim.now, down_until_ns=FOREVER)
+    pair.sim.run_until(lambda: all(pair.ev_states()[v] != "GOOD" for v in victims),
+                       budget_ns=20_000_000, step_ns=10_000)
+    pair.sim.set_path(pair.sim.path(1, 3), down_from_ns=0, down_until_ns=0)
+    t_heal = pair.sim.now
+    pair.sim.run_until(lambda: all(pair.ev_states()[v] == "GOOD" for v in victims),
+                       budget_ns=100_000_000, step_ns=20_000)
+    # k = 3 probes in a row, each answered after one RTT, plus the backoff reached while dead
+    assert pair.sim.now - t_heal < 20 * 2 * slow + (50_000 << 10), pair.sim.now - t_heal
+    wc = finish(pair)
+    assert wc[0].ok and digest(dst) == digest(src)

@@ -97,6 +97,18 @@ def test_rx_ring_drops_are_counted_when_the_engine_does_not_drain_the_ring(fabri
         cb.close()
 
 
+def _why(wc, qa, qb, ca, cb):
+    """What a failed transfer leaves behind: enough to tell a stuck head of
+    the window from dead paths or a starved engine."""
+    states = {}
+    for e in qa.evs():
+        key = (e["ev"] >> 16, e["state"])
+        states[key] = states.get(key, 0) + 1
+    return (f"{wc.status_name}\nrequester {qa.stats()}\nresponder {qb.stats()}\n"
+            f"EVs (plane, state): count {sorted(states.items())}\n"
+            f"drops a {ca.drops()} b {cb.drops()}\nports a {ca.port_stats()}\nports b {cb.port_stats()}")
+
+
 def _cut_during(t, ca, cb, targets, size=256 << 20):
     qa, qb, src, dst, ms, ib = connect(t, ca, cb, size)
     qa.post_write(ms, 0, size, ib.addr, ib.rkey, wr_id=1)
@@ -107,7 +119,7 @@ def _cut_during(t, ca, cb, targets, size=256 << 20):
         apply.fail(t.name, target)
     assert qa.stats()["una_psn"] < size // qa.attr_mtu, "the transfer ended before the cut: make it longer"
     wc = ca.create_cq().wait(1, timeout=120)
-    assert wc[0].ok, wc[0].status_name
+    assert wc[0].ok, _why(wc[0], qa, qb, ca, cb)
     assert hashlib.sha256(dst).digest() == hashlib.sha256(src).digest()
     return qa
 
