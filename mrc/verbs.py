@@ -19,6 +19,7 @@ docs/api.md maps every call to its mrc.h counterpart.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import ipaddress
 import os
@@ -31,6 +32,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from mrc._dp import ffi, lib
+from mrc.ctl.profiles import CtlError, Registry
 from mrc.engine import (  # noqa: F401 (re-exported)
     AsyncEvent,
     Endpoint,
@@ -272,6 +274,8 @@ class Context(Endpoint):
         self._qps: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         #: NSCC parameters every new QP gets on top of SOFTWARE_CC (``mrc ctl cc set``)
         self.cc_overrides: dict = {}
+        #: the controller's EV format, EV and CC profiles (``create_qp(ev_profile_id=, cc_profile_id=)``)
+        self.profiles = Registry()
         # how long the idle engine polls before it sleeps: latency against CPU
         lib.mrc_ctx_set_spin(self._ctx, int(spin_us * 1000))
         if start:  # start=False: only for the raw-ceiling blaster (bench/)
@@ -346,17 +350,42 @@ class Context(Endpoint):
         return CompletionQueue(self)
 
     def create_qp(self, pd: ProtectionDomain | None = None, cq: CompletionQueue | None = None,
-                  attr: QPAttr | None = None) -> ConnectedQP:
+                  attr: QPAttr | None = None, *, ev_profile_id: int | None = None,
+                  cc_profile_id: int | None = None) -> ConnectedQP:
+        """A QP; with ``cc_profile_id`` it runs that ONLINE CC profile's NSCC
+        parameters, with ``ev_profile_id`` (an SRV6 profile) it sprays over
+        that profile's paths and follows its denials. The QP holds both
+        profiles until it is destroyed: meanwhile they cannot go OFFLINE."""
         attr = attr or QPAttr()
         if attr.planes is None:
             attr.planes = self.planes
         if attr.mtu is None:
             attr.mtu = self.payload_size
-        attr.cc = {**SOFTWARE_CC, **self.cc_overrides, **attr.cc}
-        for k, val in SOFTWARE_TIMING.items():
-            if getattr(attr, k) is None:
-                setattr(attr, k, val)
-        qp = ConnectedQP(self, attr)
+        held = []
+        try:
+            cc = self.cc_overrides
+            if cc_profile_id is not None:
+                held.append(self.profiles.acquire("cc", cc_profile_id))
+                cc = held[-1].config
+            ev_profile = None
+            if ev_profile_id is not None:
+                ev_profile = self.profiles.acquire("ev", ev_profile_id)
+                held.append(ev_profile)
+                if ev_profile.fmt is None or ev_profile.fmt.mode != "SRV6":
+                    raise CtlError(errno.EINVAL, f"EV profile {ev_profile_id} is not an SRV6 profile: this "
+                                                 "device's QPs take their paths from SRV6 EV profiles")
+                if attr.ev_min_active is None:
+                    attr.ev_min_active = ev_profile.ev_min_active
+            attr.cc = {**SOFTWARE_CC, **cc, **attr.cc}
+            for k, val in SOFTWARE_TIMING.items():
+                if getattr(attr, k) is None:
+                    setattr(attr, k, val)
+            qp = ConnectedQP(self, attr)
+        except BaseException:
+            for prof in held:
+                self.profiles.release(prof)
+            raise
+        qp.profiles, qp.ev_profile = held, ev_profile
         self._qps[qp.qpn] = qp
         return qp
 
@@ -417,7 +446,7 @@ class Context(Endpoint):
 
     def peer_index(self, remote: RemoteInfo) -> int:
         """Register how to reach a peer (its paths per plane) with the I/O layer."""
-        key = tuple(sorted(remote.ports.items()))
+        key = (tuple(sorted(remote.ports.items())), tuple(sorted((p, tuple(a)) for p, a in remote.paths.items())))
         if key in self._peers:
             return self._peers[key]
         cfg = ffi.new("struct mrc_peer_cfg *")
@@ -450,6 +479,8 @@ class Context(Endpoint):
 
     def close(self) -> None:
         if getattr(self, "_ctx", None) is not None:
+            for qp in list(self._qps.values()):
+                qp.release_profiles()
             lib.mrc_ctx_destroy(self._ctx)
             self._ctx = None
             self._ep = None
@@ -458,10 +489,52 @@ class Context(Endpoint):
 class ConnectedQP(QueuePair):
     """A queue pair of a Context; ``connect()`` takes it to RTS toward a peer."""
 
+    profiles: list = []
+    ev_profile = None
+
     def connect(self, remote: RemoteInfo) -> None:  # type: ignore[override]
+        prof = self.ev_profile
+        if prof is not None:
+            # the profile's paths (its denied ones too: allow brings them back) replace the peer's own
+            paths = prof.paths(include_denied=True)
+            missing = sorted(set(paths) - set(remote.ports))
+            if missing:
+                raise CtlError(errno.EINVAL, f"EV profile {prof.id} has paths on plane(s) "
+                                             f"{', '.join(map(str, missing))}, where the peer has no port")
+            remote = dataclasses.replace(remote, paths=paths)
         peer = self.ep.peer_index(remote)
         # the engine sends EV e of plane p to paths[p][e % len]: tell the QP which EVs alias
         paths = self.ep._peer_paths[peer]
         self.set_ev_paths([len(paths.get(p, [])) for p in range(self.ep.planes)])
         super().connect(remote.qpn, peer)
         self.peer = peer
+        if prof is not None:
+            denied = {a for a in sum(paths.values(), []) if a not in sum(prof.paths().values(), [])}
+            for e in self.evs():
+                if e["plane"] not in prof.paths(include_denied=True) or self.ep.ev_address(self, e["ev"]) in denied:
+                    self.set_ev_state(e["ev"], lib.MRC_EV_DENIED)
+            ref = weakref.ref(self)
+
+            def follow(address: str, state: str) -> None:
+                qp = ref()
+                if qp is None or qp.destroyed:
+                    return
+                code = lib.MRC_EV_DENIED if state == "DENIED" else lib.MRC_EV_GOOD
+                for e in qp.evs():
+                    if qp.ep.ev_address(qp, e["ev"]) == address:
+                        qp.set_ev_state(e["ev"], code)
+
+            self._follow = follow
+            prof.watchers.append(follow)
+
+    def destroy(self) -> None:
+        super().destroy()
+        self.release_profiles()
+
+    def release_profiles(self) -> None:
+        """Give back the profiles this QP held (destroy and close do it)."""
+        if self.ev_profile is not None and getattr(self, "_follow", None) in self.ev_profile.watchers:
+            self.ev_profile.watchers.remove(self._follow)
+        for prof in self.profiles:
+            self.ep.profiles.release(prof)
+        self.profiles, self.ev_profile = [], None

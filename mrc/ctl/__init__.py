@@ -21,9 +21,10 @@ from mrc.ctl.profiles import (
                               EVField,
                               EVFormatProfile,
                               EVProfile,
+                              Registry,
                               srv6_from_fabric,
 )
 
 __all__ = ["ASSUMED_BAD", "AUTO", "DENIED", "EXPLICIT", "GENERATED", "GOOD", "INIT", "LIMITS", "OFFLINE", "ONLINE",
            "SRV6", "STEV", "UDP", "UNKNOWN", "CCProfile", "CtlError", "EVField", "EVFormatProfile", "EVProfile",
-           "srv6_from_fabric"]
+           "Registry", "srv6_from_fabric"]

@@ -62,7 +62,8 @@ class ControlServer:
     def __init__(self, ctx, path: str | None = None, event_depth: int = 4096) -> None:
         self.ctx = ctx
         self.path = path or os.path.join(ctl_dir(), f"{os.getpid()}.sock")
-        self.cc = CCProfile(0, "uet-1.0-nscc", {})
+        # CC profile 0: what QPs created without a cc_profile_id get (``cc set`` changes it)
+        self.cc = ctx.profiles.cc.get(0) or ctx.profiles.add(CCProfile(0, "uet-1.0-nscc", {}))
         self._events: collections.deque = collections.deque(maxlen=event_depth)
         self._seq = 0
         self._lock = threading.Lock()

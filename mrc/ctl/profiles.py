@@ -239,6 +239,8 @@ class EVProfile(_Profile):
         super().__init__(pid)
         self.mode, self.fmt, self.fields, self.port = None, None, [], 1
         self.entries: list[EVEntry | None] = []
+        #: called as fn(address, state) when an SRV6 EV is denied or allowed (bound QPs follow)
+        self.watchers: list = []
         self._reindex()
         self.ev_count, self.ev_min_active, self.event_mask = 0, 1, tuple(event_mask)
         if mode is not None:
@@ -393,6 +395,9 @@ class EVProfile(_Profile):
         self._denied += change if state == DENIED else -change
         for e in entries:
             e.state = state
+        if change and self.fmt is not None and self.fmt.mode == SRV6:
+            for fn in list(self.watchers):
+                fn(srv6_address(value, self.fmt.width), state)
 
     def ev_state(self, value: int) -> str:
         return self._find(value)[0].state
@@ -409,14 +414,14 @@ class EVProfile(_Profile):
                 "fields": [dict(vars(f)) for f in self.fields],
                 "port": self.port if self.mode == GENERATED else None}
 
-    def paths(self) -> dict[int, list[str]]:
+    def paths(self, include_denied: bool = False) -> dict[int, list[str]]:
         """For an SRV6 profile: the usable (not DENIED) destination addresses
         per plane (port - 1), in EV order; what a QP sprays over."""
         if self.fmt is None or self.fmt.mode != SRV6:
             raise _bad(f"EV profile {self.id} is not an SRV6 profile")
         out: dict[int, list[str]] = {}
         for e in self.entries:
-            if e is not None and e.state != DENIED:
+            if e is not None and (include_denied or e.state != DENIED):
                 a = srv6_address(e.value, self.fmt.width)
                 if a not in out.setdefault(e.port - 1, []):
                     out[e.port - 1].append(a)
@@ -461,6 +466,64 @@ class CCProfile(_Profile):
 
     def query(self) -> dict:
         return {"id": self.id, "state": self.state, "algorithm": self.algorithm, "config": dict(self.config)}
+
+
+# ------------------------------------------------------------ the registry
+class Registry:
+    """A device's profiles by id, and which QPs use them.
+
+    ``add`` configures a profile under its id (``mrc_ctl_modify_*_profile``);
+    a QP created with ``ev_profile_id`` / ``cc_profile_id`` ``acquire``s the
+    ONLINE profiles and holds them until it is destroyed, so taking a profile
+    in use OFFLINE is EBUSY (and with it any change to it)."""
+
+    KINDS = {"fmt": (EVFormatProfile, "max_fmt_profiles"), "ev": (EVProfile, "max_ev_profiles"),
+             "cc": (CCProfile, None)}
+
+    def __init__(self) -> None:
+        self.fmt: dict[int, EVFormatProfile] = {}
+        self.ev: dict[int, EVProfile] = {}
+        self.cc: dict[int, CCProfile] = {}
+
+    def _table(self, profile) -> dict:
+        for kind, (cls, _) in self.KINDS.items():
+            if isinstance(profile, cls):
+                return getattr(self, kind)
+        raise _bad(f"not a profile: {profile!r}")
+
+    def add(self, profile):
+        """Register ``profile`` under its id; an id in use by a configured
+        profile is EBUSY (reset that one first)."""
+        table = self._table(profile)
+        old = table.get(profile.id)
+        if old is not None and old is not profile and old.state != INIT:
+            raise CtlError(errno.EBUSY, f"{old.kind} profile {old.id} exists and is {old.state}: "
+                                        f"take it to INIT (reset) before reusing its id")
+        limit = next(lim for cls, lim in self.KINDS.values() if isinstance(profile, cls))
+        if limit and profile.id not in table and len(table) >= getattr(LIMITS, limit):
+            raise CtlError(errno.E2BIG, f"this device holds at most {getattr(LIMITS, limit)} {profile.kind} profiles")
+        table[profile.id] = profile
+        return profile
+
+    def get(self, kind: str, pid: int):
+        prof = getattr(self, kind).get(pid)
+        if prof is None:
+            name = self.KINDS[kind][0].kind
+            known = ", ".join(map(str, sorted(getattr(self, kind)))) or "none"
+            raise CtlError(errno.ENOENT, f"no {name} profile {pid} (known: {known})")
+        return prof
+
+    def acquire(self, kind: str, pid: int):
+        """The ONLINE profile ``pid`` for a new QP, counted as in use."""
+        prof = self.get(kind, pid)
+        if prof.state != ONLINE:
+            raise _bad(f"{prof.kind} profile {pid} is {prof.state}: bring it ONLINE before a QP uses it")
+        prof.users += 1
+        return prof
+
+    @staticmethod
+    def release(prof) -> None:
+        prof.users = max(0, prof.users - 1)
 
 
 # ------------------------------------------------- from the fabric's plan

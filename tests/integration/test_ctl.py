@@ -1,6 +1,7 @@
 """Root tests: the control endpoint and `mrc ctl` against real connections
 on a fabric (deny and allow EVs, events on a cut and heal, port admin, CC,
 privilege)."""
+import errno
 import json
 import os
 import shutil
@@ -211,6 +212,58 @@ def test_cc_set_applies_to_new_qps_and_rejects_unknown_parameters(ctl):
     assert bad.returncode == 2 and "unknown NSCC parameter" in bad.stderr and "Traceback" not in bad.stderr
     shown = json.loads(mrc_ctl(srv, "cc", "show").stdout)
     assert shown["effective"]["target_delay"] == 50000 and shown["profile"]["algorithm"] == "uet-1.0-nscc"
+
+
+def test_qps_bound_to_ev_and_cc_profiles_follow_them_and_hold_them_until_destroyed(ctl):
+    """create_qp(ev_profile_id=, cc_profile_id=): the QP runs the CC profile's
+    parameters and sprays over the EV profile's paths, a path the profile
+    denies carries nothing (its spine's counters), allowing it brings it
+    back; while the QP lives neither profile can go OFFLINE."""
+    from mrc.ctl.profiles import CCProfile, srv6_address, srv6_from_fabric
+
+    t, ca, cb, qa, ms, ib, srv, *_ = ctl
+    prof = srv6_from_fabric(t, 0, 1, pid=4)
+    bad = t.path_address(0, 1, 1, 0)  # plane 1 through spine p1s0
+    value = next(e.value for e in prof.entries if srv6_address(e.value, prof.fmt.width) == bad)
+    prof.set_ev_state(value, "DENIED")
+    ca.profiles.add(prof.fmt).online()
+    ca.profiles.add(prof).online()
+    cc = ca.profiles.add(CCProfile(2, "uet-1.0-nscc", {"max_cwnd": 300_000}))
+    with pytest.raises(CtlError) as e:
+        ca.create_qp(cc_profile_id=2)  # still OFFLINE
+    assert e.value.errno == errno.EINVAL
+    cc.online()
+    with pytest.raises(CtlError) as e:
+        ca.create_qp(ev_profile_id=99)
+    assert e.value.errno == errno.ENOENT
+    q = ca.create_qp(ev_profile_id=4, cc_profile_id=2)
+    assert q.attr.cc["max_cwnd"] == 300_000 and (prof.users, cc.users) == (1, 1)
+    qr = cb.create_qp()
+    md = cb.reg_mr(bytearray(32 << 20), remote_write=True)
+    info = info_for(t, cb, qr, md, 1)
+    qr.connect(info_for(t, ca, q, ms, 0))
+    q.connect(info)
+    states = {e["ev"]: e["state"] for e in q.evs()}
+    on_bad = [ev for ev in states if ca.ev_address(q, ev) == bad]
+    assert on_bad and all(states[ev] == "DENIED" for ev in on_bad)
+    assert all(st == "GOOD" for ev, st in states.items() if ev not in on_bad)
+    s0 = t.spine(1, 0)
+    b0 = spine_packets(t, s0)
+    write(ca, q, ms, info, 32 << 20)
+    assert spine_packets(t, s0) - b0 < 20  # neighbour discovery at most, no MRC
+    prof.set_ev_state(value, "GOOD")  # the bound QP follows the profile at once
+    assert all(e["state"] == "GOOD" for e in q.evs() if e["ev"] in on_bad)
+    b0 = spine_packets(t, s0)
+    write(ca, q, ms, info, 32 << 20, wr_id=2)
+    assert spine_packets(t, s0) - b0 > (32 << 20) // q.attr_mtu // t.planes // 4
+    for p in (prof, cc):
+        with pytest.raises(CtlError) as e:
+            p.offline()
+        assert e.value.errno == errno.EBUSY
+    q.destroy()
+    assert (prof.users, cc.users) == (0, 0)
+    prof.offline()
+    cc.offline()
 
 
 def _as_nobody(path, op, **args):

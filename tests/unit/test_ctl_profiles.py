@@ -245,3 +245,61 @@ def test_cc_profile_nscc_named_parameters():
     assert set(pr.NSCC_FIELDS) == {"disable_qa", "adjust_bytes_threshold", "adjust_period_threshold", "base_rtt",
                                    "eta", "fi", "fi_scale", "gamma", "max_md_jump", "max_cwnd", "qa_gate",
                                    "qa_threshold", "target_delay"}
+
+
+def test_registry_binds_qps_to_online_profiles_and_an_ev_profile_in_use_is_ebusy():
+    reg = pr.Registry()
+    with pytest.raises(CtlError, match="no CC profile 3") as e:
+        reg.acquire("cc", 3)
+    assert code(e) == errno.ENOENT
+    cc = reg.add(CCProfile(3, "uet-1.0-nscc", {"max_cwnd": 300_000}))
+    with pytest.raises(CtlError, match="bring it ONLINE") as e:
+        reg.acquire("cc", 3)  # OFFLINE: not usable by a QP yet
+    assert code(e) == errno.EINVAL
+    cc.online()
+    assert reg.acquire("cc", 3) is cc and cc.users == 1
+    for call in (cc.offline, lambda: cc.modify("uet-1.0-nscc", {}), cc.reset):
+        with pytest.raises(CtlError) as e:
+            call()
+        assert code(e) == errno.EBUSY
+    # a configured id cannot be taken over by a new profile
+    with pytest.raises(CtlError, match="reset") as e:
+        reg.add(CCProfile(3, "uet-1.0-nscc", {}))
+    assert code(e) == errno.EBUSY
+    reg.release(cc)
+    cc.offline()
+    cc.reset()
+    assert reg.add(CCProfile(3, "uet-1.0-nscc", {})).state == OFFLINE
+
+    # an EV profile in use by a QP: OFFLINE is EBUSY; denials reach the QP through watchers
+    t = Topology(planes=2, spines=2, leaves=2, hosts=2)
+    prof = reg.add(pr.srv6_from_fabric(t, 0, 1, pid=7))
+    prof.fmt.online()
+    prof.online()
+    assert reg.acquire("ev", 7) is prof
+    with pytest.raises(CtlError) as e:
+        prof.offline()
+    assert code(e) == errno.EBUSY
+    seen = []
+    prof.watchers.append(lambda addr, state: seen.append((addr, state)))
+    value = prof.entries[1].value
+    prof.set_ev_state(value, DENIED)
+    prof.set_ev_state(value, DENIED)  # no change: no second call
+    prof.set_ev_state(value, GOOD)
+    addr = pr.srv6_address(value, prof.fmt.width)
+    assert addr == t.path_address(0, 1, 0, 1)
+    assert seen == [(addr, DENIED), (addr, GOOD)]
+    reg.release(prof)
+    prof.offline()
+
+
+def test_registry_limits_are_e2big():
+    reg = pr.Registry()
+    for i in range(pr.LIMITS.max_fmt_profiles):
+        reg.add(EVFormatProfile(i, UDP, [16]))
+    with pytest.raises(CtlError) as e:
+        reg.add(EVFormatProfile(99, UDP, [16]))
+    assert code(e) == errno.E2BIG
+    # a reset profile's id can be configured anew: no new slot is needed
+    reg.get("fmt", 0).reset()
+    assert reg.add(EVFormatProfile(0, STEV, [20])).mode == STEV
