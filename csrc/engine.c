@@ -19,18 +19,22 @@
 #include <linux/filter.h>
 #include <linux/if_ether.h>
 #include <linux/if_packet.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <net/if.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core.h"
 
-enum { RX_ROUND = 4, RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512, SPIN_NS = 200000, BATCH = 64, MAX_PORTS = 16, MAX_PEERS = 256, FRAME = 9216, HDRS = MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN };
+enum { LINK_CHECK_NS = 50000, RX_ROUND = 4, RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512, SPIN_NS = 200000, BATCH = 64, MAX_PORTS = 16, MAX_PEERS = 256, FRAME = 9216, HDRS = MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN };
 
 struct port {
     struct mrc_port_cfg cfg;
@@ -42,6 +46,9 @@ struct port {
     uint8_t *ring;
     size_t ring_len;
     uint32_t rhead;
+    /* the port is up for MRC when the controller enables it (admin) and the
+     * link has carrier (the kernel's IFF_UP and IFF_RUNNING) */
+    uint8_t admin_down, carrier_down;
 };
 
 /* One tx batch for all ports, in the order the engine built the packets (so
@@ -73,6 +80,8 @@ struct mrc_ctx {
     pthread_t thread;
     int running, started;
     int wake_fd, comp_fd, async_fd;
+    int nl_fd;            /* rtnetlink link events of this namespace: carrier changes */
+    uint64_t nl_next_ns;  /* when the engine next reads nl_fd */
     uint32_t aeq_signalled; /* aeq_tail when async_fd was last written */
     uint8_t *txbuf;
     struct mrc_txdesc txd[BATCH];
@@ -183,6 +192,74 @@ static int open_tx(struct txq *t)
     return 0;
 }
 
+/* ------------------------------------------------------------ link state */
+/* Tell the core when a port's effective state (admin and carrier) changes:
+ * it stops using the plane at once and tells the peers (PORT_ERR). */
+static void port_apply(struct mrc_ctx *c, struct port *p, uint64_t now)
+{
+    int up = !p->admin_down && !p->carrier_down;
+    p->st.admin_up = !p->admin_down;
+    p->st.carrier = !p->carrier_down;
+    if (!!(c->ep->port_up & (1u << p->cfg.plane)) != up)
+        mrc_ep_set_port(c->ep, p->cfg.plane, up, now);
+}
+
+static void set_carrier(struct mrc_ctx *c, struct port *p, int carrier, uint64_t now)
+{
+    if (!p->carrier_down == !!carrier)
+        return;
+    p->carrier_down = !carrier;
+    if (!carrier)
+        p->st.carrier_downs++;
+    port_apply(c, p, now);
+}
+
+/* Subscribe to link events (a NIC learns of carrier loss from its PHY; here
+ * the kernel's RTM_NEWLINK says it) and read each port's current state.
+ * Without netlink the ports simply count as having carrier. */
+static void open_link_watch(struct mrc_ctx *c)
+{
+    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, NETLINK_ROUTE);
+    struct sockaddr_nl sa = {.nl_family = AF_NETLINK, .nl_groups = RTMGRP_LINK};
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        fd = -1;
+    }
+    c->nl_fd = fd;
+    int s = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    for (uint32_t i = 0; i < c->nports; i++) {
+        struct port *p = &c->ports[i];
+        struct ifreq ifr = {0};
+        p->st.admin_up = p->st.carrier = 1;
+        if (s >= 0 && if_indextoname(p->cfg.ifindex, ifr.ifr_name) && ioctl(s, SIOCGIFFLAGS, &ifr) == 0)
+            set_carrier(c, p, (ifr.ifr_flags & IFF_UP) && (ifr.ifr_flags & IFF_RUNNING), mrc_ctx_now_ns());
+    }
+    if (s >= 0)
+        close(s);
+}
+
+/* Drain the link events that arrived since the last look. */
+static void read_link_events(struct mrc_ctx *c, uint64_t now)
+{
+    uint8_t buf[8192] __attribute__((aligned(4)));
+    for (;;) {
+        ssize_t n = recv(c->nl_fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n <= 0)
+            return; /* nothing more (or ENOBUFS after an overflow: the next event corrects it) */
+        for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+            if ((h->nlmsg_type != RTM_NEWLINK && h->nlmsg_type != RTM_DELLINK) ||
+                h->nlmsg_len < NLMSG_LENGTH(sizeof(struct ifinfomsg)))
+                continue;
+            const struct ifinfomsg *ifi = NLMSG_DATA(h);
+            for (uint32_t i = 0; i < c->nports; i++)
+                if (c->ports[i].cfg.ifindex == (uint32_t)ifi->ifi_index)
+                    set_carrier(c, &c->ports[i], h->nlmsg_type == RTM_NEWLINK && (ifi->ifi_flags & IFF_UP) &&
+                                                     (ifi->ifi_flags & IFF_RUNNING), now);
+        }
+    }
+}
+
+
 int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *ports, uint32_t nports,
                    struct mrc_ctx **out)
 {
@@ -196,7 +273,7 @@ int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *po
     for (uint32_t i = 0; i < MAX_PORTS; i++)
         c->ports[i].fd = -1;
     c->tx.fd = -1;
-    c->wake_fd = c->comp_fd = c->async_fd = -1;
+    c->wake_fd = c->comp_fd = c->async_fd = c->nl_fd = -1;
     c->spin_ns = SPIN_NS;
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->ulock, NULL);
@@ -229,6 +306,7 @@ int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *po
         rc = -errno;
         goto fail;
     }
+    open_link_watch(c);
     *out = c;
     return 0;
 fail:
@@ -261,6 +339,8 @@ void mrc_ctx_destroy(struct mrc_ctx *c)
         close(c->comp_fd);
     if (c->async_fd >= 0)
         close(c->async_fd);
+    if (c->nl_fd >= 0)
+        close(c->nl_fd);
     mrc_ep_destroy(c->ep);
     free(c->peers);
     free(c->txbuf);
@@ -315,6 +395,19 @@ void mrc_ctx_unlock(struct mrc_ctx *c)
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_unlock(&c->ulock);
     wake(c); /* a modify or a port change may have made work: look now */
+}
+
+int mrc_ctx_port_admin(struct mrc_ctx *c, uint32_t plane, int up)
+{
+    if (plane >= MRC_MAX_PLANES || c->plane_port[plane] < 0)
+        return -ENOENT;
+    mrc_ctx_lock(c);
+    struct port *p = &c->ports[c->plane_port[plane]];
+    p->admin_down = !up;
+    port_apply(c, p, mrc_ctx_now_ns());
+    mrc_ctx_unlock(c);
+    doorbell(c);
+    return 0;
 }
 
 int mrc_ctx_post_write(struct mrc_ctx *c, uint32_t qpn, const struct mrc_wr *wr, uint32_t n)
@@ -599,10 +692,11 @@ static void hand_over(struct mrc_ctx *c)
 static void *engine_main(void *arg)
 {
     struct mrc_ctx *c = arg;
-    struct pollfd pf[MAX_PORTS + 1];
+    struct pollfd pf[MAX_PORTS + 2];
     for (uint32_t i = 0; i < c->nports; i++)
         pf[i] = (struct pollfd){.fd = c->ports[i].fd, .events = POLLIN};
     pf[c->nports] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
+    pf[c->nports + 1] = (struct pollfd){.fd = c->nl_fd, .events = POLLIN}; /* fd -1: ignored */
     uint64_t idle_since = 0;
     pthread_mutex_lock(&c->lock);
     while (c->running) {
@@ -610,6 +704,10 @@ static void *engine_main(void *arg)
         uint64_t now = mrc_ctx_now_ns();
         uint32_t cq_before = c->ep->cq_tail;
         int work = 0;
+        if (c->nl_fd >= 0 && now >= c->nl_next_ns) {
+            c->nl_next_ns = now + LINK_CHECK_NS;
+            read_link_events(c, now);
+        }
         /* a few frames per port per round: draining one plane's backlog
          * before the next would look to the peer like reordering by plane */
         for (int round = 0, got = 1; got && round < BATCH / RX_ROUND; round++) {
@@ -658,7 +756,7 @@ static void *engine_main(void *arg)
         if (wait > 100000000ull)
             wait = 100000000ull;
         struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000ull), .tv_nsec = (long)(wait % 1000000000ull)};
-        if (ppoll(pf, c->nports + 1, &ts, NULL) > 0 && (pf[c->nports].revents & POLLIN)) {
+        if (ppoll(pf, c->nports + 2, &ts, NULL) > 0 && (pf[c->nports].revents & POLLIN)) {
             uint64_t v;
             if (read(c->wake_fd, &v, sizeof(v)) < 0) { /* spurious wake */ }
         }

@@ -467,6 +467,13 @@ class Context(Endpoint):
         self._peer_host[idx] = remote.host
         return idx
 
+    def set_port(self, plane: int, up: bool, now_ns: int = 0) -> None:
+        """A port's admin state (``mrc_ctl_modify_port``): a disabled port is
+        DOWN; an enabled one is up while its link has carrier, which the
+        engine follows by itself (rtnetlink): either way the plane's EVs stop
+        at once and the peers are told."""
+        check(lib.mrc_ctx_port_admin(self._ctx, plane, int(up)), f"set port {plane} admin state")
+
     def port_stats(self) -> list[dict]:
         out = []
         st = ffi.new("struct mrc_port_stats *")

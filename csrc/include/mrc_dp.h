@@ -402,6 +402,8 @@ struct mrc_peer_cfg { struct mrc_peer_plane plane[16]; uint32_t nplanes; };
 struct mrc_port_stats {
     uint64_t tx_packets, tx_bytes, rx_packets, rx_bytes, tx_errors, rx_foreign, tx_no_path, rx_batches, tx_batches;
     uint64_t rx_ring_drops; /* frames the kernel dropped because the rx ring was full (PACKET_STATISTICS) */
+    uint64_t carrier_downs; /* times the link lost carrier or went down (rtnetlink) */
+    uint32_t carrier, admin_up; /* link has carrier; the controller enables the port: both make it up */
 };
 
 struct mrc_ctx;
@@ -426,6 +428,9 @@ int mrc_ctx_qp_modify(struct mrc_ctx *c, uint32_t qpn, uint32_t state, uint32_t 
 int mrc_ctx_qp_query(struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st);
 int mrc_ctx_ep_drops(struct mrc_ctx *c, uint64_t *counts, uint32_t n);
 int mrc_ctx_ep_set_port(struct mrc_ctx *c, uint32_t plane, int up, uint64_t now_ns);
+/* A port's admin state (mrc_ctl_modify_port): the port is up when it is
+ * enabled and its link has carrier (the engine follows carrier by itself). */
+int mrc_ctx_port_admin(struct mrc_ctx *c, uint32_t plane, int up);
 int mrc_ctx_ev_list(struct mrc_ctx *c, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
 int mrc_ctx_ev_set_state(struct mrc_ctx *c, uint32_t qpn, uint32_t ev, uint32_t state);
 int mrc_ctx_ev_poll_events(struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t max);

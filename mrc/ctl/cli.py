@@ -122,8 +122,12 @@ def run(a) -> int:
                     rows.append({"endpoint": path, **c.call("info")})
             except (CtlError, OSError) as e:
                 rows.append({"endpoint": path, "error": str(e)})
+        def ports(r: dict) -> str:
+            return "".join(f"\n  plane {p['plane']} {p['ifname']}: {p['admin']}, link {p['link']}"
+                           for p in r.get("ports", []))
+
         _out(a, rows, "\n".join(f"{r['endpoint']}: pid {r.get('pid')} host {r.get('host')} QPs {r.get('qps')}"
-                                for r in rows) or "no control endpoints")
+                                + ports(r) for r in rows) or "no control endpoints")
         return 0
     if a.ccmd is None:
         raise CtlError(errno.EINVAL, "missing command: see `mrc ctl --help`")

@@ -67,7 +67,6 @@ class ControlServer:
         self._events: collections.deque = collections.deque(maxlen=event_depth)
         self._seq = 0
         self._lock = threading.Lock()
-        self._admin_down: set[int] = set()
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         if os.path.exists(self.path):
             os.unlink(self.path)  # a stale socket of a process that died
@@ -132,9 +131,12 @@ class ControlServer:
         return qps[int(qpn)]
 
     def op_info(self, req: dict) -> dict:
+        st = self.ctx.port_stats()
         return {"pid": os.getpid(), "ports": [{"ifname": p.ifname, "plane": p.plane, "address": p.address,
-                                              "admin": "DISABLED" if p.plane in self._admin_down else "ENABLED"}
-                                             for p in self.ctx.ports],
+                                              "admin": "ENABLED" if s["admin_up"] else "DISABLED",
+                                              "link": "UP" if s["carrier"] else "DOWN",
+                                              "carrier_downs": s["carrier_downs"]}
+                                             for p, s in zip(self.ctx.ports, st, strict=True)],
                 "qps": sorted(self.ctx.live_qps()), "host": os.environ.get("MRC_HOST")}
 
     def op_ev_list(self, req: dict) -> dict:
@@ -221,7 +223,6 @@ class ControlServer:
         if plane not in {p.plane for p in self.ctx.ports}:
             raise CtlError(errno.ENOENT, f"no port on plane {plane}")
         self.ctx.set_port(plane, up)
-        (self._admin_down.discard if up else self._admin_down.add)(plane)
         return {"plane": plane, "admin": "ENABLED" if up else "DISABLED"}
 
     def op_cc_show(self, req: dict) -> dict:

@@ -135,6 +135,74 @@ def test_cutting_a_whole_plane_mid_transfer_completes_without_error(pair):
     _cut_during(t, ca, cb, ["p2s0", "p2s1"])
 
 
+def _events(ctx, want, timeout=5.0):
+    """Asynchronous events until one of type ``want`` (all of them, in order)."""
+    got, deadline = [], time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ev = ctx.get_async_event(timeout=max(0.0, deadline - time.monotonic()))
+        if ev is None:
+            break
+        got.append(ev)
+        if ev.type == want:
+            break
+    return got
+
+
+def test_a_host_port_losing_carrier_stops_its_plane_at_once_and_admin_down_outlasts_a_heal(pair):
+    """The engine follows its ports' carrier (rtnetlink), as a NIC follows its
+    PHY: a host link cut mid-transfer is PORT_ERR at once, the plane carries
+    nothing more, the peer hears the new port bitmap, and the transfer ends
+    intact; carrier back is PORT_ACTIVE. A port the controller disabled stays
+    down when its link comes back."""
+    t, ca, cb = pair
+    plane = 1
+    link = f"{t.host(0)}-{t.leaf(plane, t.host_leaf(0))}"
+    port = next(i for i, p in enumerate(ca.ports) if p.plane == plane)
+    size = 256 << 20
+    qa, qb, src, dst, ms, ib = connect(t, ca, cb, size)
+    cq = ca.create_cq()
+    qa.post_write(ms, 0, size, ib.addr, ib.rkey, wr_id=1)
+    while qa.stats()["tx_bytes"] < size // 8:
+        time.sleep(0.002)
+    apply.fail(t.name, link)
+    evs = _events(ca, "PORT_ERR")
+    assert [(e.type, e.info) for e in evs][-1:] == [("PORT_ERR", plane)], evs
+    at = qa.stats()["plane_tx"][plane]
+    st = ca.port_stats()[port]
+    assert (st["carrier"], st["admin_up"], st["carrier_downs"]) == (0, 1, 1)
+    assert qa.stats()["una_psn"] < size // qa.attr_mtu, "the transfer ended before the cut: make it longer"
+    wc = cq.wait(1, timeout=120)
+    assert wc[0].ok, _why(wc[0], qa, qb, ca, cb)
+    assert hashlib.sha256(dst).digest() == hashlib.sha256(src).digest()
+    assert qa.stats()["plane_tx"][plane] - at <= 8  # what was already queued, nothing after
+    peer = _events(cb, "PEER_PORTS")
+    assert peer and peer[-1].type == "PEER_PORTS" and not peer[-1].info & (1 << plane), peer
+    # carrier back: PORT_ACTIVE, and the plane carries its share again
+    apply.heal(t.name, link)
+    assert [e.type for e in _events(ca, "PORT_ACTIVE")][-1:] == ["PORT_ACTIVE"]
+    n = 32 << 20
+    at = qa.stats()["plane_tx"][plane]
+    qa.post_write(ms, 0, n, ib.addr, ib.rkey, wr_id=2)
+    assert cq.wait(1, timeout=60)[0].ok
+    assert qa.stats()["plane_tx"][plane] - at > n // qa.attr_mtu // t.planes // 2
+    # disabled by the controller, the port stays down across a cut and heal
+    ca.set_port(plane, False)
+    apply.fail(t.name, link)
+    apply.heal(t.name, link)
+    time.sleep(0.05)
+    st = ca.port_stats()[port]
+    assert (st["carrier"], st["admin_up"]) == (1, 0)
+    at = qa.stats()["plane_tx"][plane]
+    qa.post_write(ms, 0, n, ib.addr, ib.rkey, wr_id=3)
+    assert cq.wait(1, timeout=60)[0].ok
+    assert qa.stats()["plane_tx"][plane] - at <= 2
+    ca.set_port(plane, True)
+    at = qa.stats()["plane_tx"][plane]
+    qa.post_write(ms, 0, n, ib.addr, ib.rkey, wr_id=4)
+    assert cq.wait(1, timeout=60)[0].ok
+    assert qa.stats()["plane_tx"][plane] - at > n // qa.attr_mtu // t.planes // 2
+
+
 def test_a_peer_that_never_answers_ends_in_retry_exceeded(pair):
     t, ca, cb = pair
     attr = QPAttr(timeout=8, linear_cnt=2, exp_cnt=2)  # 262 us x (2 + 2 + 4) ~ 2.1 ms budget
