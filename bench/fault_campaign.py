@@ -22,7 +22,8 @@ receiver, after the first fault), qp_errors (failed completions or QPs in
 ERROR; for TCP, connection errors), retransmitted_bytes (MRC: the QP's
 counter; TCP/MPTCP: the sender's TcpRetransSegs times the MSS), and for MRC
 the EV state timeline (sampled every 100 ms) and, for (f), how many RTTs the
-bad path's EVs took to leave GOOD.
+bad path's EVs took to leave GOOD, counted from when the first packet the
+fault dropped was sent (each EV event of a loss carries that time).
 
     python bench/fault_campaign.py [--json] [--plots DIR] [--only a,c]
         [--seconds 6] [--flap-seconds 60]
@@ -352,9 +353,12 @@ def bad_path_leave(r: dict, t: Topology, path: tuple, t0_ns: int) -> dict:
     # both): count from start_ns, an upper bound on how long the EVs took
     tf = r["faults"][0].get("start_ns", r["faults"][0]["t_ns"])
     first: dict[int, int] = {}
+    cause = None  # the first retirement by a loss: (when the lost packet was sent, when its EVs left GOOD)
     for e in r["ev_events"]:
         if e["ev"] in evs and e["new"] != "GOOD" and e["t_ns"] >= tf and e["ev"] not in first:
             first[e["ev"]] = e["t_ns"] - tf
+            if cause is None and e.get("cause_ns"):
+                cause = (e["cause_ns"], e["t_ns"])
     before = [s for at, s in r["srtt"] if at * 1e9 + t0_ns < tf and s]
     rtt = sorted(before)[len(before) // 2] if before else 0
     lat = sorted(first.values())
@@ -367,6 +371,12 @@ def bad_path_leave(r: dict, t: Topology, path: tuple, t0_ns: int) -> dict:
                    all_left_rtts=round(lat[-1] / rtt, 1) if len(first) == len(evs) else None,
                    fault_applied_within_ms=round((r["faults"][0]["t_ns"] - tf) / 1e6, 3),
                    first_left_ms=round(lat[0] / 1e6, 3))
+    if cause and rtt:
+        # sharper than the fault process's clock: from the moment the first
+        # packet the fault dropped left the sender to its path's EVs leaving GOOD
+        out.update(loss_to_retire_ms=round((cause[1] - cause[0]) / 1e6, 3),
+                   loss_to_retire_rtts=round((cause[1] - cause[0]) / rtt, 1),
+                   first_drop_after_fault_start_ms=round((cause[0] - tf) / 1e6, 3))
     return out
 
 
@@ -520,7 +530,10 @@ def markdown(out: dict) -> str:
         m = r["mrc"]
         extra = ""
         b = m.get("bad_path", {})
-        if b.get("fault_applied_within_ms") is not None:
+        if b.get("loss_to_retire_rtts") is not None:
+            extra = (f"; the bad path's EVs left GOOD {b['loss_to_retire_rtts']:g} RTTs "
+                     f"({b['loss_to_retire_ms']:g} ms) after the first packet the fault dropped was sent")
+        elif b.get("fault_applied_within_ms") is not None:
             extra = (f"; the bad path's EVs left GOOD {b['first_left_ms']:g} ms ({b['first_left_rtts']:g} RTTs) after "
                      f"the fault began to be applied (it took {b['fault_applied_within_ms']:g} ms)")
         lines.append(f"| ({key}) {r['name']} | " + " | ".join(cells) +

@@ -119,6 +119,7 @@ struct qp {
     uint64_t inflight;
     uint64_t since_ackreq;   /* payload bytes sent since the last ACK request */
     uint64_t last_progress_ns;
+    uint64_t loss_sent_ns;   /* while a loss retires EVs: when the lost packet was sent */
     uint32_t retries;
     uint64_t srtt, min_rtt;
     uint64_t rack_sent_ns;
@@ -230,7 +231,7 @@ void resp_send_sack(struct mrc_ep *ep, struct qp *q, uint32_t ev, int ecn, uint3
 /* ev.c */
 int ev_init(struct qp *q);
 int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, uint32_t *ev_out);
-void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
+void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t sent_ns, uint64_t now);
 void ev_on_congestion(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
 void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
 void ev_on_alive(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);

@@ -64,7 +64,8 @@ static void push_event(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint8_t old
         return;
     }
     ep->evq[ep->evq_tail] = (struct mrc_ev_event){.qpn = q->qpn, .ev = ev, .old_state = old, .new_state = st,
-                                                  .t_ns = now, .dropped = ep->ev_dropped};
+                                                  .t_ns = now, .dropped = ep->ev_dropped,
+                                                  .cause_ns = st == MRC_EV_ASSUMED_BAD ? q->loss_sent_ns : 0};
     ep->ev_dropped = 0;
     ep->evq_tail = nt;
 }
@@ -184,21 +185,25 @@ static void retire(struct mrc_ep *ep, struct qp *q, struct event *e, uint64_t no
     ev_set_state(ep, q, e, MRC_EV_ASSUMED_BAD, now);
 }
 
-void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now)
+void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t sent_ns, uint64_t now)
 {
     struct event *e = ev_find(q, ev);
     if (!e || (e->state != MRC_EV_GOOD && e->state != MRC_EV_SKIP))
         return;
+    q->loss_sent_ns = sent_ns; /* the events of this retirement carry it */
     retire(ep, q, e, now);
     /* its aliases take the same path: the loss is evidence about them too */
     uint32_t plane = ev >> 16, np = plane < MRC_MAX_PLANES ? q->ev_paths[plane] : 0;
-    if (!np || e->state != MRC_EV_ASSUMED_BAD)
+    if (!np || e->state != MRC_EV_ASSUMED_BAD) {
+        q->loss_sent_ns = 0;
         return;
+    }
     for (uint32_t i = 0; i < q->nevs; i++) {
         struct event *f = &q->evs[i];
         if (f != e && (f->ev >> 16) == plane && (f->ev & 0xFFFF) % np == (ev & 0xFFFF) % np)
             retire(ep, q, f, now);
     }
+    q->loss_sent_ns = 0;
 }
 
 void ev_on_congestion(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now)

@@ -210,7 +210,7 @@ static void mark_lost(struct mrc_ep *ep, struct qp *q, struct pent *pe, uint64_t
         /* a loss is a path failure: the EV manager retires the path; the
          * window is not cut for it (protocol.md section 1) */
         q->st.losses++;
-        ev_on_loss(ep, q, pe->ev, now);
+        ev_on_loss(ep, q, pe->ev, pe->sent_ns, now);
     }
 }
 

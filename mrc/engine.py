@@ -305,7 +305,8 @@ class Endpoint:
         out = ffi.new("struct mrc_ev_event[]", 4096)
         n = self.call(lib.mrc_ev_poll_events, out, 4096)
         return [{"qpn": out[i].qpn, "ev": out[i].ev, "old": EV_STATES[out[i].old_state],
-                 "new": EV_STATES[out[i].new_state], "t_ns": out[i].t_ns, "dropped": out[i].dropped}
+                 "new": EV_STATES[out[i].new_state], "t_ns": out[i].t_ns, "dropped": out[i].dropped,
+                 "cause_ns": out[i].cause_ns}
                 for i in range(n)]
 
     def async_events(self) -> list[AsyncEvent]:

@@ -297,7 +297,9 @@ struct mrc_ev_info { uint32_t ev; uint8_t state; uint8_t in_slot; uint16_t slot;
  * port bitmap). dropped = events lost before this one (ring full). */
 enum mrc_event_type { MRC_EVENT_QP_FATAL = 1, MRC_EVENT_PORT_ERR = 2, MRC_EVENT_PORT_ACTIVE = 3, MRC_EVENT_PEER_PORTS = 4 };
 struct mrc_async_event { uint32_t type; uint32_t qpn; uint32_t info; uint32_t dropped; };
-struct mrc_ev_event { uint32_t qpn; uint32_t ev; uint8_t old_state; uint8_t new_state; uint64_t t_ns; uint32_t dropped; };
+/* cause_ns: for a retirement by a loss, when the lost packet was sent (0 otherwise) */
+struct mrc_ev_event { uint32_t qpn; uint32_t ev; uint8_t old_state; uint8_t new_state; uint64_t t_ns; uint32_t dropped;
+                      uint64_t cause_ns; };
 
 struct mrc_ep;
 

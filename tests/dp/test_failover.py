@@ -170,9 +170,18 @@ def test_a_loss_retires_every_ev_that_shares_the_path_when_the_qp_knows_the_alia
         pair.sim.run(200_000)
         victims = {e["ev"] for e in evs_on(pair, 2, 1, active_only=False)}
         assert len(victims) > 2
+        pair.a.ev_events()  # (what happened before the fault)
+        t_fault = pair.sim.now
         pair.sim.set_path(pair.sim.path(2, 1), loss_ppm=200_000)
         states = _first_retirement(pair, victims)
         got[told] = sum(states[v] != "GOOD" for v in victims)
+        # each retirement says when the lost packet behind it was sent: after
+        # the fault began, and the loss retired its EVs within a few RTTs
+        bad = [e for e in pair.a.ev_events() if e["ev"] in victims and e["new"] == "ASSUMED_BAD"]
+        assert bad and all(t_fault <= e["cause_ns"] < e["t_ns"] for e in bad), bad
+        assert all(e["t_ns"] - e["cause_ns"] <= 10 * RTT_NS for e in bad), bad
+        if told:  # one loss, one cause for the whole path
+            assert len({e["cause_ns"] for e in bad}) == 1 and len(bad) == len(victims)
         # the rest of the transfer is intact either way
         pair.sim.set_path(pair.sim.path(2, 1), loss_ppm=0)
         assert finish(pair)[0].ok
