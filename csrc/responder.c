@@ -16,9 +16,17 @@ void resp_send_sack(struct mrc_ep *ep, struct qp *q, uint32_t ev, int ecn, uint3
         return;
     uint32_t cack = psn_add(q->epsn, MRC_PSN_MASK); /* epsn - 1 */
     uint64_t bm = 0;
-    /* bitmap base = cack + 2 = epsn + 1 (epsn itself is, by definition, missing) */
-    for (uint32_t i = 0; i < 64 && i + 1 < q->win; i++)
-        if (rbit(q, psn_add(q->epsn, i + 1)))
+    /* The bitmap covers 64 PSNs from epsn + o (epsn itself is, by definition,
+     * missing): o = 1, unless the packet that triggered this SACK lies beyond
+     * that; then the bitmap moves to end a little above it. Else, behind one
+     * hole, a window wider than 64 packets would never be acknowledged past
+     * the bitmap: the sender's window stays full of packets that arrived, and
+     * nothing it can still see was sent late enough to call the hole lost. */
+    uint32_t o = 1, ahead = psn_sub(trig, q->epsn);
+    if (ahead > 64 && ahead < q->win)
+        o = ahead - 47;
+    for (uint32_t i = 0; i < 64 && o + i < q->win; i++)
+        if (rbit(q, psn_add(q->epsn, o + i)))
             bm |= 1ull << i;
     int32_t off = (int32_t)(psn_sub(trig, cack));
     if (off > 0x7FFF)
@@ -27,7 +35,7 @@ void resp_send_sack(struct mrc_ep *ep, struct qp *q, uint32_t ev, int ecn, uint3
         off = 0;
     struct mrc_pkt p = {.opcode = MRC_OP_SACK, .dqpn = q->dqpn, .sack_flags = (uint16_t)(flags | (ecn ? MRC_SETH_ECN : 0)),
                         .ack_psn_offset = (int16_t)off, .ev = ev, .scid = (uint16_t)q->qpn, .dcid = (uint16_t)q->dqpn,
-                        .cack_psn = cack, .mpr = (uint8_t)q->a.mpr, .sack_base_off = 2, .bitmap = bm,
+                        .cack_psn = cack, .mpr = (uint8_t)q->a.mpr, .sack_base_off = (int16_t)(o + 1), .bitmap = bm,
                         .ts_echo = ts, .ooo_cnt = (uint16_t)q->ooo, .rcv_bytes = q->rcv_bytes >> 8};
     ctrl_put(c, &p);
     q->bytes_unacked = 0;
