@@ -496,19 +496,19 @@ class Context(Endpoint):
 class ConnectedQP(QueuePair):
     """A queue pair of a Context; ``connect()`` takes it to RTS toward a peer."""
 
-    profiles: list = []
+    profiles: tuple | list = ()
     ev_profile = None
 
     def connect(self, remote: RemoteInfo) -> None:  # type: ignore[override]
         prof = self.ev_profile
         if prof is not None:
             # the profile's paths (its denied ones too: allow brings them back) replace the peer's own
-            paths = prof.paths(include_denied=True)
-            missing = sorted(set(paths) - set(remote.ports))
+            planned = prof.paths(include_denied=True)
+            missing = sorted(set(planned) - set(remote.ports))
             if missing:
                 raise CtlError(errno.EINVAL, f"EV profile {prof.id} has paths on plane(s) "
                                              f"{', '.join(map(str, missing))}, where the peer has no port")
-            remote = dataclasses.replace(remote, paths=paths)
+            remote = dataclasses.replace(remote, paths=planned)
         peer = self.ep.peer_index(remote)
         # the engine sends EV e of plane p to paths[p][e % len]: tell the QP which EVs alias
         paths = self.ep._peer_paths[peer]
@@ -516,9 +516,10 @@ class ConnectedQP(QueuePair):
         super().connect(remote.qpn, peer)
         self.peer = peer
         if prof is not None:
-            denied = {a for a in sum(paths.values(), []) if a not in sum(prof.paths().values(), [])}
+            # what the profile denies, and planes it has no path on, start DENIED
+            usable = {a for addrs in prof.paths().values() for a in addrs}
             for e in self.evs():
-                if e["plane"] not in prof.paths(include_denied=True) or self.ep.ev_address(self, e["ev"]) in denied:
+                if e["plane"] not in planned or self.ep.ev_address(self, e["ev"]) not in usable:
                     self.set_ev_state(e["ev"], lib.MRC_EV_DENIED)
             ref = weakref.ref(self)
 
@@ -544,4 +545,4 @@ class ConnectedQP(QueuePair):
             self.ev_profile.watchers.remove(self._follow)
         for prof in self.profiles:
             self.ep.profiles.release(prof)
-        self.profiles, self.ev_profile = [], None
+        self.profiles, self.ev_profile = (), None
