@@ -368,12 +368,17 @@ void req_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
         qp_to_error(ep, q, MRC_WC_RETRY_EXC_ERR);
         return;
     }
-    /* everything that has been out for a whole RTO is lost */
+    /* Everything that has been out for a whole RTO is resent, but only the
+     * oldest packet's path counts as failed: when nothing at all came back
+     * for an RTO, the likelier cause is a stall (of this host, the peer or
+     * the fabric's CPUs) than every path failing at once, and retiring every
+     * path in flight would empty the rotation; a path that really died is
+     * found by the SACKs that follow. */
     uint64_t rto = rto_ns(q);
     for (uint32_t psn = q->una_psn; psn != q->next_psn; psn = psn_add(psn, 1)) {
         struct pent *pe = pe_at(q, psn);
         if (pe->st == PE_INFLIGHT && (psn == q->una_psn || pe->sent_ns + rto <= now))
-            mark_lost(ep, q, pe, now, 1);
+            mark_lost(ep, q, pe, now, psn == q->una_psn);
     }
     q->cc->on_loss(q, now);
     q->last_progress_ns = now;

@@ -210,3 +210,32 @@ def test_a_retired_path_comes_back_when_its_round_trip_is_longer_than_the_probe_
     assert pair.sim.now - t_heal < 20 * 2 * slow + (50_000 << 10), pair.sim.now - t_heal
     wc = finish(pair)
     assert wc[0].ok and digest(dst) == digest(src)
+
+
+def test_a_blackout_longer_than_the_rto_resends_but_does_not_retire_every_path():
+    """Nothing comes back for a few RTOs (every path down at once: to the
+    sender this looks like a stalled host or fabric CPUs). The timer resends
+    what was out, but only the oldest packet's path counts as failed each
+    time: retiring every path in flight would empty the rotation down to
+    ev_min_active, and on a loaded VM such stalls happen at every fault."""
+    pair = Pair(seed=23)
+    pair.qa.set_ev_paths([PER_PLANE] * PLANES)
+    src, dst = start_big(pair)
+    pair.sim.run(200_000)
+    pair.a.ev_events()
+    before = pair.qa.stats()
+    t = pair.sim.now
+    rto = 1024 << 6  # the harness's timeout = 6
+    pair.sim.set_all(delay_ns=5000, down_from_ns=t, down_until_ns=t + 3 * rto + rto // 2)
+    pair.sim.run(t + 4 * rto)
+    pair.sim.set_all(delay_ns=5000)
+    wc = finish(pair)
+    assert wc[0].ok and digest(dst) == digest(src)
+    st = pair.qa.stats()
+    timeouts = st["timeouts"] - before["timeouts"]
+    assert timeouts >= 2, timeouts
+    retired = {e["ev"] for e in pair.a.ev_events() if e["new"] == "ASSUMED_BAD"}
+    aliases = len(pair.qa.evs()) // (PLANES * PER_PLANE)
+    # the blackout's own timeouts retire one path each; the rest of the
+    # rotation (and the packets resent into it) stays GOOD
+    assert len(retired) <= (timeouts + 2) * aliases, (len(retired), timeouts, aliases)
