@@ -34,7 +34,7 @@
 
 #include "core.h"
 
-enum { LINK_CHECK_NS = 50000, RX_ROUND = 4, RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512, SPIN_NS = 200000, BATCH = 64, MAX_PORTS = 16, MAX_PEERS = 256, FRAME = 9216, HDRS = MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN };
+enum { LINK_CHECK_NS = 200000, RX_ROUND = 4, RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512, SPIN_NS = 200000, BATCH = 64, MAX_PORTS = 16, MAX_PEERS = 256, FRAME = 9216, HDRS = MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN };
 
 struct port {
     struct mrc_port_cfg cfg;
@@ -214,6 +214,22 @@ static void set_carrier(struct mrc_ctx *c, struct port *p, int carrier, uint64_t
     port_apply(c, p, now);
 }
 
+/* Each port's state as the kernel has it now (at start, and after the
+ * event socket overflowed and events were lost). */
+static void read_port_flags(struct mrc_ctx *c, uint64_t now)
+{
+    int s = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return;
+    for (uint32_t i = 0; i < c->nports; i++) {
+        struct port *p = &c->ports[i];
+        struct ifreq ifr = {0};
+        if (if_indextoname(p->cfg.ifindex, ifr.ifr_name) && ioctl(s, SIOCGIFFLAGS, &ifr) == 0)
+            set_carrier(c, p, (ifr.ifr_flags & IFF_UP) && (ifr.ifr_flags & IFF_RUNNING), now);
+    }
+    close(s);
+}
+
 /* Subscribe to link events (a NIC learns of carrier loss from its PHY; here
  * the kernel's RTM_NEWLINK says it) and read each port's current state.
  * Without netlink the ports simply count as having carrier. */
@@ -226,16 +242,9 @@ static void open_link_watch(struct mrc_ctx *c)
         fd = -1;
     }
     c->nl_fd = fd;
-    int s = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    for (uint32_t i = 0; i < c->nports; i++) {
-        struct port *p = &c->ports[i];
-        struct ifreq ifr = {0};
-        p->st.admin_up = p->st.carrier = 1;
-        if (s >= 0 && if_indextoname(p->cfg.ifindex, ifr.ifr_name) && ioctl(s, SIOCGIFFLAGS, &ifr) == 0)
-            set_carrier(c, p, (ifr.ifr_flags & IFF_UP) && (ifr.ifr_flags & IFF_RUNNING), mrc_ctx_now_ns());
-    }
-    if (s >= 0)
-        close(s);
+    for (uint32_t i = 0; i < c->nports; i++)
+        c->ports[i].st.admin_up = c->ports[i].st.carrier = 1;
+    read_port_flags(c, mrc_ctx_now_ns());
 }
 
 /* Drain the link events that arrived since the last look. */
@@ -244,8 +253,12 @@ static void read_link_events(struct mrc_ctx *c, uint64_t now)
     uint8_t buf[8192] __attribute__((aligned(4)));
     for (;;) {
         ssize_t n = recv(c->nl_fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n < 0 && errno == ENOBUFS) {
+            read_port_flags(c, now); /* events were lost: ask for the state itself */
+            continue;
+        }
         if (n <= 0)
-            return; /* nothing more (or ENOBUFS after an overflow: the next event corrects it) */
+            return;
         for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
             if ((h->nlmsg_type != RTM_NEWLINK && h->nlmsg_type != RTM_DELLINK) ||
                 h->nlmsg_len < NLMSG_LENGTH(sizeof(struct ifinfomsg)))
@@ -258,7 +271,6 @@ static void read_link_events(struct mrc_ctx *c, uint64_t now)
         }
     }
 }
-
 
 int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *ports, uint32_t nports,
                    struct mrc_ctx **out)
@@ -405,8 +417,7 @@ int mrc_ctx_port_admin(struct mrc_ctx *c, uint32_t plane, int up)
     struct port *p = &c->ports[c->plane_port[plane]];
     p->admin_down = !up;
     port_apply(c, p, mrc_ctx_now_ns());
-    mrc_ctx_unlock(c);
-    doorbell(c);
+    mrc_ctx_unlock(c); /* wakes the engine: the port status goes out now */
     return 0;
 }
 
