@@ -13,6 +13,9 @@ goes):
   b0 (only with --only b0) a control for b: h1's plane-0 port flapping the
      same way; it carries none of this transfer, so it measures what the
      fault machinery itself costs on the shared CPUs
+  b1 (only with --only b1) a sharper control for b: the same link flapping
+     with its path's EVs denied in both runs, so MRC never sends over it and
+     the fault's kernel work (in the leaf and spine it joins) is the same
 
 For each, per protocol: goodput_ratio (bytes from the first fault to the
 end against a no-fault run of the same length just before it, over the same
@@ -49,6 +52,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fabric_bench import IPPROTO_MPTCP, connect_pair, mptcp_setup  # noqa: E402
+from mrc._dp import lib  # noqa: E402
 
 from mrc.fabric import apply, ns  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
@@ -105,6 +109,13 @@ def scenarios(t: Topology, seconds: float, flap_seconds: float) -> dict:
         "b0": {"name": "flap elsewhere", "desc": f"control for (b): {other} flapping, carrying none of this traffic",
                "plan": [(at, op, other, arg) for at, op, _, arg in flaps], "seconds": FAULT_AT + flap_seconds + 1,
                "target": "none (control)"},
+        # the same link flapping, with the path's EVs denied: MRC sends nothing
+        # over it, the fault's kernel work (link, route and neighbour updates
+        # in the leaf and spine) is the same: what the flapping costs the
+        # fabric's shared CPUs rather than MRC (both runs deny the path)
+        "b1": {"name": "flap, path denied", "desc": f"control for (b): {link} flapping, its path's EVs denied",
+               "plan": flaps, "seconds": FAULT_AT + flap_seconds + 1, "target": "none (control)",
+               "deny": (src, dst, 0, spine), "mrc_only": True},
         "c": {"name": "T1 reboot", "desc": f"T1 switch {sw}: all its links down for 5 s",
               "plan": [(FAULT_AT, "fail", sw, None), (FAULT_AT + 5, "heal", sw, None)],
               "seconds": FAULT_AT + 5 + max(2.0, seconds - FAULT_AT - 2), "target": "no QP error, goodput >= (P-1)/P"},
@@ -167,7 +178,7 @@ class Recorder:
         self.last = now
 
 
-def run_mrc(t, seconds, plan, msg, depth=64) -> dict:
+def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
     src, dst = 0, t.hosts - 1
     ca = ns.run_in(t.ns(t.host(src)), lambda: Context())
     cb = ns.run_in(t.ns(t.host(dst)), lambda: Context())
@@ -175,6 +186,11 @@ def run_mrc(t, seconds, plan, msg, depth=64) -> dict:
     try:
         window = 64 << 20
         qa, ms, ib = connect_pair(t, ca, cb, src, dst, window)
+        if deny:  # (src, dst, plane, spine): that path's EVs are not used
+            addr = t.path_address(*deny)
+            for e in qa.evs():
+                if ca.ev_address(qa, e["ev"]) == addr:
+                    qa.set_ev_state(e["ev"], lib.MRC_EV_DENIED)
         cq = ca.create_cq()
         slots = window // msg
         st0 = qa.stats()
@@ -417,9 +433,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print JSON only (progress goes to stderr)")
     ap.add_argument("--plots", metavar="DIR", help="write one PNG per scenario into DIR")
-    ap.add_argument("--only", default="abcdef", help="scenarios to run, e.g. a,c or b0 (the control for b: "
-                                                     "the same flapping on a link this transfer does not use); "
-                                                     "default abcdef")
+    ap.add_argument("--only", default="abcdef", help="scenarios to run, e.g. a,c, or b0 / b1 (controls for b: "
+                                                     "the same flapping on a link this transfer does not use, or "
+                                                     "on the same link with its path denied); default abcdef")
     ap.add_argument("--seconds", type=float, default=6.0, help="length of a run (default 6; c and b are longer)")
     ap.add_argument("--flap-seconds", type=float, default=60.0, help="how long (b) flaps (default 60)")
     ap.add_argument("--msg", type=int, default=64 << 10, help="MRC WRITE size in bytes (default 64 KiB)")
@@ -435,10 +451,10 @@ def main() -> int:
         return 2
     t = Topology(name=f"fc{os.getpid() % 10000}")
     log = lambda *x: print(*x, file=sys.stderr, flush=True)  # noqa: E731
-    want = a.only.split(",") if "," in a.only or a.only == "b0" else list(a.only)
-    bad = [k for k in want if k not in ("a", "b", "b0", "c", "d", "e", "f")]
+    want = a.only.split(",") if "," in a.only or a.only in ("b0", "b1") else list(a.only)
+    bad = [k for k in want if k not in ("a", "b", "b0", "b1", "c", "d", "e", "f")]
     if bad:
-        print(f"unknown scenario(s) {', '.join(bad)}: pick from a, b, b0, c, d, e, f", file=sys.stderr)
+        print(f"unknown scenario(s) {', '.join(bad)}: pick from a, b, b0, b1, c, d, e, f", file=sys.stderr)
         return 2
     protos = ["mrc"] if a.no_kernel else ["mrc", "tcp", "mptcp"]
     if a.plots:
@@ -451,9 +467,9 @@ def main() -> int:
             mptcp_setup(t, t.hosts - 1)
         scs = scenarios(t, a.seconds, a.flap_seconds)
 
-        def run(proto, seconds, plan, port):
+        def run(proto, seconds, plan, port, deny=None):
             if proto == "mrc":
-                r = run_mrc(t, seconds, plan, a.msg)
+                r = run_mrc(t, seconds, plan, a.msg, deny=deny)
                 return r, r["t0_ns"]
             r = run_tcp(t, seconds, plan, IPPROTO_MPTCP if proto == "mptcp" else 0, port)
             return r, int(r["t0"] * 1e9)
@@ -465,15 +481,15 @@ def main() -> int:
         for key in want:
             sc = scs[key]
             res: dict = {"name": sc["name"], "desc": sc["desc"], "target": sc["target"]}
-            for p in protos:
+            for p in protos if not sc.get("mrc_only") else ["mrc"]:
                 # the no-fault run of the same length, just before: this machine's
                 # rate drifts over minutes, so each fault run gets its own baseline
                 port += 1
                 log(f"({key}) {sc['desc']}: {p}, no fault ...")
-                b, _ = run(p, sc["seconds"], [], port)
+                b, _ = run(p, sc["seconds"], [], port, sc.get("deny"))
                 port += 1
                 log(f"({key}) {sc['desc']}: {p}, with the fault ...")
-                r, t0_ns = run(p, sc["seconds"], sc["plan"], port)
+                r, t0_ns = run(p, sc["seconds"], sc["plan"], port, sc.get("deny"))
                 apply.heal(t.name, None)
                 s = summarize(r, b["rec"], sc["seconds"], t0_ns)
                 if p == "mrc":
