@@ -195,7 +195,7 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
         slots = window // msg
         st0 = qa.stats()
         srtt = []
-        timeline, ev_events = [], []
+        timeline, ev_events, counters = [], [], []
         errors = 0
         t0 = time.monotonic()
         t0_ns = time.monotonic_ns()
@@ -229,6 +229,12 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
                 st = qa.stats()
                 srtt.append((now - t0, st["srtt_ns"]))
                 timeline.append([round(now - t0, 3), counts["GOOD"], counts["ASSUMED_BAD"], counts["DENIED"]])
+                # what the QP and the ports did in the sample: to tell real drops (a receiver
+                # whose engine did not run fills its rx rings) from reordering and timeouts
+                rx_drops = sum(p["rx_ring_drops"] for p in cb.port_stats())
+                tx_err = sum(p["tx_errors"] for p in ca.port_stats())
+                counters.append([round(now - t0, 3), st["losses"], st["timeouts"], st["probes_tx"], st["rtx_packets"],
+                                 rx_drops, tx_err])
                 ev_events += ca.ev_events()
         ev_events += ca.ev_events()
         # let what is in flight finish (not counted): a clean QP at the end
@@ -245,7 +251,8 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
         return {"rec": rec, "faults": faults, "qp_errors": qp_errors, "t0_ns": t0_ns,
                 "retransmitted_bytes": st1["rtx_bytes"] - st0["rtx_bytes"],
                 "losses": st1["losses"] - st0["losses"], "timeouts": st1["timeouts"] - st0["timeouts"],
-                "timeline": timeline, "ev_events": ev_events, "srtt": srtt, "ev_address": evs_by_address}
+                "timeline": timeline, "ev_events": ev_events, "srtt": srtt, "ev_address": evs_by_address,
+                "counters": counters}
     finally:
         if faulter and faulter.proc.poll() is None:
             faulter.proc.kill()
@@ -496,6 +503,8 @@ def main() -> int:
                     s["retransmitted_bytes"] = r["retransmitted_bytes"]
                     s["losses"], s["timeouts"] = r["losses"], r["timeouts"]
                     s["ev_timeline"] = r["timeline"]
+                    # [t, losses, timeouts, probes sent, packets resent, receiver rx-ring drops, sender tx errors]
+                    s["counter_timeline"] = r["counters"]
                     s["ev_events"] = len(r["ev_events"])
                     if "bad_path" in sc:
                         s["bad_path"] = bad_path_leave(r, t, sc["bad_path"], t0_ns)
@@ -517,6 +526,7 @@ def main() -> int:
                 for r in out["scenarios"].values():
                     r.get(p, {}).pop("series_gbps", None)
                     r.get(p, {}).pop("ev_timeline", None)
+                    r.get(p, {}).pop("counter_timeline", None)
         print(json.dumps(out, indent=1) if a.json else table(out, protos))
         return 0
     finally:
