@@ -32,7 +32,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from mrc._dp import ffi, lib
-from mrc.ctl.profiles import CtlError, Registry
+from mrc.ctl.profiles import SRV6, CtlError, Registry
 from mrc.engine import (  # noqa: F401 (re-exported)
     AsyncEvent,
     Endpoint,
@@ -371,7 +371,7 @@ class Context(Endpoint):
             if ev_profile_id is not None:
                 ev_profile = self.profiles.acquire("ev", ev_profile_id)
                 held.append(ev_profile)
-                if ev_profile.fmt is None or ev_profile.fmt.mode != "SRV6":
+                if ev_profile.fmt is None or ev_profile.fmt.mode != SRV6:
                     raise CtlError(errno.EINVAL, f"EV profile {ev_profile_id} is not an SRV6 profile: this "
                                                  "device's QPs take their paths from SRV6 EV profiles")
                 if attr.ev_min_active is None:

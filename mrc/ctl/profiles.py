@@ -485,21 +485,17 @@ class Registry:
         self.ev: dict[int, EVProfile] = {}
         self.cc: dict[int, CCProfile] = {}
 
-    def _table(self, profile) -> dict:
-        for kind, (cls, _) in self.KINDS.items():
-            if isinstance(profile, cls):
-                return getattr(self, kind)
-        raise _bad(f"not a profile: {profile!r}")
-
     def add(self, profile):
         """Register ``profile`` under its id; an id in use by a configured
         profile is EBUSY (reset that one first)."""
-        table = self._table(profile)
+        kind = next((k for k, (cls, _) in self.KINDS.items() if isinstance(profile, cls)), None)
+        if kind is None:
+            raise _bad(f"not a profile: {profile!r}")
+        table, limit = getattr(self, kind), self.KINDS[kind][1]
         old = table.get(profile.id)
         if old is not None and old is not profile and old.state != INIT:
             raise CtlError(errno.EBUSY, f"{old.kind} profile {old.id} exists and is {old.state}: "
                                         f"take it to INIT (reset) before reusing its id")
-        limit = next(lim for cls, lim in self.KINDS.values() if isinstance(profile, cls))
         if limit and profile.id not in table and len(table) >= getattr(LIMITS, limit):
             raise CtlError(errno.E2BIG, f"this device holds at most {getattr(LIMITS, limit)} {profile.kind} profiles")
         table[profile.id] = profile
