@@ -234,7 +234,7 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
                 rx_drops = sum(p["rx_ring_drops"] for p in cb.port_stats())
                 tx_err = sum(p["tx_errors"] for p in ca.port_stats())
                 counters.append([round(now - t0, 3), st["losses"], st["timeouts"], st["probes_tx"], st["rtx_packets"],
-                                 rx_drops, tx_err])
+                                 rx_drops, tx_err, st["retries_max"], st["head_rtx_max"]])
                 ev_events += ca.ev_events()
         ev_events += ca.ev_events()
         # let what is in flight finish (not counted): a clean QP at the end
@@ -503,7 +503,8 @@ def main() -> int:
                     s["retransmitted_bytes"] = r["retransmitted_bytes"]
                     s["losses"], s["timeouts"] = r["losses"], r["timeouts"]
                     s["ev_timeline"] = r["timeline"]
-                    # [t, losses, timeouts, probes sent, packets resent, receiver rx-ring drops, sender tx errors]
+                    # [t, losses, timeouts, probes sent, packets resent, receiver rx-ring drops, sender tx errors,
+                    #  most timeouts in a row so far, most resends of the window's oldest packet so far]
                     s["counter_timeline"] = r["counters"]
                     s["ev_events"] = len(r["ev_events"])
                     if "bad_path" in sc:

@@ -111,6 +111,8 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         *used += (uint32_t)len;
         pe->st = PE_INFLIGHT;
         pe->nrtx++;
+        if (psn == q->una_psn && pe->nrtx > q->st.head_rtx_max)
+            q->st.head_rtx_max = pe->nrtx;
         pe->sent_ns = now;
         q->nlost--;
         if (q->inflight == 0)
@@ -363,6 +365,8 @@ void req_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
         return;
     q->retries++;
     q->st.timeouts++;
+    if (q->retries > q->st.retries_max)
+        q->st.retries_max = q->retries;
     if (q->a.exp_cnt != MRC_RETRY_FOREVER && q->retries > q->a.linear_cnt + q->a.exp_cnt) {
         req_complete(ep, q);
         qp_to_error(ep, q, MRC_WC_RETRY_EXC_ERR);

@@ -288,6 +288,10 @@ struct mrc_qp_stats {
     uint64_t plane_tx[16];
     uint64_t cwnd, srtt_ns, inflight;
     uint32_t state, next_psn, una_psn, epsn, good_evs, bad_evs;
+    /* the most retransmit timeouts in a row without progress, and the most
+     * times the oldest unacknowledged packet was sent again: when a QP
+     * stalls, they tell resends that went unanswered from resends never made */
+    uint32_t retries_max, head_rtx_max;
 };
 
 struct mrc_ev_info { uint32_t ev; uint8_t state; uint8_t in_slot; uint16_t slot; };
