@@ -27,6 +27,9 @@
 #define LOAD_SC(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
 #define STORE_SC(x, v) __atomic_store_n(&(x), (v), __ATOMIC_SEQ_CST)
 
+/* PSNs a SACK's bitmap covers (SETH: 8 bytes) */
+enum { MRC_SACK_BITS = 64 };
+
 static inline uint32_t psn_add(uint32_t a, uint32_t n) { return (a + n) & MRC_PSN_MASK; }
 /* a - b modulo 2^24 (only meaningful when a is not before b) */
 static inline uint32_t psn_sub(uint32_t a, uint32_t b) { return (a - b) & MRC_PSN_MASK; }

@@ -232,11 +232,11 @@ void req_on_sack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const
     uint32_t from = psn_lt(q->una_psn, psn_add(cack, 1)) ? q->una_psn : psn_add(cack, 1);
     /* cumulative part, then the bitmap, then the triggering PSN (received,
      * whether or not the bitmap reaches it) */
+    const uint32_t los[3] = {from, psn_add(cack, (uint32_t)(int32_t)p->sack_base_off), trig};
+    const uint32_t cnts[3] = {psn_le(q->una_psn, cack) ? psn_sub(psn_add(cack, 1), from) : 0, MRC_SACK_BITS,
+                              (uint32_t)psn_lt(cack, trig)};
     for (int part = 0; part < 3; part++) {
-        uint32_t lo = part == 0 ? from : part == 1 ? psn_add(cack, (uint32_t)(int32_t)p->sack_base_off) : trig;
-        uint32_t cnt = part == 0 ? psn_sub(psn_add(cack, 1), from) : part == 1 ? 64u : (uint32_t)psn_lt(cack, trig);
-        if (part == 0 && !psn_le(q->una_psn, cack))
-            cnt = 0;
+        uint32_t lo = los[part], cnt = cnts[part];
         for (uint32_t i = 0; i < cnt; i++) {
             uint32_t psn = psn_add(lo, i);
             if (part == 1 && !(p->bitmap & (1ull << i)))

@@ -3,6 +3,10 @@
  * "Responder"). Nothing is ever written outside a registered region. */
 #include "core.h"
 
+/* when the bitmap moves to the triggering PSN, it keeps this many PSNs above it
+ * (packets sent later that overtook it) */
+enum { SACK_ABOVE_TRIG = 16 };
+
 static inline uint32_t widx(const struct qp *q, uint32_t psn) { return psn & (q->win - 1); }
 static inline int rbit(const struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); return (int)((q->rbits[i >> 6] >> (i & 63)) & 1); }
 static inline void rset(struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); q->rbits[i >> 6] |= 1ull << (i & 63); }
@@ -23,9 +27,9 @@ void resp_send_sack(struct mrc_ep *ep, struct qp *q, uint32_t ev, int ecn, uint3
      * the bitmap: the sender's window stays full of packets that arrived, and
      * nothing it can still see was sent late enough to call the hole lost. */
     uint32_t o = 1, ahead = psn_sub(trig, q->epsn);
-    if (ahead > 64 && ahead < q->win)
-        o = ahead - 47;
-    for (uint32_t i = 0; i < 64 && o + i < q->win; i++)
+    if (ahead > MRC_SACK_BITS && ahead < q->win)
+        o = ahead - (MRC_SACK_BITS - SACK_ABOVE_TRIG - 1); /* the trigger at bit 47 */
+    for (uint32_t i = 0; i < MRC_SACK_BITS && o + i < q->win; i++)
         if (rbit(q, psn_add(q->epsn, o + i)))
             bm |= 1ull << i;
     int32_t off = (int32_t)(psn_sub(trig, cack));

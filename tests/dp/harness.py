@@ -71,3 +71,16 @@ def digest(b) -> str:
 # 1 B to 16 MiB in log steps (x4), plus sizes just past a packet boundary
 SIZES = [4 ** k for k in range(13)] + [4097, 9000]
 WR_OK = lib.MRC_WC_SUCCESS
+
+
+def start_big(pair, size=16 << 20):
+    src = bytearray(pair.rng.randbytes(size))
+    dst = bytearray(size)
+    ms, md = pair.a.reg_mr(src), pair.b.reg_mr(dst, remote_write=True)
+    pair.qa.post_write(ms, 0, size, md.addr, md.rkey, wr_id=1)
+    return src, dst
+
+
+def finish(pair, budget_ns=5_000_000_000):
+    wc = pair.sim.run_until(lambda: pair.a.poll_cq(), budget_ns=budget_ns, step_ns=100_000)
+    return wc

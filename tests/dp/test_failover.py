@@ -1,7 +1,7 @@
 """Path and plane failures over the in-memory link (protocol.md section 3)."""
 from mrc._dp import lib
 
-from .harness import PER_PLANE, PLANES, Pair, attr, digest
+from .harness import PER_PLANE, PLANES, Pair, attr, digest, finish, start_big
 
 FOREVER = 1 << 62
 RTT_NS = 2 * 5000  # two 5 us path delays
@@ -10,19 +10,6 @@ RTT_NS = 2 * 5000  # two 5 us path delays
 def evs_on(pair, plane, idx, active_only=True):
     return [e for e in pair.qa.evs() if e["plane"] == plane and e["entropy"] % PER_PLANE == idx
             and (e["active"] or not active_only)]
-
-
-def start_big(pair, size=16 << 20):
-    src = bytearray(pair.rng.randbytes(size))
-    dst = bytearray(size)
-    ms, md = pair.a.reg_mr(src), pair.b.reg_mr(dst, remote_write=True)
-    pair.qa.post_write(ms, 0, size, md.addr, md.rkey, wr_id=1)
-    return src, dst
-
-
-def finish(pair, budget_ns=5_000_000_000):
-    wc = pair.sim.run_until(lambda: pair.a.poll_cq(), budget_ns=budget_ns, step_ns=100_000)
-    return wc
 
 
 def test_one_path_dead_from_the_start():

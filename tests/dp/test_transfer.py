@@ -3,7 +3,7 @@ destination bytes equal the source, every completion exactly once,
 WRITE_IMM completions in order with the right immediate and byte count."""
 import pytest
 
-from .harness import SIZES, Pair, attr, digest
+from .harness import PER_PLANE, SIZES, Pair, attr, digest, finish, start_big
 
 CONDITIONS = {
     "clean": {},
@@ -92,9 +92,6 @@ def _wide_window_run(loss_ppm):
     contexts use: a full congestion window (45 packets) plus what is sent while
     a hole waits out the reorder allowance spans more than the bitmap's 64 PSNs."""
     from mrc.verbs import SOFTWARE_CC, SOFTWARE_TIMING
-
-    from .harness import PER_PLANE
-    from .test_failover import finish, start_big
 
     a = attr(sq_depth=256, ev_count=128, ev_backup=16, ev_min_active=8, cc=dict(SOFTWARE_CC),
              **{k: v for k, v in SOFTWARE_TIMING.items() if k != "ack_bytes"})
