@@ -17,13 +17,15 @@ import time
 
 from mrc._dp import ffi, lib
 
-from mrc.engine import Endpoint, QPAttr, Sim
+from mrc.core import QPAttr
+from mrc.manual import ManualContext
+from mrc.simlink import Sim
 
 
 def run(mib: int, payload: int) -> dict:
     sim = Sim(planes=8, per_plane=4, seed=1)
     sim.set_all(delay_ns=2000)
-    a, b = Endpoint(planes=8), Endpoint(planes=8)
+    a, b = ManualContext(planes=8), ManualContext(planes=8)
     qa, qb = sim.connect(a, b, QPAttr(planes=8, mtu=payload, sq_depth=256))
     msg = 4 << 20
     src, dst = bytearray(msg), bytearray(msg)
@@ -60,11 +62,11 @@ def qp_state_bytes() -> int:
     a = ffi.new("struct mrc_qp_attr *")
     lib.mrc_qp_attr_default(a)
     assert a.mpr * 128 == 1024
-    return int(lib.mrc_ep_qp_state_bytes(a))
+    return int(lib.mrc_qp_state_bytes(a))
 
 
 def create_qps(n: int) -> bool:
-    ep = Endpoint(planes=8, max_qps=n)
+    ep = ManualContext(planes=8, max_qps=n)
     qps = [ep.create_qp(QPAttr()) for _ in range(n)]
     ok = len({q.qpn for q in qps}) == n
     ep.close()

@@ -28,55 +28,32 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
-import threading
 import time
 
-from mrc.fabric import apply, ns
+from mrc.fabric import apply
+from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup, stream_gbps
+from mrc.fabric.faults import FaultScheduler
+from mrc.fabric.pair import host_context, qp_pair
 from mrc.fabric.topology import Topology
 from mrc.perf import stream
-from mrc.verbs import Context
-
-IPPROTO_MPTCP = 262
+from mrc.verbs import RemoteInfo
 
 
-def paths_between(t, src, dst):
-    return {p: [t.path_address(src, dst, p, s) for s in range(t.spines)] for p in range(t.planes)}
-
-
-# A fault from another process, as an operator's would be. On this one
-# machine the "switch" shares the hosts' CPUs, so the process starts before
-# the transfer (its interpreter start-up stays out of the measurement) and
-# runs under SCHED_IDLE: the netlink work of taking the link down (about 7 ms
-# of CPU) must not preempt the engine threads, because in a real fabric a
-# link fails in the network, not on the hosts. It cuts the link when told to.
-# Mode "cut" takes the link down (ip link set down on both veth ends);
-# "blackhole" drops everything crossing it with nftables (a silent failure,
-# without the kernel's link-state work on these shared CPUs).
-FAULT = ("import os, sys; os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0)); "
-         "from mrc.fabric import apply; print('ready', flush=True); sys.stdin.readline(); "
-         "apply.fail(sys.argv[1], sys.argv[2]) if sys.argv[3] == 'cut' else apply.loss(sys.argv[1], sys.argv[2], 100); "
-         "print('done', flush=True)")
+def _info(t: Topology, ctx, host: int) -> RemoteInfo:
+    """What a peer needs to send to ``ctx`` (host ``host``): no QP, no region."""
+    return RemoteInfo(qpn=0, ports={p.plane: p.address for p in ctx.ports}, topology=t.name, host=t.host(host))
 
 
 def raw_ceiling(t, src, dst, seconds, payload):
-    ca = ns.run_in(t.ns(t.host(src)), lambda: Context(start=False))
-    cb = ns.run_in(t.ns(t.host(dst)), lambda: Context())  # counts what arrives
+    ca = host_context(t, src, start=False)  # the blaster sends from this thread
+    cb = host_context(t, dst)  # counts what arrives
     try:
-        from mrc._dp import lib
-
-        from mrc.verbs import RemoteInfo
-
-        peer = ca.peer_index(RemoteInfo(qpn=0, ports={p.plane: p.address for p in cb.ports},
-                                        paths=paths_between(t, src, dst)))
-        # the receiver counts only packets from a known peer
-        cb.peer_index(RemoteInfo(qpn=0, ports={p.plane: p.address for p in ca.ports},
-                                 paths=paths_between(t, dst, src)))
+        peer = ca.peer_index(_info(t, cb, dst))
+        cb.peer_index(_info(t, ca, src))  # the receiver counts only packets from a known peer
         before = sum(p["rx_bytes"] for p in cb.port_stats())
         t0 = time.perf_counter()
-        lib.mrc_ctx_blast(ca._ctx, peer, payload, int(seconds * 1e9))
+        ca.engine.blast(peer, payload, seconds)
         time.sleep(0.2)  # let the last packets arrive
         got = sum(p["rx_bytes"] for p in cb.port_stats()) - before
         return got * 8 / (time.perf_counter() - t0 - 0.2) / 1e9
@@ -85,98 +62,28 @@ def raw_ceiling(t, src, dst, seconds, payload):
         cb.close()
 
 
-def connect_pair(t, ca, cb, src, dst, window):
-    """A QP from ca (host src) to cb (host dst) over every plane and path, with
-    a window-byte region on each side; returns the QP, its MR and the peer's info."""
-    sbuf, dbuf = bytearray(os.urandom(window)), bytearray(window)
-    ms, md = ca.reg_mr(sbuf), cb.reg_mr(dbuf, remote_write=True)  # the MRs keep the buffers
-    qa, qb = ca.create_qp(), cb.create_qp()
-    ia, ib = ca.local_info(qa, ms), cb.local_info(qb, md)
-    ia.paths, ib.paths = paths_between(t, dst, src), paths_between(t, src, dst)
-    qb.connect(ia)
-    qa.connect(ib)
-    return qa, ms, ib
-
-
 def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut"):
-    ca = ns.run_in(t.ns(t.host(src)), lambda: Context())
-    cb = ns.run_in(t.ns(t.host(dst)), lambda: Context())
+    """One QP's rate (and longest stall); with ``cut``, that link fails half
+    way through: taken down (``cut``) or black-holed by nftables (``blackhole``)."""
+    window = 64 << 20
+    faults = FaultScheduler(t.name) if cut else None  # started before the transfer
     try:
-        window = 64 << 20
-        qa, ms, ib = connect_pair(t, ca, cb, src, dst, window)
-        # size the transfer for about `seconds` at 5 Gb/s
-        total = int(seconds * 5e9 / 8) // (1 << 20) * (1 << 20)
-        events = []
-        proc = None
-        if cut:
-            proc = subprocess.Popen([sys.executable, "-c", FAULT, t.name, cut, mode], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, text=True)
-            if proc.stdout.readline().strip() != "ready":
-                raise RuntimeError("the fault process did not start")
+        with qp_pair(t, src, dst, window) as p:
+            # size the transfer for about `seconds` at 5 Gb/s
+            total = int(seconds * 5e9 / 8) // (1 << 20) * (1 << 20)
 
             def do_cut():
-                proc.stdin.write("go\n")
-                proc.stdin.flush()
-                return proc.stdout.readline().strip() == "done" and cut
-            events = [(0.5, do_cut)]
-        try:
-            r = stream(ca, qa, ms, ib, total, msg=msg, depth=max(16, min(64, (16 << 20) // msg)), window=window,
-                       events=events)
-        finally:
-            if proc:
-                proc.stdin.close()
-                proc.wait(10)
-        r["payload"] = qa.attr_mtu
-        return r
+                faults.now("fail", cut) if mode == "cut" else faults.now("loss", cut, 100)
+                return cut
+
+            r = stream(p.ca, p.qa, p.ms, p.remote, total, msg=msg, depth=max(16, min(64, (16 << 20) // msg)),
+                       window=window, events=[(0.5, do_cut)] if cut else None)
+            r["payload"] = p.qa.attr_mtu
+            return r
     finally:
-        ca.close()
-        cb.close()
-        if cut:
+        if faults:
+            faults.close()
             apply.heal(t.name, cut)
-
-
-def _tcp(t, src, dst, seconds, plane_addrs, proto=0):
-    """One stream from src to dst; returns receiver goodput in Gb/s."""
-    dst_addr = t.inner_address(dst, plane_addrs)
-    srv = ns.run_in(t.ns(t.host(dst)), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM, proto))
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("::", 5201))
-    srv.listen(1)
-    got = [0, 0.0]
-
-    def serve():
-        c, _ = srv.accept()
-        t0 = time.perf_counter()
-        n = 0
-        buf = bytearray(1 << 20)
-        while True:
-            k = c.recv_into(buf)
-            if not k:
-                break
-            n += k
-        got[0], got[1] = n, time.perf_counter() - t0
-        c.close()
-
-    th = threading.Thread(target=serve)
-    th.start()
-    cli = ns.run_in(t.ns(t.host(src)), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM, proto))
-    cli.connect((dst_addr, 5201))
-    chunk = b"\0" * (1 << 20)
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        cli.sendall(chunk)
-    cli.close()
-    th.join()
-    srv.close()
-    return got[0] * 8 / got[1] / 1e9
-
-
-def mptcp_setup(t, h):
-    node = t.ns(t.host(h))
-    ns.command(node, ["ip", "mptcp", "limits", "set", "subflow", str(t.planes), "add_addr_accepted",
-                      str(t.planes)], check=True)
-    for p in range(1, t.planes):
-        ns.command(node, ["ip", "mptcp", "endpoint", "add", t.inner_address(h, p), "subflow"], check=True)
 
 
 def main() -> int:
@@ -190,7 +97,7 @@ def main() -> int:
     try:
         src, dst = 0, t.hosts - 1
         log("kernel TCP, one stream over plane 0, GSO super-packets through the switches ...")
-        tcp_super = _tcp(t, src, dst, a.seconds, 0)
+        tcp_super = stream_gbps(t, src, dst, a.seconds)
         nif = apply.wire_sized(t)
         log(f"  {tcp_super:.2f} Gb/s\nswitches now forward wire-size packets ({nif} interfaces)\n"
             "mrc, one QP over all planes ...")
@@ -201,11 +108,11 @@ def main() -> int:
         log(f"  {raw:.2f} Gb/s\nmrc, 64 KiB writes, no fault ...")
         small = mrc_rate(t, src, dst, a.seconds / 2, msg=64 << 10)
         log(f"  {small['gbps']:.2f} Gb/s\nkernel TCP, one stream over plane 0 ...")
-        tcp = _tcp(t, src, dst, a.seconds, 0)
+        tcp = stream_gbps(t, src, dst, a.seconds)
         log(f"  {tcp:.2f} Gb/s\nMPTCP, one subflow per plane ...")
         mptcp_setup(t, src)
         mptcp_setup(t, dst)
-        mp = _tcp(t, src, dst, a.seconds, 0, IPPROTO_MPTCP)
+        mp = stream_gbps(t, src, dst, a.seconds, proto=IPPROTO_MPTCP)
         log(f"  {mp:.2f} Gb/s\nmrc with a T0-T1 link cut mid-transfer ...")
         link = f"{t.leaf(2, t.host_leaf(src))}-{t.spine(2, 1)}"
         cut = mrc_rate(t, src, dst, a.seconds / 2, cut=link, msg=64 << 10)

@@ -44,50 +44,21 @@ import json
 import os
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mrc._dp import lib
 
-from fabric_bench import IPPROTO_MPTCP, connect_pair, mptcp_setup  # noqa: E402
-from mrc._dp import lib  # noqa: E402
-
-from mrc.fabric import apply, ns  # noqa: E402
-from mrc.fabric.topology import Topology  # noqa: E402
-from mrc.verbs import Context  # noqa: E402
+from mrc.fabric import apply, ns
+from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup
+from mrc.fabric.faults import FaultScheduler
+from mrc.fabric.pair import qp_pair
+from mrc.fabric.topology import Topology
 
 BUCKET = 0.1          # seconds per goodput sample
 GAP = 0.0005          # gaps longer than this are recorded
 FAULT_AT = 1.5        # seconds into a run when the first fault fires
-
-# The fault process: waits for "go", then runs its schedule against the
-# clock, printing each event with its CLOCK_MONOTONIC time.
-FAULTER = r"""
-import json, os, sys, time
-os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-from mrc.fabric import apply
-name, plan = sys.argv[1], json.loads(sys.argv[2])
-print("ready", flush=True)
-sys.stdin.readline()
-t0 = time.monotonic()
-for at, op, target, arg in plan:
-    wait = t0 + at - time.monotonic()
-    if wait > 0:
-        time.sleep(wait)
-    start_ns = time.monotonic_ns()
-    if op == "fail":
-        apply.fail(name, target)
-    elif op == "heal":
-        apply.heal(name, target)
-    elif op == "loss":
-        apply.loss(name, target, arg)
-    print(json.dumps({"t_ns": time.monotonic_ns(), "start_ns": start_ns, "op": op, "target": target, "arg": arg}),
-          flush=True)
-print("end", flush=True)
-"""
-
 
 def scenarios(t: Topology, seconds: float, flap_seconds: float) -> dict:
     src, dst = 0, t.hosts - 1
@@ -131,33 +102,21 @@ def scenarios(t: Topology, seconds: float, flap_seconds: float) -> dict:
 
 
 class Faulter:
-    """The fault process of one run (started before the transfer)."""
+    """The fault process of one run, started before the transfer; ``go``
+    starts its schedule, ``finish`` waits for its end and gives its events."""
 
     def __init__(self, t: Topology, plan: list) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", FAULTER, t.name, json.dumps(plan)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        if self.proc.stdout.readline().strip() != "ready":
-            raise RuntimeError("the fault process did not start")
-        self.events: list[dict] = []
-        self._th = threading.Thread(target=self._read, daemon=True)
+        self.plan = plan
+        self.sched = FaultScheduler(t.name)
 
     def go(self) -> None:
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
-        self._th.start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.append(json.loads(line))
+        self.sched.plan(self.plan)
 
     def finish(self) -> list[dict]:
         try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self._th.join(5)
-        return self.events
+            return self.sched.wait(timeout=30 + max((at for at, *_ in self.plan), default=0))
+        finally:
+            self.sched.close()
 
 
 class Recorder:
@@ -180,18 +139,17 @@ class Recorder:
 
 def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
     src, dst = 0, t.hosts - 1
-    ca = ns.run_in(t.ns(t.host(src)), lambda: Context())
-    cb = ns.run_in(t.ns(t.host(dst)), lambda: Context())
+    window = 64 << 20
+    p = qp_pair(t, src, dst, window)
+    ca, cb, qa, ms, ib = p.ca, p.cb, p.qa, p.ms, p.remote
     faulter = Faulter(t, plan) if plan else None
     try:
-        window = 64 << 20
-        qa, ms, ib = connect_pair(t, ca, cb, src, dst, window)
         if deny:  # (src, dst, plane, spine): that path's EVs are not used
             addr = t.path_address(*deny)
             for e in qa.evs():
                 if ca.ev_address(qa, e["ev"]) == addr:
                     qa.set_ev_state(e["ev"], lib.MRC_EV_DENIED)
-        cq = ca.create_cq()
+        cq = p.cq
         slots = window // msg
         st0 = qa.stats()
         srtt = []
@@ -254,10 +212,9 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
                 "timeline": timeline, "ev_events": ev_events, "srtt": srtt, "ev_address": evs_by_address,
                 "counters": counters}
     finally:
-        if faulter and faulter.proc.poll() is None:
-            faulter.proc.kill()
-        ca.close()
-        cb.close()
+        if faulter:
+            faulter.sched.close()
+        p.close()
 
 
 def _retrans_segs(t, h) -> int:

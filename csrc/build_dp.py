@@ -11,7 +11,10 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HEADER = os.path.join(HERE, "include", "mrc_dp.h")
-SOURCES = ["wire.c", "crc32c.c", "ep.c", "requester.c", "responder.c", "ev.c", "cc_nscc.c", "simlink.c", "engine.c"]
+# the core (sans-I/O), lowest layer first; then the in-memory link; then the
+# I/O side and the engine thread; then benchmark support (csrc/core.h, io.h)
+SOURCES = ["wire.c", "crc32c.c", "ep.c", "ev.c", "cc_nscc.c", "qp.c", "requester.c", "completer.c", "responder.c",
+           "evprobe.c", "dispatch.c", "simlink.c", "io_packet.c", "link_watch.c", "engine.c", "bench/blast.c"]
 
 
 def cdef_text() -> str:

@@ -1,13 +1,26 @@
 /* Internal state of the sans-I/O core. Not part of the Python contract.
+ *
+ * The core's files, lowest first; each may call only the files below it
+ * (architecture.md; docs/architecture.md has a paragraph per file):
+ *   wire.c crc32c.c hdr.h   packet layouts, accessors, PSN compare, ICRC
+ *   ep.c                    object tables (MRs, QPs, CQs) and rings; posting
+ *   ev.c                    EV sets and the EV state machine; cc_nscc.c: NSCC
+ *   qp.c                    QP lifecycle and the QP state machine
+ *   requester.c completer.c responder.c evprobe.c    the roles
+ *   dispatch.c              receive dispatch, poll_tx, timers, port changes
+ * simlink.c (the in-memory link) and the engine (engine.c, io_packet.c,
+ * link_watch.c) drive the core through dispatch.c's entry points only.
+ *
  * Threading: an endpoint and everything it owns is used by one thread at a
- * time (the engine thread, or the test driving it by hand), except for three
- * single-producer/single-consumer rings that an application thread may use
- * while the engine runs (csrc/engine.c has the locking contract):
+ * time, the one holding the context's endpoint lock (the engine thread, or
+ * an application thread inside one API call; csrc/engine.c has the locking
+ * contract), except for single-producer/single-consumer rings that an
+ * application thread may use while the engine runs:
  *   - a QP's send queue and receive queue: the application produces
- *     (mrc_post_write/mrc_post_recv publish sq_tail/rq_tail), the engine
+ *     (ep_post_write/ep_post_recv publish sq_tail/rq_tail), the engine
  *     consumes (it publishes sq_head/rq_head as WRs retire);
- *   - the completion queue: the engine produces (cq_tail), the application
- *     consumes (mrc_poll_cq publishes cq_head).
+ *   - a completion queue: the engine produces (tail), the application
+ *     consumes (ep_cq_poll publishes head).
  * Indices are published with release stores and read with acquire loads. A
  * QP's state is read by the producer without the lock; a post that races the
  * QP into ERROR sets ep->flush_pending and the engine flushes it. */
@@ -22,6 +35,7 @@
 
 #define MRC_INF_NS UINT64_MAX
 #define MRC_AEQ_SIZE 256
+#define MRC_CTRL_RING 4096
 #define LOAD_ACQ(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
 #define STORE_REL(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
 #define LOAD_SC(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
@@ -35,6 +49,7 @@ static inline uint32_t psn_add(uint32_t a, uint32_t n) { return (a + n) & MRC_PS
 static inline uint32_t psn_sub(uint32_t a, uint32_t b) { return (a - b) & MRC_PSN_MASK; }
 static inline int psn_lt(uint32_t a, uint32_t b) { return mrc_psn_cmp(a, b) < 0; }
 static inline int psn_le(uint32_t a, uint32_t b) { return mrc_psn_cmp(a, b) <= 0; }
+static inline uint32_t ring_next(uint32_t i, uint32_t size) { return i + 1 == size ? 0 : i + 1; }
 
 struct mr {
     uint8_t *addr;
@@ -42,6 +57,16 @@ struct mr {
     uint32_t access;
     uint32_t key;   /* lkey == rkey: (index + 1) << 8 | generation */
     int used;
+};
+
+/* A completion queue: an SPSC ring (engine -> application). */
+struct cq {
+    struct mrc_wc *ring;
+    uint32_t size, head, tail;
+    uint32_t users;          /* QPs that post here */
+    uint64_t overflow;       /* completions that found it full (they wait in their QP) */
+    uint8_t used;
+    uint8_t full;            /* full since the last MRC_EVENT_CQ_ERR (one event per filling) */
 };
 
 struct wqe {
@@ -67,13 +92,15 @@ struct pent {
     uint8_t nrtx;
 };
 
-struct event {
+/* One EV of a QP's set: its value, its state (written by ev_transition()
+ * alone) and its probing. */
+struct ev_entry {
     uint64_t until_ns;       /* SKIP expiry */
     uint64_t probe_due_ns;
     uint64_t probe_sent_ns;
     uint32_t ev;
     uint32_t probe_id;
-    uint8_t state;
+    uint8_t state;           /* enum mrc_ev_state */
     uint8_t probe_ok;        /* consecutive successful probes */
     uint8_t probing;         /* a probe is outstanding */
     uint8_t in_slot;         /* the EV occupies a rotation slot (else it is a spare) */
@@ -107,10 +134,13 @@ struct cc_state {
 struct qp {
     uint32_t qpn, dqpn;
     uint16_t peer;
-    uint32_t state;
+    uint32_t state;          /* enum mrc_qp_state: written by qp_transition() alone */
     struct mrc_qp_attr a;
     uint16_t ev_paths[MRC_MAX_PLANES]; /* per plane: EVs with equal entropy mod this share a path (0: unknown) */
     uint32_t win;            /* mpr * 128 */
+    uint32_t scq, rcq;       /* send and receive CQ numbers */
+    uint8_t scq_wait;        /* acknowledged WRs wait for room in the send CQ */
+    uint8_t rcq_wait;        /* a placed WRITE_IMM waits for room in the receive CQ */
     /* requester */
     struct wqe *sq;
     uint32_t sq_size, sq_head, sq_tail, sq_cur, cur_off;
@@ -129,7 +159,7 @@ struct qp {
     uint64_t reo_ns;         /* the reordering allowance now: widened by spurious losses */
     uint64_t last_spurious_ns;
     /* EVs */
-    struct event *evs;
+    struct ev_entry *evs;
     uint32_t nevs;
     uint16_t *slot;          /* slot -> index into evs */
     uint32_t nslots, rr;
@@ -148,9 +178,11 @@ struct qp {
     uint32_t bytes_unacked;
     uint32_t rcv_bytes;
     uint32_t ooo;
+    uint32_t last_rx_ev;     /* the EV the last data packet came on */
     struct mrc_qp_stats st;
 };
 
+/* A control packet waiting to leave (SACK, NACK, probe, endpoint packets). */
 struct ctrl {
     uint8_t buf[112];
     uint16_t len;
@@ -176,12 +208,15 @@ struct mrc_ep {
     uint32_t mr_cap;
     uint8_t mr_gen;
     struct qp **qps;
-    struct mrc_wc *cq;
-    uint32_t cq_size, cq_head, cq_tail;
+    struct cq cqs[MRC_MAX_CQS];
+    uint64_t cq_dirty;       /* bit n: completions were added to CQ n (the engine signals and clears) */
+    uint32_t cq_waiters;     /* QPs whose completions wait for room in a CQ */
+    uint32_t cq_polls;       /* bumped by every poll that took completions (the application's side) */
+    uint32_t cq_polls_seen;  /* cq_polls when the waiting completions were last offered again */
     struct ctrl *ctl;
     uint32_t ctl_size, ctl_head, ctl_tail;
     uint64_t drops[MRC_DROP_NREASONS];
-    uint64_t cq_overflow;
+    struct mrc_ep_stats st;
     struct mrc_ev_event *evq;
     uint32_t evq_size, evq_head, evq_tail, ev_dropped;
     uint32_t port_up;
@@ -196,52 +231,105 @@ struct mrc_ep {
     uint32_t probe_answered; /* bumped on every answer: a waiter reads it without the lock */
 };
 
+/* The planes both ends of q can use now. */
+static inline uint32_t qp_usable_ports(const struct mrc_ep *ep, const struct qp *q)
+{
+    return ep->port_up & q->remote_ports;
+}
+
+/* Mark (on) or clear a QP's "completions wait for room in a CQ" flag. */
+static inline void cq_wait(struct mrc_ep *ep, uint8_t *flag, uint8_t on)
+{
+    if (*flag == on)
+        return;
+    *flag = on;
+    __atomic_add_fetch(&ep->cq_waiters, on ? 1u : (uint32_t)-1, __ATOMIC_RELAXED); /* the poller reads it */
+}
+
+static inline struct pent *pe_at(struct qp *q, uint32_t psn) { return &q->pe[psn & (q->win - 1)]; }
+
 /* wire.c */
 int mrc_pkt_build_hdr(const struct mrc_pkt *p, uint8_t *out, size_t cap);
 int mrc_pkt_finish(uint8_t *b, uint32_t len);
 
-/* ep.c */
-struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn);
+/* ep.c: tables, rings and posting. Calls nothing but wire.c. */
+int ep_create(const struct mrc_ep_attr *attr, struct mrc_ep **out);
+void ep_destroy(struct mrc_ep *ep);
+void ep_drop(struct mrc_ep *ep, int why);
+int ep_mr_reg(struct mrc_ep *ep, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey);
+int ep_mr_dereg(struct mrc_ep *ep, uint32_t lkey);
 struct mr *ep_mr(struct mrc_ep *ep, uint32_t key);
-int ep_push_wc(struct mrc_ep *ep, const struct mrc_wc *wc);
-struct ctrl *ep_ctrl_slot(struct mrc_ep *ep);
-/* A control packet slot to peer on ev (DSCP control); NULL when the ring is full. */
-struct ctrl *ep_ctrl_to(struct mrc_ep *ep, uint16_t peer, uint32_t ev);
-/* Build p into the slot. */
-void ctrl_put(struct ctrl *c, const struct mrc_pkt *p);
-void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
-void qp_flush(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
-void ep_async_event(struct mrc_ep *ep, uint32_t type, uint32_t qpn, uint32_t info);
+int ep_cq_create(struct mrc_ep *ep, uint32_t depth, uint32_t *cqn);
+int ep_cq_destroy(struct mrc_ep *ep, uint32_t cqn);
+struct cq *ep_cq(struct mrc_ep *ep, uint32_t cqn);
+int ep_cq_query(struct mrc_ep *ep, uint32_t cqn, struct mrc_cq_stats *st);
+int ep_cq_poll(struct mrc_ep *ep, uint32_t cqn, struct mrc_wc *wc, uint32_t max);
+int ep_cq_push(struct mrc_ep *ep, uint32_t cqn, const struct mrc_wc *wc);
+int ep_cq_pending(struct mrc_ep *ep, int more_than_half);
+struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn);
+int ep_qp_insert(struct mrc_ep *ep, struct qp *q);
+void ep_qp_remove(struct mrc_ep *ep, struct qp *q);
 void ep_set_active(struct mrc_ep *ep, struct qp *q, int on);
-uint32_t qp_usable_ports(struct mrc_ep *ep, struct qp *q);
+struct ctrl *ep_ctrl_to(struct mrc_ep *ep, uint16_t peer, uint32_t ev);
+int ctrl_put(struct mrc_ep *ep, struct ctrl *c, const struct mrc_pkt *p);
+struct ctrl *ep_ctrl_peek(struct mrc_ep *ep);
+void ep_ctrl_pop(struct mrc_ep *ep);
+void ep_ev_event(struct mrc_ep *ep, const struct mrc_ev_event *e);
+int ep_ev_events(struct mrc_ep *ep, struct mrc_ev_event *out, uint32_t max);
+void ep_async_event(struct mrc_ep *ep, uint32_t type, uint32_t qpn, uint32_t info);
+int ep_async_events(struct mrc_ep *ep, struct mrc_async_event *out, uint32_t max);
+int ep_post_write(struct mrc_ep *ep, uint32_t qpn, const struct mrc_wr *wr, uint32_t n);
+int ep_post_recv(struct mrc_ep *ep, uint32_t qpn, const uint64_t *wr_ids, uint32_t n);
+int ep_drops(struct mrc_ep *ep, uint64_t *counts, uint32_t n);
 
-/* requester.c */
-int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uint32_t buflen, uint32_t *used,
-                struct mrc_txdesc *d, uint32_t max);
-void req_on_sack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const struct mrc_meta *m, uint64_t now);
-void req_on_nack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, uint64_t now);
-void req_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now);
-uint64_t req_next_timer(struct mrc_ep *ep, struct qp *q, uint64_t now);
-void req_complete(struct mrc_ep *ep, struct qp *q);
-
-/* responder.c */
-void resp_on_data(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t len, const struct mrc_pkt *p,
-                  const struct mrc_meta *m, uint64_t now);
-void resp_on_probe(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const struct mrc_meta *m);
-void resp_send_sack(struct mrc_ep *ep, struct qp *q, uint32_t ev, int ecn, uint32_t trig_psn, uint16_t flags,
-                    uint16_t ts);
-
-/* ev.c */
+/* ev.c: the EV state machine and the rotation. Calls ep.c. */
 int ev_init(struct qp *q);
+void ev_transition(struct mrc_ep *ep, struct qp *q, struct ev_entry *e, uint8_t st, uint64_t now);
 int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, uint32_t *ev_out);
 void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t sent_ns, uint64_t now);
 void ev_on_congestion(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
 void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
 void ev_on_alive(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
-int ev_probe_due(struct mrc_ep *ep, struct qp *q, uint64_t now, struct event **out);
-void ev_probe_sent(struct qp *q, struct event *e, uint64_t now);
+int ev_probe_due(struct mrc_ep *ep, struct qp *q, uint64_t now, struct ev_entry **out);
+void ev_probe_sent(struct qp *q, struct ev_entry *e, uint64_t now);
 uint64_t ev_next_timer(struct qp *q, uint64_t now);
-void ev_set_state(struct mrc_ep *ep, struct qp *q, struct event *e, uint8_t st, uint64_t now);
-struct event *ev_find(struct qp *q, uint32_t ev);
-uint32_t ev_count_good(struct qp *q);
+struct ev_entry *ev_find(struct qp *q, uint32_t ev);
+uint32_t ev_count_good(const struct qp *q);
+uint32_t ev_count_bad(const struct qp *q);
+int ev_ctl_list(struct mrc_ep *ep, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
+int ev_ctl_set_state(struct mrc_ep *ep, uint32_t qpn, uint32_t ev, uint32_t state);
+int ev_ctl_set_paths(struct mrc_ep *ep, uint32_t qpn, const uint32_t *npaths, uint32_t nplanes);
+
+/* qp.c: QP lifecycle and state machine. Calls ev.c, cc_nscc.c, ep.c. */
+size_t qp_state_bytes(const struct mrc_qp_attr *a);
+int qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *attr, uint32_t *qpn);
+int qp_destroy(struct mrc_ep *ep, uint32_t qpn);
+void qp_destroy_all(struct mrc_ep *ep);
+int qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer);
+int qp_query(struct mrc_ep *ep, uint32_t qpn, struct mrc_qp_stats *st);
+void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
+int qp_flush(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
+
+/* requester.c: work requests -> packets. Calls ev.c. */
+int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uint32_t buflen, uint32_t *used,
+                struct mrc_txdesc *d, uint32_t max);
+uint64_t req_next_tx(struct mrc_ep *ep, struct qp *q, uint64_t now);
+
+/* completer.c: SACK/NACK, loss detection, the retransmit timer,
+ * completions. Calls qp.c, ev.c, the CC ops, ep.c. */
+void comp_on_sack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, uint64_t now);
+void comp_on_nack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, uint64_t now);
+void comp_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now);
+uint64_t comp_next_timer(struct qp *q, uint64_t now);
+void comp_complete(struct mrc_ep *ep, struct qp *q);
+
+/* responder.c: validate, place, answer. Calls ep.c. */
+void resp_on_data(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t len, const struct mrc_pkt *p,
+                  const struct mrc_meta *m, uint64_t now);
+void resp_on_probe(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const struct mrc_meta *m);
+void resp_retry_completions(struct mrc_ep *ep, struct qp *q);
+
+/* evprobe.c: connectionless EV probes (mrc_ep_probe_*). Calls ep.c. */
+int evprobe_on_packet(struct mrc_ep *ep, const struct mrc_pkt *p, const struct mrc_meta *m, uint64_t now);
+void evprobe_left(struct mrc_ep *ep, uint32_t id, uint64_t now);
 #endif

@@ -1,13 +1,36 @@
-/* EV manager (protocol.md section 3, "Spraying"): per-QP EV set split
- * equally over planes, rotation over GOOD EVs, SKIP after congestion,
- * ASSUMED_BAD after a loss (replaced at once by a spare on the same plane,
- * then probed until probe_k probes in a row succeed), DENIED by the
- * controller, and an ev_min_active floor.
+/* EV manager (protocol.md section 3, "Spraying"): a QP's EV set split
+ * equally over planes, the rotation over GOOD EVs, and the EV state machine:
+ * SKIP after congestion, ASSUMED_BAD after a loss (replaced at once by a
+ * spare on the same plane, then probed until probe_k probes in a row
+ * succeed), DENIED by the controller, and an ev_min_active floor.
  *
- * An EV value is (plane << 16) | entropy. Slots are the rotation: slot i
- * always belongs to plane i % planes, so plane load stays equal when EVs are
- * replaced, and a plane that is down is simply passed over. */
+ * ev_transition() is the only writer of an EV's state and the only emitter
+ * of EV events. SKIP is this implementation's short detour: the controller
+ * sees a SKIP EV as GOOD, so moves into and out of SKIP are reported as if
+ * the EV had been GOOD.
+ *
+ * Slots are the rotation: slot i always belongs to plane i % planes, so
+ * plane load stays equal when EVs are replaced, and a plane that is down is
+ * simply passed over. EV values are built and taken apart only through
+ * ev_make/ev_plane/ev_entropy (hdr.h).
+ *
+ * Lock: every function here runs with the endpoint lock held. Calls ep.c. */
 #include "core.h"
+
+static const char *const state_names[] = {"GOOD", "SKIP", "ASSUMED_BAD", "DENIED", "UNKNOWN"};
+
+const char *mrc_ev_state_name(uint32_t s) { return s < sizeof(state_names) / sizeof(state_names[0]) ? state_names[s] : NULL; }
+
+/* allowed[from][to]: the transitions of an EV of a QP. UNKNOWN (an entry
+ * not populated yet, mrc_ctl.h) never occurs in a QP's set. */
+static const uint8_t allowed[5][5] = {
+    /*                GOOD SKIP BAD DENIED UNKNOWN */
+    /* GOOD */        {1, 1, 1, 1, 0},
+    /* SKIP */        {1, 1, 1, 1, 0},
+    /* ASSUMED_BAD */ {1, 0, 0, 1, 0},
+    /* DENIED */      {1, 0, 0, 0, 0},
+    /* UNKNOWN */     {0, 0, 0, 0, 0},
+};
 
 static uint32_t per_plane(const struct qp *q) { return q->a.ev_count / q->a.planes; }
 
@@ -21,19 +44,19 @@ int ev_init(struct qp *q)
     if (!q->evs || !q->slot)
         return -ENOMEM;
     for (uint32_t i = 0; i < q->a.ev_count; i++) {
-        q->evs[i].ev = ((i % P) << 16) | (i / P);
+        q->evs[i].ev = ev_make(i % P, i / P);
         q->evs[i].in_slot = 1;
         q->slot[i] = (uint16_t)i;
     }
     for (uint32_t p = 0; p < P; p++)
         for (uint32_t b = 0; b < q->a.ev_backup; b++)
-            q->evs[q->a.ev_count + p * q->a.ev_backup + b].ev = (p << 16) | (base + b);
+            q->evs[q->a.ev_count + p * q->a.ev_backup + b].ev = ev_make(p, base + b);
     return 0;
 }
 
-struct event *ev_find(struct qp *q, uint32_t ev)
+struct ev_entry *ev_find(struct qp *q, uint32_t ev)
 {
-    uint32_t p = ev >> 16, e = ev & 0xFFFF, base = per_plane(q);
+    uint32_t p = ev_plane(ev), e = ev_entropy(ev), base = per_plane(q);
     if (p >= q->a.planes)
         return NULL;
     uint32_t idx;
@@ -46,7 +69,8 @@ struct event *ev_find(struct qp *q, uint32_t ev)
     return &q->evs[idx];
 }
 
-uint32_t ev_count_good(struct qp *q)
+/* EVs of the rotation that carry traffic (GOOD or SKIP), and those that are ASSUMED_BAD. */
+uint32_t ev_count_good(const struct qp *q)
 {
     uint32_t n = 0;
     for (uint32_t s = 0; s < q->nslots; s++) {
@@ -56,30 +80,24 @@ uint32_t ev_count_good(struct qp *q)
     return n;
 }
 
-static void push_event(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint8_t old, uint8_t st, uint64_t now)
+uint32_t ev_count_bad(const struct qp *q)
 {
-    uint32_t nt = ep->evq_tail + 1 == ep->evq_size ? 0 : ep->evq_tail + 1;
-    if (nt == ep->evq_head) {
-        ep->ev_dropped++;
-        return;
-    }
-    ep->evq[ep->evq_tail] = (struct mrc_ev_event){.qpn = q->qpn, .ev = ev, .old_state = old, .new_state = st,
-                                                  .t_ns = now, .dropped = ep->ev_dropped,
-                                                  .cause_ns = st == MRC_EV_ASSUMED_BAD ? q->loss_sent_ns : 0};
-    ep->ev_dropped = 0;
-    ep->evq_tail = nt;
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < q->nslots; s++)
+        n += q->evs[q->slot[s]].state == MRC_EV_ASSUMED_BAD;
+    return n;
 }
 
 /* Put a GOOD spare of the same plane into the slot of a retired EV. */
-static void replace_in_slot(struct qp *q, struct event *bad)
+static void replace_in_slot(struct qp *q, struct ev_entry *bad)
 {
-    uint32_t bi = (uint32_t)(bad - q->evs), plane = bad->ev >> 16;
+    uint32_t bi = (uint32_t)(bad - q->evs), plane = ev_plane(bad->ev);
     for (uint32_t s = 0; s < q->nslots; s++) {
         if (q->slot[s] != bi)
             continue;
         for (uint32_t i = 0; i < q->nevs; i++) {
-            struct event *c = &q->evs[i];
-            if (!c->in_slot && c->state == MRC_EV_GOOD && (c->ev >> 16) == plane) {
+            struct ev_entry *c = &q->evs[i];
+            if (!c->in_slot && c->state == MRC_EV_GOOD && ev_plane(c->ev) == plane) {
                 q->slot[s] = (uint16_t)i;
                 c->in_slot = 1;
                 bad->in_slot = 0;
@@ -94,7 +112,7 @@ static void replace_in_slot(struct qp *q, struct event *bad)
  * from the spare that stood in for it, so its path carries its share again
  * (else a path retired once stays out of the rotation and the spines of a
  * plane are loaded unequally). Slot i started with EV i. */
-static void restore_slot(struct qp *q, struct event *e)
+static void restore_slot(struct qp *q, struct ev_entry *e)
 {
     uint32_t bi = (uint32_t)(e - q->evs);
     if (e->in_slot || bi >= q->nslots || q->slot[bi] == bi)
@@ -104,28 +122,54 @@ static void restore_slot(struct qp *q, struct event *e)
     e->in_slot = 1;
 }
 
-void ev_set_state(struct mrc_ep *ep, struct qp *q, struct event *e, uint8_t st, uint64_t now)
+static void emit(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint8_t old, uint8_t st, uint64_t now)
+{
+    struct mrc_ev_event e = {.qpn = q->qpn, .ev = ev, .old_state = old, .new_state = st, .t_ns = now,
+                             .cause_ns = st == MRC_EV_ASSUMED_BAD ? q->loss_sent_ns : 0};
+    ep_ev_event(ep, &e);
+}
+
+/* Move e to state st: the table says whether it may; leaving a state and
+ * entering the new one do their work (entering SKIP (again) starts its
+ * timer; ASSUMED_BAD starts probing and hands the slot to a spare, as DENIED
+ * does; GOOD takes the EV's own slot back); the controller hears of it,
+ * with SKIP shown as GOOD. */
+void ev_transition(struct mrc_ep *ep, struct qp *q, struct ev_entry *e, uint8_t st, uint64_t now)
 {
     uint8_t old = e->state;
-    if (old == st)
+    if ((old == st && st != MRC_EV_SKIP) || old > MRC_EV_UNKNOWN || st > MRC_EV_UNKNOWN || !allowed[old][st])
         return;
     if (old == MRC_EV_ASSUMED_BAD)
         q->nbad--;
-    if (st == MRC_EV_ASSUMED_BAD) {
+    e->state = st;
+    switch (st) {
+    case MRC_EV_SKIP:
+        e->until_ns = now + q->a.skip_ns;
+        break;
+    case MRC_EV_ASSUMED_BAD:
         q->nbad++;
         e->probe_ok = 0;
         e->probing = 0;
         e->probe_due_ns = now;
-    }
-    e->state = st;
-    if (st == MRC_EV_ASSUMED_BAD || st == MRC_EV_DENIED)
         replace_in_slot(q, e);
-    else if (st == MRC_EV_GOOD)
+        break;
+    case MRC_EV_DENIED:
+        replace_in_slot(q, e);
+        break;
+    case MRC_EV_GOOD:
         restore_slot(q, e);
-    if (old != MRC_EV_SKIP && st != MRC_EV_SKIP)
-        push_event(ep, q, e->ev, old, st, now);
-    else if (old == MRC_EV_SKIP && st != MRC_EV_GOOD)
-        push_event(ep, q, e->ev, MRC_EV_GOOD, st, now);
+        break;
+    }
+    uint8_t shown_old = old == MRC_EV_SKIP ? MRC_EV_GOOD : old, shown_new = st == MRC_EV_SKIP ? MRC_EV_GOOD : st;
+    if (shown_old != shown_new)
+        emit(ep, q, e->ev, shown_old, shown_new, now);
+}
+
+/* A SKIP EV whose time is up is GOOD again. */
+static inline void skip_expiry(struct mrc_ep *ep, struct qp *q, struct ev_entry *e, uint64_t now)
+{
+    if (e->state == MRC_EV_SKIP && now >= e->until_ns)
+        ev_transition(ep, q, e, MRC_EV_GOOD, now);
 }
 
 /* Next EV of the rotation: GOOD, on a plane both ends can use, preferably
@@ -136,17 +180,17 @@ int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, ui
     /* A retransmission first tries another plane: a different EV on the same
      * plane may share the failed link, and a lost retransmission at the head
      * of the window can only be found by the timer. */
-    uint32_t avoid_plane = avoid_ev == UINT32_MAX ? UINT32_MAX : avoid_ev >> 16;
+    uint32_t avoid_plane = avoid_ev == UINT32_MAX ? UINT32_MAX : ev_plane(avoid_ev);
     if (avoid_plane != UINT32_MAX && (usable & ~(1u << avoid_plane))) {
         for (uint32_t k = 0; k < q->nslots; k++) {
             uint32_t s = q->rr + k;
             if (s >= q->nslots)
                 s -= q->nslots;
-            struct event *e = &q->evs[q->slot[s]];
-            if (!(usable & (1u << (e->ev >> 16))) || (e->ev >> 16) == avoid_plane)
+            struct ev_entry *e = &q->evs[q->slot[s]];
+            uint32_t plane = ev_plane(e->ev);
+            if (!(usable & (1u << plane)) || plane == avoid_plane)
                 continue;
-            if (e->state == MRC_EV_SKIP && now >= e->until_ns)
-                e->state = MRC_EV_GOOD;
+            skip_expiry(ep, q, e, now);
             if (e->state != MRC_EV_GOOD)
                 continue;
             q->rr = s + 1 == q->nslots ? 0 : s + 1;
@@ -159,11 +203,10 @@ int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, ui
             uint32_t s = q->rr + k;
             if (s >= q->nslots)
                 s -= q->nslots;
-            struct event *e = &q->evs[q->slot[s]];
-            if (!(usable & (1u << (e->ev >> 16))))
+            struct ev_entry *e = &q->evs[q->slot[s]];
+            if (!(usable & (1u << ev_plane(e->ev))))
                 continue;
-            if (e->state == MRC_EV_SKIP && now >= e->until_ns)
-                e->state = MRC_EV_GOOD;
+            skip_expiry(ep, q, e, now);
             if (e->state != MRC_EV_GOOD || (pass == 0 && e->ev == avoid_ev))
                 continue;
             q->rr = s + 1 == q->nslots ? 0 : s + 1;
@@ -176,54 +219,50 @@ int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, ui
     return -EAGAIN;
 }
 
-static void retire(struct mrc_ep *ep, struct qp *q, struct event *e, uint64_t now)
+static void retire(struct mrc_ep *ep, struct qp *q, struct ev_entry *e, uint64_t now)
 {
     if (!e || (e->state != MRC_EV_GOOD && e->state != MRC_EV_SKIP))
         return;
     if (e->in_slot && ev_count_good(q) <= q->a.ev_min_active)
         return; /* the floor: never demote below ev_min_active */
-    ev_set_state(ep, q, e, MRC_EV_ASSUMED_BAD, now);
+    ev_transition(ep, q, e, MRC_EV_ASSUMED_BAD, now);
 }
 
 void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t sent_ns, uint64_t now)
 {
-    struct event *e = ev_find(q, ev);
+    struct ev_entry *e = ev_find(q, ev);
     if (!e || (e->state != MRC_EV_GOOD && e->state != MRC_EV_SKIP))
         return;
     q->loss_sent_ns = sent_ns; /* the events of this retirement carry it */
     retire(ep, q, e, now);
     /* its aliases take the same path: the loss is evidence about them too */
-    uint32_t plane = ev >> 16, np = plane < MRC_MAX_PLANES ? q->ev_paths[plane] : 0;
-    if (!np || e->state != MRC_EV_ASSUMED_BAD) {
-        q->loss_sent_ns = 0;
-        return;
-    }
-    for (uint32_t i = 0; i < q->nevs; i++) {
-        struct event *f = &q->evs[i];
-        if (f != e && (f->ev >> 16) == plane && (f->ev & 0xFFFF) % np == (ev & 0xFFFF) % np)
-            retire(ep, q, f, now);
+    uint32_t plane = ev_plane(ev), np = plane < MRC_MAX_PLANES ? q->ev_paths[plane] : 0;
+    if (np && e->state == MRC_EV_ASSUMED_BAD) {
+        for (uint32_t i = 0; i < q->nevs; i++) {
+            struct ev_entry *f = &q->evs[i];
+            if (f != e && ev_plane(f->ev) == plane && ev_entropy(f->ev) % np == ev_entropy(ev) % np)
+                retire(ep, q, f, now);
+        }
     }
     q->loss_sent_ns = 0;
 }
 
 void ev_on_congestion(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now)
 {
-    struct event *e = ev_find(q, ev);
-    if (e && (e->state == MRC_EV_GOOD || e->state == MRC_EV_SKIP)) {
-        e->state = MRC_EV_SKIP;
-        e->until_ns = now + q->a.skip_ns;
-    }
+    struct ev_entry *e = ev_find(q, ev);
+    if (e && (e->state == MRC_EV_GOOD || e->state == MRC_EV_SKIP))
+        ev_transition(ep, q, e, MRC_EV_SKIP, now);
 }
 
 void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now)
 {
-    struct event *e = ev_find(q, ev);
+    struct ev_entry *e = ev_find(q, ev);
     if (!e || e->state != MRC_EV_ASSUMED_BAD || !e->probing)
         return;
     e->probing = 0;
     e->probe_shift = 0;
     if (++e->probe_ok >= q->a.probe_k)
-        ev_set_state(ep, q, e, MRC_EV_GOOD, now);
+        ev_transition(ep, q, e, MRC_EV_GOOD, now);
     else
         e->probe_due_ns = now + q->a.probe_interval_ns / 8;
 }
@@ -232,20 +271,20 @@ void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t
  * path works, so an EV retired for that loss is GOOD again at once. */
 void ev_on_alive(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now)
 {
-    struct event *e = ev_find(q, ev);
+    struct ev_entry *e = ev_find(q, ev);
     if (e && e->state == MRC_EV_ASSUMED_BAD)
-        ev_set_state(ep, q, e, MRC_EV_GOOD, now);
+        ev_transition(ep, q, e, MRC_EV_GOOD, now);
 }
 
 /* An ASSUMED_BAD EV whose probe is due. */
-int ev_probe_due(struct mrc_ep *ep, struct qp *q, uint64_t now, struct event **out)
+int ev_probe_due(struct mrc_ep *ep, struct qp *q, uint64_t now, struct ev_entry **out)
 {
     if (!q->nbad)
         return 0;
     uint32_t usable = qp_usable_ports(ep, q);
     for (uint32_t i = 0; i < q->nevs; i++) {
-        struct event *e = &q->evs[i];
-        if (e->state == MRC_EV_ASSUMED_BAD && (usable & (1u << (e->ev >> 16))) && now >= e->probe_due_ns) {
+        struct ev_entry *e = &q->evs[i];
+        if (e->state == MRC_EV_ASSUMED_BAD && (usable & (1u << ev_plane(e->ev))) && now >= e->probe_due_ns) {
             *out = e;
             return 1;
         }
@@ -258,7 +297,7 @@ int ev_probe_due(struct mrc_ep *ep, struct qp *q, uint64_t now, struct event **o
  * probed ever less often (up to 1024 x) so that a dead plane costs no
  * bandwidth. An answer is never too late: it counts whenever it comes (a
  * slow fabric or a busy peer must not keep a healed path out for good). */
-void ev_probe_sent(struct qp *q, struct event *e, uint64_t now)
+void ev_probe_sent(struct qp *q, struct ev_entry *e, uint64_t now)
 {
     if (e->probing) {
         e->probe_ok = 0;
@@ -270,18 +309,60 @@ void ev_probe_sent(struct qp *q, struct event *e, uint64_t now)
     e->probe_due_ns = now + (q->a.probe_interval_ns << e->probe_shift);
 }
 
+/* When the next probe is due (an ASSUMED_BAD EV waits for it). */
 uint64_t ev_next_timer(struct qp *q, uint64_t now)
 {
     uint64_t t = MRC_INF_NS;
     if (!q->nbad)
         return t;
     for (uint32_t i = 0; i < q->nevs; i++) {
-        struct event *e = &q->evs[i];
-        if (e->state != MRC_EV_ASSUMED_BAD)
-            continue;
-        uint64_t x = e->probe_due_ns;
-        if (x < t)
-            t = x;
+        struct ev_entry *e = &q->evs[i];
+        if (e->state == MRC_EV_ASSUMED_BAD && e->probe_due_ns < t)
+            t = e->probe_due_ns;
     }
     return t < now ? now : t;
+}
+
+/* ------------------------------------------------ the API's EV calls (by QP number) */
+int ev_ctl_list(struct mrc_ep *ep, uint32_t qpn, struct mrc_ev_info *out, uint32_t max)
+{
+    struct qp *q = ep_qp(ep, qpn);
+    if (!q)
+        return -ENOENT;
+    if (max < q->nevs)
+        return -E2BIG;
+    for (uint32_t i = 0; i < q->nevs; i++)
+        out[i] = (struct mrc_ev_info){.ev = q->evs[i].ev, .state = q->evs[i].state, .in_slot = 0, .slot = 0xFFFF};
+    for (uint32_t s = 0; s < q->nslots; s++) {
+        out[q->slot[s]].in_slot = 1;
+        out[q->slot[s]].slot = (uint16_t)s;
+    }
+    return (int)q->nevs;
+}
+
+/* The controller denies an EV, or allows it (GOOD) again. */
+int ev_ctl_set_state(struct mrc_ep *ep, uint32_t qpn, uint32_t ev, uint32_t state)
+{
+    struct qp *q = ep_qp(ep, qpn);
+    if (!q)
+        return -ENOENT;
+    struct ev_entry *e = ev_find(q, ev);
+    if (!e)
+        return -ENOENT;
+    if (state != MRC_EV_GOOD && state != MRC_EV_DENIED)
+        return -EINVAL;
+    ev_transition(ep, q, e, (uint8_t)state, 0);
+    return 0;
+}
+
+int ev_ctl_set_paths(struct mrc_ep *ep, uint32_t qpn, const uint32_t *npaths, uint32_t nplanes)
+{
+    struct qp *q = ep_qp(ep, qpn);
+    if (!q)
+        return -ENOENT;
+    if (nplanes > MRC_MAX_PLANES)
+        return -EINVAL;
+    for (uint32_t p = 0; p < MRC_MAX_PLANES; p++)
+        q->ev_paths[p] = (uint16_t)(p < nplanes && npaths[p] < 0x10000 ? npaths[p] : 0);
+    return 0;
 }

@@ -3,7 +3,8 @@
  * the product"). Paths have delay, jitter (reordering), loss (seeded
  * probability or a 64-bit mask), duplication, trimming, a rate with a queue
  * that marks ECN above a threshold, and down/flap intervals. The run loop
- * lives in C: Python only starts it and reads the results. */
+ * lives in C: Python only starts it and reads the results. It drives each
+ * endpoint through dispatch.c's entry points, as the engine thread does. */
 #include "core.h"
 
 enum { SIM_MAX_EPS = 8, SIM_TXBUF = 1 << 20, SIM_TXD = 256, SIM_BUFSZ = 9216 };
@@ -189,8 +190,8 @@ static int path_down(const struct mrc_sim_path *p, uint64_t now)
 
 static void offer(struct mrc_sim *s, uint32_t src, const struct mrc_txdesc *d, const uint8_t *data)
 {
-    uint32_t plane = (d->ev >> 16) % s->planes;
-    uint32_t path = plane * s->per_plane + (d->ev & 0xFFFF) % s->per_plane;
+    uint32_t plane = ev_plane(d->ev) % s->planes;
+    uint32_t path = plane * s->per_plane + ev_entropy(d->ev) % s->per_plane;
     struct mrc_sim_path *P = &s->paths[path];
     uint32_t dst = d->peer;
     if (dst >= s->neps || d->len > SIM_BUFSZ) {
@@ -242,12 +243,6 @@ static void offer(struct mrc_sim *s, uint32_t src, const struct mrc_txdesc *d, c
     }
 }
 
-static int cq_busy(struct mrc_ep *ep, uint32_t stop_on_cqe)
-{
-    uint32_t used = (ep->cq_tail + ep->cq_size - ep->cq_head) % ep->cq_size;
-    return (stop_on_cqe && used) || used > ep->cq_size / 2;
-}
-
 /* Advance simulated time to until_ns, or until the link is idle, or (with
  * stop_on_cqe) until a completion is waiting. Returns 1 if it stopped for a
  * completion, 0 otherwise. */
@@ -273,7 +268,7 @@ int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe)
             progress++;
         }
         for (uint32_t i = 0; i < s->neps; i++)
-            if (cq_busy(s->eps[i], stop_on_cqe))
+            if ((stop_on_cqe && ep_cq_pending(s->eps[i], 0)) || ep_cq_pending(s->eps[i], 1))
                 return 1;
         if (progress)
             continue;

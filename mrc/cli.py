@@ -7,6 +7,7 @@
     mrc fabric fail|heal|flap|loss|rate ...   real, reversible faults
     mrc fabric exec HOST -- CMD    run a command inside a namespace
     mrc fabric down [--name NAME | --all]
+    mrc fabric topology            the fabric as a topology file (docs/topology.md)
     mrc perf server | client HOST  RDMA WRITE bandwidth and latency
     mrc capture NODE -w FILE       tcpdump of MRC packets inside a namespace
     mrc decode FILE [--json]       per-QP summary of a capture (scapy)
@@ -36,6 +37,38 @@ def _json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 
 
+def _where(p: argparse.ArgumentParser, ports: bool = True) -> None:
+    """Options that say which host this is and where its ports and peers are."""
+    p.add_argument("--topology", metavar="FILE", help="a topology file naming hosts, ports and paths "
+                                                      "(docs/topology.md; default: $MRC_TOPOLOGY, which "
+                                                      "`mrc fabric exec` sets)")
+    p.add_argument("--host", help="this host's name in the topology (default: $MRC_HOST, else the host whose "
+                                  "port addresses this machine has)")
+    if ports:
+        p.add_argument("--ports", metavar="IF[:PLANE],...", help="the MRC ports, instead of the topology's: "
+                                                                 "interface names, planes 0.. in order "
+                                                                 "unless given (eth1:0,eth2:1)")
+
+
+def _ports(spec: str | None) -> list | None:
+    if not spec:
+        return None
+    out = []
+    for i, item in enumerate(x for x in spec.split(",") if x):
+        name, _, plane = item.partition(":")
+        try:
+            out.append((name, int(plane) if plane else i))
+        except ValueError:
+            raise UsageError(f"bad port {item!r}: write IFNAME or IFNAME:PLANE") from None
+    return out
+
+
+def _resolver(a: argparse.Namespace):
+    from mrc.paths import from_environment
+
+    return from_environment(a.host, a.topology)
+
+
 def build_parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="mrc",
@@ -52,13 +85,16 @@ def build_parser() -> argparse.ArgumentParser:
     perf = sub.add_parser("perf", help="RDMA WRITE bandwidth and latency over MRC (like ib_write_bw)",
                           description="Run `mrc perf server` on one host and `mrc perf client SERVER` on another, "
                                       "e.g. inside a fabric: `mrc fabric exec h2 -- mrc perf server` and "
-                                      "`mrc fabric exec h0 -- mrc perf client h2 --verify`.")
+                                      "`mrc fabric exec h0 -- mrc perf client h2 --verify`; between any hosts a "
+                                      "topology file describes: `mrc perf server --topology lab.json` and "
+                                      "`mrc perf client b --topology lab.json --verify` (docs/topology.md).")
     psub = perf.add_subparsers(dest="pcmd")
     ps = psub.add_parser("server", help="wait for a client and receive its writes")
     ps.add_argument("--port", type=int, default=18515, help="connection-setup TCP port (default 18515)")
     ps.add_argument("--forever", action="store_true", help="serve one client after another")
+    _where(ps)
     pc = psub.add_parser("client", help="write to a server and measure")
-    pc.add_argument("server", help="the server: a fabric host (h2) or a management address")
+    pc.add_argument("server", help="the server: a host of the topology (h2) or its management address")
     pc.add_argument("--port", type=int, default=18515, help="connection-setup TCP port (default 18515)")
     pc.add_argument("--sizes", default="4K,64K,1M", help="message sizes, comma separated (default 4K,64K,1M)")
     pc.add_argument("--iters", type=int, default=100, help="messages per size (default 100)")
@@ -66,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--imm", action="store_true", help="RDMA WRITE with immediate instead of WRITE")
     pc.add_argument("--verify", action="store_true", help="check the received data by hash")
     pc.add_argument("--qps", type=int, default=1, help="queue pairs, messages spread round robin (default 1)")
+    _where(pc)
     _json(pc)
 
     cap = sub.add_parser("capture", help="capture MRC packets with tcpdump inside a fabric host or switch",
@@ -89,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "SACK and NACK counts by reason, a reorder-distance histogram and ICRC "
                                      "failures, and the malformed packets. Example: `mrc decode h0p2.pcap --json`.")
     dec.add_argument("file", help="a pcap or pcapng file")
+    _where(dec, ports=False)
     _json(dec)
 
     from mrc.ctl import cli as ctl_cli
@@ -133,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
     _name(p)
     _json(p)
 
+    p = fsub.add_parser("topology", help="print the fabric as a topology file (for --topology, docs/topology.md)",
+                        description="Print the fabric's hosts, ports, management addresses, paths and uSID names "
+                                    "in the topology-file format that `mrc perf`, `mrc decode` and the Python API "
+                                    "read (`--topology FILE`); `mrc fabric exec` hands the same file to commands "
+                                    "as $MRC_TOPOLOGY.")
+    _name(p)
+
     p = fsub.add_parser("exec", help="run a command inside a host or switch namespace",
                         description="Run CMD inside NODE's namespace, e.g. `mrc fabric exec h0 -- ping fd6d:2:0::1`.")
     _name(p)
@@ -175,39 +220,6 @@ def _print(obj, as_json: bool, text: str) -> None:
     print(json.dumps(obj, indent=1) if as_json else text)
 
 
-def status_text(t, state: dict, present: list[str]) -> tuple[dict, str]:
-    faults = state.get("faults", {})
-    expected = [t.ns(n) for n in t.nodes()]
-    missing = [n for n in expected if n not in present]
-    hosts = []
-    for h in range(t.hosts):
-        hosts.append({
-            "host": t.host(h), "namespace": t.ns(t.host(h)), "leaf": t.host_leaf(h), "mgmt": t.mgmt_address(h),
-            "ports": [{"plane": p, "ifname": t.port_ifname(p), "address": t.port_address(h, p),
-                       "kernel_address": t.inner_address(h, p)} for p in range(t.planes)],
-        })
-    obj = {"name": t.name, "topology": t.to_dict(), "namespaces": len(expected), "missing_namespaces": missing,
-           "links": len(t.links()), "hosts": hosts, "faults": faults}
-    lines = [f"fabric {t.name}: {t.planes} planes x ({t.spines} spines, {t.leaves} leaves), {t.hosts} hosts; "
-             f"{len(expected) - len(missing)}/{len(expected)} namespaces, {len(t.links())} links"]
-    lines.append(f"{'host':<5} {'leaf':<5} {'mgmt':<10} ports (plane: uSID address / kernel address)")
-    for h in hosts:
-        first = True
-        for port in h["ports"]:
-            pre = f"{h['host']:<5} {h['leaf']:<5} {h['mgmt']:<10}" if first else " " * 22
-            lines.append(f"{pre} p{port['plane']}: {port['address']:<18} {port['kernel_address']}")
-            first = False
-    if faults:
-        lines.append("faults in force:")
-        for ln, f in sorted(faults.items()):
-            lines.append(f"  {ln}: " + ", ".join(f"{k}={v}" for k, v in f.items()))
-    else:
-        lines.append("no faults in force")
-    if missing:
-        lines.append(f"MISSING namespaces: {', '.join(missing)} (run `mrc fabric down --name {t.name}` and up again)")
-    return obj, "\n".join(lines)
-
-
 def fabric_main(a: argparse.Namespace) -> int:
     from mrc.fabric import apply, ns
     from mrc.fabric.topology import Topology
@@ -239,6 +251,8 @@ def fabric_main(a: argparse.Namespace) -> int:
         return 0
     if a.fcmd == "status":
         t = apply.load_topology(a.name)
+        from mrc.fabric.status import status_text
+
         obj, text = status_text(t, apply.load_state(a.name), ns.list_netns())
         _print(obj, a.json, text)
         return 0
@@ -256,7 +270,14 @@ def fabric_main(a: argparse.Namespace) -> int:
         r = check(t, timeout=a.timeout)
         _print(r, a.json, matrix(t, r))
         return 1 if r["failed_count"] else 0
+    if a.fcmd == "topology":
+        from mrc.fabric import resolver
+
+        print(json.dumps(resolver.export(apply.load_topology(a.name)), indent=1))
+        return 0
     if a.fcmd == "exec":
+        from mrc.fabric import resolver
+
         t = apply.load_topology(a.name)
         argv = a.argv
         if not argv:
@@ -265,8 +286,12 @@ def fabric_main(a: argparse.Namespace) -> int:
             raise UsageError(f"unknown node {a.node!r}: use a host h0..h{t.hosts - 1}, a switch such as "
                              f"{t.leaf(0, 0)} or {t.spine(0, 0)}, or mgmt")
         apply.require_root("mrc fabric exec")
-        # tell mrc tools inside which fabric host they run (mrc.verbs, mrc.cm, mrc perf)
-        os.environ["MRC_FABRIC"], os.environ["MRC_HOST"] = t.name, a.node
+        # tell tools inside where they run: the stack reads the topology file
+        # and the host's name in it (mrc.paths), the fabric tools the fabric
+        topo = apply.topology_path(t.name)
+        if not os.path.exists(topo):  # a fabric built by an older mrc
+            resolver.write(t, topo)
+        os.environ.update(MRC_FABRIC=t.name, MRC_HOST=a.node, MRC_TOPOLOGY=topo)
         ns.execvp(t.ns(a.node), argv)
         return 127  # not reached
     if a.fcmd == "fail":
@@ -333,11 +358,12 @@ def main(argv: list[str] | None = None) -> int:
             from mrc import perf
 
             if a.pcmd == "server":
-                return perf.server(a.port, once=not a.forever)
+                return perf.server(a.port, once=not a.forever, resolver=_resolver(a), ports=_ports(a.ports))
             if a.pcmd == "client":
                 sizes = [perf.parse_size(x) for x in a.sizes.split(",") if x]
                 res = perf.client(a.server, sizes, a.iters, a.imm, a.verify, a.depth, a.port,
-                                  progress=sys.stderr.isatty() or not a.json, qps=a.qps)
+                                  progress=sys.stderr.isatty() or not a.json, qps=a.qps, resolver=_resolver(a),
+                                  ports=_ports(a.ports))
                 perf.main_json(res) if a.json else perf.print_table(res)
                 return 0 if all(r["verified"] is not False for r in res) else 1
             parser.parse_args(["perf", "--help"])
@@ -346,15 +372,15 @@ def main(argv: list[str] | None = None) -> int:
 
             return ctl_cli.run(a)
         if a.cmd == "capture":
-            from mrc import capture
+            from mrc.fabric import capture
 
             return capture.capture_main(a.name, a.node, a.write, a.port, a.interface, a.seconds, a.count,
                                         a.snaplen)
         if a.cmd == "decode":
-            from mrc import capture
+            from mrc import decode
 
-            r = capture.decode(a.file)
-            _print(r, a.json, capture.decode_text(r))
+            r = decode.decode(a.file, _resolver(a))
+            _print(r, a.json, decode.decode_text(r))
             return 1 if r["malformed"] else 0
         if a.cmd == "fabric":
             if not a.fcmd:

@@ -5,25 +5,26 @@ listening side creates and connects its QP, then answers with its own, so by
 the time the connector connects, the listener is already at RTS and no first
 packet is lost.
 
-    # server (host h2)                      # client (host h0)
-    lst = cm.listen(port=18515)             conn = cm.connect("fd6e::3", 18515, my_info)
-    conn = lst.accept()                     peer = conn.peer  # RemoteInfo of h2
-    conn.peer -> RemoteInfo of h0
+    # server (host b)                       # client (host a)
+    lst = cm.listen(port=18515)             addr = cm.setup_address("b", resolver)
+    conn = lst.accept()                     conn = cm.connect(addr, 18515, my_info)
+    conn.peer -> RemoteInfo of a            conn.peer -> RemoteInfo of b
     conn.reply(my_info)
 
-Inside a fabric (``MRC_FABRIC``/``MRC_HOST`` set by ``mrc fabric exec``),
-``resolve_paths`` fills in the uSID path addresses toward the peer from the
-fabric's address plan; elsewhere a peer is reached at its port addresses.
+What is exchanged names the sender's host and topology; the receiving
+context's path resolver turns that into paths (``Context.resolve``, mrc.paths).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
 import json
-import os
 import socket
 from dataclasses import asdict
 
-from mrc.errors import MrcError
+from mrc.errors import MrcError, UsageError
+from mrc.paths import PathResolver
 from mrc.verbs import RemoteInfo
 
 DEFAULT_PORT = 18515
@@ -66,23 +67,29 @@ def info_to_json(info: RemoteInfo) -> dict:
     return d
 
 
+_INFO_FIELDS = {f.name for f in dataclasses.fields(RemoteInfo)}
+
+
 def info_from_json(d: dict) -> RemoteInfo:
-    d = dict(d)
+    d = {k: v for k, v in dict(d).items() if k in _INFO_FIELDS}
     d["ports"] = {int(k): v for k, v in d["ports"].items()}
-    d["paths"] = {int(k): v for k, v in d.get("paths", {}).items()}
+    d["paths"] = {int(k): v for k, v in (d.get("paths") or {}).items()}
     return RemoteInfo(**d)
 
 
-def resolve_paths(peer: RemoteInfo) -> RemoteInfo:
-    """Fill in the path addresses toward ``peer`` (uSID containers in a fabric)."""
-    fabric, me = os.environ.get("MRC_FABRIC"), os.environ.get("MRC_HOST")
-    if fabric and me and peer.fabric == fabric and peer.host:
-        from mrc.fabric.apply import load_topology
-
-        t = load_topology(fabric)
-        peer.paths = {p: [t.path_address(me, peer.host, p, s) for s in range(t.spines)]
-                      for p in peer.ports}
-    return peer
+def setup_address(server: str, resolver: PathResolver) -> str:
+    """Where to set up a connection with ``server``: an IPv6 address as it is,
+    or a host name that the resolver knows the management address of."""
+    try:
+        return str(ipaddress.IPv6Address(server))
+    except ValueError:
+        pass
+    addr = resolver.mgmt_address(server)
+    if addr is None:
+        where = f"topology {resolver.name}" if resolver.name else "no topology (give --topology FILE)"
+        raise UsageError(f"unknown server {server!r}: not an IPv6 address, and {where} gives it no management "
+                         f"address")
+    return addr
 
 
 class Listener:
@@ -101,7 +108,7 @@ class Listener:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         c = Connection(s)
         hello = c.recv()
-        c.peer = resolve_paths(info_from_json(hello["info"]))
+        c.peer = info_from_json(hello["info"])
         c.hello = hello
         return c
 
@@ -123,14 +130,6 @@ def connect(addr: str, port: int, info: RemoteInfo, timeout: float = 10.0, **ext
     c = Connection(s)
     c.send({"info": info_to_json(info), **extra})
     ans = c.recv()
-    c.peer = resolve_paths(info_from_json(ans["info"]))
+    c.peer = info_from_json(ans["info"])
     c.answer = ans
     return c
-
-
-def mgmt_address(host: str | None = None) -> str:
-    """The management address of a fabric host (``fd6e::<h+1>``)."""
-    from mrc.fabric.topology import MGMT_PREFIX
-
-    h = int((host or os.environ.get("MRC_HOST", "h0")).lstrip("h"))
-    return f"{MGMT_PREFIX}{h + 1:x}"

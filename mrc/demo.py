@@ -8,56 +8,35 @@ down what it built."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import subprocess
 import sys
 
 from mrc.fabric import apply, ns
 from mrc.fabric.check import check, matrix
+from mrc.fabric.faults import FaultScheduler
+from mrc.fabric.pair import qp_pair
+from mrc.fabric.status import status_text
 from mrc.fabric.topology import Topology
-
-
-def _bar(gbps: float, scale: float) -> str:
-    return "#" * min(20, int(20 * gbps / scale)) if scale > 0 else ""
+from mrc.perf import stream
 
 
 def transfer(t: Topology, total: int = 3 << 30, out=sys.stdout) -> dict:
-    from mrc.perf import stream
-    from mrc.verbs import Context
-
     src_h, dst_h = 0, t.hosts - 1
-    ca = ns.run_in(t.ns(t.host(src_h)), lambda: Context())
-    cb = ns.run_in(t.ns(t.host(dst_h)), lambda: Context())
-    try:
-        window = 64 << 20
-        src = bytearray(os.urandom(window))
-        dst = bytearray(window)
-        ms, md = ca.reg_mr(src), cb.reg_mr(dst, remote_write=True)
-        qa, qb = ca.create_qp(), cb.create_qp()
-        ia, ib = ca.local_info(qa, ms), cb.local_info(qb, md)
-        ia.paths = {p: [t.path_address(dst_h, src_h, p, s) for s in range(t.spines)] for p in range(t.planes)}
-        ib.paths = {p: [t.path_address(src_h, dst_h, p, s) for s in range(t.spines)] for p in range(t.planes)}
-        qb.connect(ia)
-        qa.connect(ib)
-        link = f"{t.leaf(3, t.host_leaf(src_h))}-{t.spine(3, 1)}"
-        plane = 6
-        spines = [t.spine(plane, s) for s in range(t.spines)]
-
-        def mrc_fabric(*argv: str) -> None:
-            # faults come from another process, as an operator's would: this
-            # one keeps polling completions undisturbed. It runs niced: on
-            # this one machine the "switches" share the hosts' CPUs, and the
-            # tool's start-up should not be what slows the transfer down.
-            subprocess.run(["nice", "-n", "19", sys.executable, "-m", "mrc", "fabric", *argv, "--name", t.name],
-                           check=True, stdout=subprocess.DEVNULL)
+    window = 64 << 20
+    link = f"{t.leaf(3, t.host_leaf(src_h))}-{t.spine(3, 1)}"
+    plane = 6
+    spines = [t.spine(plane, s) for s in range(t.spines)]
+    # faults come from another process, as an operator's would: this one keeps
+    # polling completions undisturbed, and the fault process (started now, at
+    # the lowest priority) costs the transfer no interpreter start-up
+    with qp_pair(t, src_h, dst_h, window) as p, FaultScheduler(t.name) as faults:
 
         def cut_link():
-            mrc_fabric("fail", link)
+            faults.now("fail", link)
             return f"cut link {link}"
 
         def cut_plane():
-            mrc_fabric("fail", *spines)  # one command for the whole plane
+            faults.now("fail", spines)  # one command for the whole plane
             return f"cut plane {plane} (all {len(spines)} spines)"
 
         peak = [1.0]
@@ -69,23 +48,17 @@ def transfer(t: Topology, total: int = 3 << 30, out=sys.stdout) -> dict:
 
         print(f"\n== one MRC queue pair h{src_h} -> h{dst_h} over {t.planes} planes: {total >> 20} MiB of 1 MiB WRITEs",
               file=out)
-        res = stream(ca, qa, ms, ib, total, window=window, on_tick=tick,
+        res = stream(p.ca, p.qa, p.ms, p.remote, total, window=window, on_tick=tick,
                      events=[(0.33, cut_link), (0.66, cut_plane)])
-        ok = hashlib.sha256(dst).digest() == hashlib.sha256(src).digest()
-        res["verified"] = ok
-        res["qp_state"] = qa.state
-        st = qa.stats()
+        res["verified"] = p.verify()
+        res["qp_state"] = p.qa.state
+        st = p.qa.stats()
         res["plane_tx"] = st["plane_tx"][: t.planes]
         res["qp"] = {k: st[k] for k in ("timeouts", "losses", "cwnd", "good_evs", "bad_evs", "srtt_ns", "probes_tx")}
         return res
-    finally:
-        ca.close()
-        cb.close()
 
 
 def main(name: str | None = None) -> int:
-    from mrc.cli import status_text
-
     name = name or f"demo{os.getpid() % 100000}"
     t = Topology(name=name)
     print(f"== building fabric {name}: {t.planes} planes x ({t.spines} T1 spines, {t.leaves} T0 leaves), "

@@ -256,18 +256,4 @@ def ev_of(pkt: Packet) -> int | None:
     source port's low 14 bits as EV bits 18..31 (protocol.md section 2)."""
     if IPv6 not in pkt or UDP not in pkt:
         return None
-    flow, sport = pkt[IPv6].fl, pkt[UDP].sport
-    return (flow & 0xFFFFF) | (((sport & 0x3FFF) << 18) & 0xFFF00000)
-
-
-def usid_path(address: str, topology=None) -> dict:
-    """Which plane, switches and host a uSID container still names, with the
-    fabric's plan: ``{'plane': 1, 'hops': ['p1l0', 'p1s0', 'p1l1'], 'host': 'h1'}``.
-    Addresses outside the uSID block give ``{'plane': None, 'hops': [], 'host': None}``."""
-    from mrc.fabric.topology import Topology
-
-    t = topology or Topology()
-    try:
-        return t.decode_address(address)
-    except ValueError:
-        return {"plane": None, "hops": [], "host": None}
+    return wire.ev_from_wire(pkt[IPv6].fl, pkt[UDP].sport)

@@ -2,6 +2,8 @@
 
     mrc fabric exec h2 -- mrc perf server
     mrc fabric exec h0 -- mrc perf client h2 --sizes 4K,64K,1M --iters 200 --verify --json
+    mrc perf server --topology lab.json --host b         # any hosts a topology file describes
+    mrc perf client b --topology lab.json --host a --verify
 
 The client writes ``iters`` messages of each size into the server's
 registered buffer (``--depth`` in flight), then, with ``--verify``, asks the
@@ -20,6 +22,7 @@ import time
 from mrc import cm
 from mrc.ctl import endpoint
 from mrc.errors import UsageError
+from mrc.paths import PathResolver, from_environment
 from mrc.verbs import Context, QPAttr
 
 
@@ -44,9 +47,9 @@ def percentile(xs: list[float], q: float) -> float:
 class _Receiver(threading.Thread):
     """Keeps receives posted and counts WRITE_IMM completions (server side)."""
 
-    def __init__(self, ctx: Context, qps: list, depth: int) -> None:
+    def __init__(self, ctx: Context, cq, qps: list, depth: int) -> None:
         super().__init__(daemon=True)
-        self.ctx, self.depth = ctx, depth
+        self.ctx, self.cq, self.depth = ctx, cq, depth
         self.qps = {q.qpn: q for q in qps}
         self.count = 0
         self.errors = 0
@@ -54,7 +57,7 @@ class _Receiver(threading.Thread):
         self.cv = threading.Condition()
 
     def run(self) -> None:
-        cq = self.ctx.create_cq()
+        cq = self.cq
         for qp in self.qps.values():
             qp.post_recv(list(range(self.depth)))
         while not self.stop.is_set():
@@ -77,8 +80,9 @@ class _Receiver(threading.Thread):
             return self.cv.wait_for(lambda: self.count >= n, timeout)
 
 
-def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr) -> int:
-    ctx = Context()
+def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resolver: PathResolver | None = None,
+           ports=None) -> int:
+    ctx = Context(ports, resolver=resolver or from_environment())
     ctl = endpoint.serve(ctx, out)
     lst = cm.listen(port=port)
     print(f"mrc perf server: {len(ctx.ports)} ports, waiting on port {port}"
@@ -90,13 +94,14 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr) -> in
             size = int(params.get("max_size", 1 << 20))
             buf = bytearray(size)
             mr = ctx.reg_mr(buf, remote_write=True)
-            peers = [conn.peer] + [cm.resolve_paths(cm.info_from_json(i)) for i in conn.hello.get("qps", [])]
+            peers = [conn.peer] + [cm.info_from_json(i) for i in conn.hello.get("qps", [])]
             qps = []
+            cq = ctx.create_cq()
             for peer in peers:  # one QP per client QP (--qps), all writing into the same buffer
-                qp = ctx.create_qp(attr=QPAttr(rq_depth=1024) if params.get("imm") else QPAttr())
+                qp = ctx.create_qp(cq=cq, attr=QPAttr(rq_depth=1024) if params.get("imm") else QPAttr())
                 qp.connect(peer)
                 qps.append(qp)
-            rx = _Receiver(ctx, qps, 512) if params.get("imm") else None
+            rx = _Receiver(ctx, cq, qps, 512) if params.get("imm") else None
             if rx:
                 rx.start()
             conn.reply(ctx.local_info(qps[0], mr), qps=[cm.info_to_json(ctx.local_info(q, mr)) for q in qps[1:]])
@@ -117,6 +122,7 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr) -> in
                 rx.join()
             for qp in qps:
                 qp.destroy()
+            cq.destroy()
             conn.close()
             if once:
                 return 0
@@ -128,9 +134,11 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr) -> in
 
 
 def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = False, verify: bool = False,
-           depth: int = 16, port: int = cm.DEFAULT_PORT, progress: bool = True, qps: int = 1) -> list[dict]:
-    addr = cm.mgmt_address(server_host) if server_host.startswith("h") and server_host[1:].isdigit() else server_host
-    ctx = Context()
+           depth: int = 16, port: int = cm.DEFAULT_PORT, progress: bool = True, qps: int = 1,
+           resolver: PathResolver | None = None, ports=None) -> list[dict]:
+    resolver = resolver or from_environment()
+    addr = cm.setup_address(server_host, resolver)
+    ctx = Context(ports, resolver=resolver)
     ctl = endpoint.serve(ctx, sys.stderr)
     try:
         max_size = max(sizes)
@@ -138,16 +146,16 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
         mr = ctx.reg_mr(src)
         if qps < 1:
             raise UsageError(f"--qps must be at least 1, got {qps}")
-        mine = [ctx.create_qp(attr=QPAttr(sq_depth=max(64, depth * 2))) for _ in range(qps)]
+        cq = ctx.create_cq()
+        mine = [ctx.create_qp(cq=cq, attr=QPAttr(sq_depth=max(64, depth * 2))) for _ in range(qps)]
         conn = cm.connect(addr, port, ctx.local_info(mine[0]), params={"max_size": max_size, "imm": imm},
                           qps=[cm.info_to_json(ctx.local_info(q)) for q in mine[1:]])
-        peers = [conn.peer] + [cm.resolve_paths(cm.info_from_json(i)) for i in conn.answer.get("qps", [])]
+        peers = [conn.peer] + [cm.info_from_json(i) for i in conn.answer.get("qps", [])]
         if len(peers) != qps:
             raise UsageError(f"the server made {len(peers)} QPs for our {qps}: is it an older mrc?")
         for q, peer in zip(mine, peers, strict=True):
             q.connect(peer)
         remote = conn.peer
-        cq = ctx.create_cq()
         results = []
         for size in sizes:
             st0 = _sum_stats(mine)
@@ -233,7 +241,7 @@ def stream(ctx: Context, qp, mr, remote, total: int, msg: int = 1 << 20, depth: 
     window = window or min(mr.length, remote.length)
     slots = max(1, window // msg)
     n = max(1, total // msg)
-    cq = ctx.create_cq()
+    cq = qp.send_cq
     st0 = qp.stats()
     events = sorted(events or [], key=lambda e: e[0])
     posted = done = 0

@@ -1,11 +1,13 @@
 """The application API: the nouns of the OCP ``mrc.h`` and of libibverbs.
 
-A ``Context`` opens a device over a list of ports (one per plane) and starts
-its engine thread, which plays the NIC: Python posts work requests and polls
-completions, and is never called per packet.
+A :class:`Context` opens a device over a list of ports (one per plane) and
+starts its engine thread, which plays the NIC: Python posts work requests
+and polls completions, and is never called per packet. Where the ports are
+and how to reach a peer comes from a path resolver (:mod:`mrc.paths`): a
+topology file, a fabric, or ports named by hand.
 
 >>> import mrc.verbs as v                                     # doctest: +SKIP
->>> with v.Context() as ctx:                                 # the ports of this fabric host
+>>> with v.Context() as ctx:                                 # ports from $MRC_TOPOLOGY
 ...     pd = ctx.alloc_pd()
 ...     mr = pd.reg_mr(bytearray(1 << 20), v.ACCESS_REMOTE_WRITE)
 ...     cq = ctx.create_cq()
@@ -23,27 +25,26 @@ import dataclasses
 import errno
 import ipaddress
 import os
-import re
 import select
 import socket
-import threading
 import time
 import weakref
 from dataclasses import dataclass, field
 
 from mrc._dp import ffi, lib
-from mrc.ctl.profiles import SRV6, CtlError, Registry
-from mrc.engine import (  # noqa: F401 (re-exported)
+from mrc.core import (  # noqa: F401 (re-exported: the verbs nouns)
     AsyncEvent,
-    Endpoint,
-    EngineError,
+    CompletionQueue,
+    Device,
     MemoryRegion,
     QPAttr,
     QueuePair,
     WorkCompletion,
-    check,
 )
-from mrc.errors import MrcError, PrivilegeError
+from mrc.ctl.profiles import SRV6, Registry
+from mrc.errors import ErrnoError, MrcError, check
+from mrc.paths import PathResolver, from_environment
+from mrc.wire import ev_entropy, ev_plane
 
 ACCESS_LOCAL_WRITE = lib.MRC_ACCESS_LOCAL_WRITE
 ACCESS_REMOTE_WRITE = lib.MRC_ACCESS_REMOTE_WRITE
@@ -80,6 +81,7 @@ class DeviceAttr:
     ports: int
     planes: int
     max_qps: int
+    max_cqs: int
     max_payload: int             # bytes per packet this context's QPs use
     max_sge: int
     max_mpr: int                 # in units of mpr_granularity PSNs; powers of two only
@@ -107,7 +109,9 @@ class Port:
 
 @dataclass
 class RemoteInfo:
-    """What a peer tells us out of band (``mrc.cm`` exchanges it)."""
+    """What a peer tells us out of band (``mrc.cm`` exchanges it). ``paths``
+    (per plane, the destination addresses to use) may be left empty: the
+    receiving context's resolver fills them from ``host`` and ``topology``."""
 
     qpn: int
     ports: dict[int, str]                       # plane -> port address
@@ -115,95 +119,71 @@ class RemoteInfo:
     addr: int = 0
     rkey: int = 0
     length: int = 0
-    fabric: str | None = None
-    host: str | None = None
+    topology: str | None = None                 # the name of the topology the peer's host is part of
+    host: str | None = None                     # the peer's host name in it
 
 
 def _mac_bytes(mac: str) -> bytes:
     return bytes(int(x, 16) for x in mac.split(":"))
 
 
-def discover_ports(ifnames: list[str] | None = None) -> list[Port]:
-    """Find this host's MRC ports in the current network namespace.
+def _next_hop_mac(ipr, idx: int, ifname: str, timeout: float = 1.0) -> str:
+    """The MAC of the gateway of the interface's routes, from the kernel's
+    neighbour table; when the kernel does not know it yet, a datagram toward
+    the gateway makes it ask (neighbour discovery), and it is read again."""
+    gws = sorted({r.get("RTA_GATEWAY") for r in ipr.get_routes(family=socket.AF_INET6, oif=idx)
+                  if r.get("RTA_GATEWAY")})
+    if not gws:
+        raise MrcError(f"port {ifname} has no route through a gateway: MRC sends every packet to the next hop "
+                       f"of its port (add a route via the switch, e.g. `ip -6 route add 2001:db8::/32 via fe80::1 "
+                       f"dev {ifname}`)")
+    deadline = time.monotonic() + timeout
+    asked = False
+    while True:
+        for n in ipr.get_neighbours(family=socket.AF_INET6, ifindex=idx):
+            if n.get("NDA_DST") in gws and n.get("NDA_LLADDR"):
+                return n.get("NDA_LLADDR")
+        if time.monotonic() >= deadline:
+            raise MrcError(f"no neighbour entry for the next hop of {ifname} (gateways {', '.join(gws)}): is the "
+                           f"gateway up? (`ping -c1 -I {ifname} {gws[0]}` shows it)")
+        if not asked:
+            asked = True
+            for gw in gws:  # any datagram makes the kernel resolve the gateway
+                with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+                    try:
+                        s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
+                        s.sendto(b"", (gw, 9, 0, idx if ipaddress.IPv6Address(gw).is_link_local else 0))
+                    except OSError:
+                        pass
+        time.sleep(0.01)
 
-    Without ``ifnames``: every interface named ``p<plane>`` with a global IPv6
-    address (a fabric host). The next-hop MAC comes from the kernel's
-    neighbour table (the gateway of the interface's route).
-    """
+
+def discover_ports(ports: list[tuple[str, int]] | list[str]) -> list[Port]:
+    """Read this host's MRC ports from the kernel (current network namespace):
+    each interface's index, MAC, global IPv6 address, MTU and next-hop MAC.
+    ``ports`` is a list of (interface, plane), or of interface names (planes
+    0, 1, ... in that order)."""
     from pyroute2 import IPRoute
 
-    ports = []
+    spec = [(p, i) if isinstance(p, str) else (str(p[0]), int(p[1])) for i, p in enumerate(ports)]
+    if not spec:
+        raise MrcError("no MRC ports given")
+    out = []
     with IPRoute() as ipr:
         links = {link.get("ifname"): link for link in ipr.get_links()}
-        names = ifnames or sorted((n for n in links if re.fullmatch(r"p\d+", n or "")), key=lambda n: int(n[1:]))
-        if not names:
-            raise MrcError("no MRC ports found: this is not a fabric host (run it with `mrc fabric exec HOST --`) "
-                           "or name the ports with --ports eth1,eth2")
-        for i, name in enumerate(names):
+        for name, plane in spec:
             if name not in links:
-                raise MrcError(f"no interface named {name!r} in this network namespace")
+                raise MrcError(f"no interface named {name!r} in this network namespace "
+                               f"(it has {', '.join(sorted(n for n in links if n)) or 'none'})")
             link = links[name]
             idx = link["index"]
             addrs = [a.get("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET6, index=idx)]
             glob = [a for a in addrs if a and not ipaddress.IPv6Address(a).is_link_local]
             if not glob:
                 raise MrcError(f"port {name} has no global IPv6 address")
-            gws = [r.get("RTA_GATEWAY") for r in ipr.get_routes(family=socket.AF_INET6, oif=idx)
-                   if r.get("RTA_GATEWAY")]
-            mac = None
-            for gw in gws:
-                for n in ipr.get_neighbours(family=socket.AF_INET6, ifindex=idx):
-                    if n.get("NDA_DST") == gw and n.get("NDA_LLADDR"):
-                        mac = n.get("NDA_LLADDR")
-                        break
-                if mac:
-                    break
-            if not mac:
-                raise MrcError(f"no neighbour entry for the next hop of {name} (gateways {gws or 'none'}): "
-                               "ping the gateway once so the kernel learns its MAC")
-            plane = int(name[1:]) if re.fullmatch(r"p\d+", name) else i
-            ports.append(Port(name, plane, idx, link.get("IFLA_ADDRESS"), glob[0], mac, link.get("IFLA_MTU") or 1500))
-    return ports
-
-
-class CompletionQueue:
-    """The context's completion queue, with its completion channel (an eventfd)."""
-
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-
-    @property
-    def fd(self) -> int:
-        """A file descriptor that becomes readable when completions arrive (select/epoll/asyncio)."""
-        return lib.mrc_ctx_comp_fd(self.ctx._ctx)
-
-    def poll(self, max_entries: int = 1024) -> list[WorkCompletion]:
-        return self.ctx.poll_cq(max_entries)
-
-    def get_event(self, timeout: float | None = None) -> bool:
-        """Wait until the completion channel fires; True if it did (acknowledges the event)."""
-        r, _, _ = select.select([self.fd], [], [], timeout)
-        if r:
-            try:
-                os.read(self.fd, 8)
-            except BlockingIOError:
-                pass
-            return True
-        return False
-
-    def wait(self, n: int = 1, timeout: float = 10.0) -> list[WorkCompletion]:
-        """Poll until at least ``n`` completions arrived, sleeping on the channel in between."""
-        out: list[WorkCompletion] = []
-        deadline = time.monotonic() + timeout
-        while len(out) < n:
-            out += self.poll()
-            if len(out) >= n:
-                break
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"{len(out)} of {n} completions after {timeout} s")
-            self.get_event(min(left, 0.05))
-        return out
+            mac = _next_hop_mac(ipr, idx, name)
+            out.append(Port(name, plane, idx, link.get("IFLA_ADDRESS"), glob[0], mac, link.get("IFLA_MTU") or 1500))
+    return out
 
 
 class ProtectionDomain:
@@ -215,33 +195,83 @@ class ProtectionDomain:
         return self.ctx.reg_mr(buf, remote_write=bool(access & ACCESS_REMOTE_WRITE))
 
 
-class _EndpointLock:
-    """Holds the context's endpoint lock around a slow-path call (create, modify, query)."""
+class EngineThread:
+    """The thread that plays the NIC for a context with ports: its raw
+    sockets, the ports' carrier and admin state, and the blocking calls that
+    wait for it (csrc/engine.c). A :class:`Context` has one."""
 
-    __slots__ = ("ctx",)
+    def __init__(self, dev: Device, ports: list[Port]) -> None:
+        self._dev = dev
+        self.ports = ports
 
-    def __init__(self, ctx) -> None:
-        self.ctx = ctx
+    def start(self) -> None:
+        check(lib.mrc_ctx_start(self._dev.handle()), "start the engine thread")
 
-    def __enter__(self) -> None:
-        lib.mrc_ctx_lock(self.ctx)
+    def set_spin(self, spin_us: float) -> None:
+        """How long the idle thread polls before it sleeps: latency against CPU."""
+        lib.mrc_ctx_set_spin(self._dev.handle(), int(spin_us * 1000))
 
-    def __exit__(self, *exc) -> None:
-        lib.mrc_ctx_unlock(self.ctx)
+    def add_peer(self, cfg) -> int:
+        return check(lib.mrc_ctx_add_peer(self._dev.handle(), cfg), "add peer")
+
+    def port_admin(self, plane: int, up: bool) -> None:
+        check(lib.mrc_ctx_port_admin(self._dev.handle(), plane, int(up)), f"set port {plane} admin state")
+
+    def port_stats(self) -> list[dict]:
+        out = []
+        st = ffi.new("struct mrc_port_stats *")
+        for i, p in enumerate(self.ports):
+            check(lib.mrc_ctx_port_stats(self._dev.handle(), i, st), "port stats")
+            d = {name: getattr(st, name) for name, _ in ffi.typeof("struct mrc_port_stats").fields}
+            d.update(ifname=p.ifname, plane=p.plane)
+            out.append(d)
+        return out
+
+    @property
+    def async_fd(self) -> int:
+        return check(lib.mrc_ctx_async_fd(self._dev.handle()), "asynchronous event channel")
+
+    def probe(self, req, n: int, timeout_ns: int, out) -> int:
+        # cffi drops the interpreter lock for the call: other threads run while it waits
+        return check(lib.mrc_ctx_ep_batch_send_wait(self._dev.handle(), req, n, timeout_ns, out), "probe")
+
+    def blast(self, peer: int, payload: int, seconds: float) -> int:
+        """Benchmark support, the raw ceiling: pre-built packets to ``peer`` over
+        every plane and path for ``seconds``, from this thread (the engine
+        thread must not have been started). Returns packets sent."""
+        return check(lib.mrc_bench_blast(self._dev.handle(), peer, payload, int(seconds * 1e9)), "raw blast")
 
 
-class Context(Endpoint):
-    """A device over a list of ports, with its engine thread.
+def _port_cfgs(ports: list[Port]):
+    arr = ffi.new("struct mrc_port_cfg[]", len(ports))
+    for i, p in enumerate(ports):
+        arr[i].ifindex = p.ifindex
+        arr[i].plane = p.plane
+        arr[i].src_mac = list(_mac_bytes(p.mac))
+        arr[i].dst_mac = list(_mac_bytes(p.next_hop_mac))
+        arr[i].src_addr = list(socket.inet_pton(socket.AF_INET6, p.address))
+    return arr
 
-    ``Context()`` discovers the ports of the fabric host it runs in;
-    ``Context(ports)`` takes them from ``discover_ports(["eth1", ...])``.
-    """
 
-    def __init__(self, ports: list[Port] | None = None, max_qps: int = 1024, cq_depth: int = 65536,
-                 start: bool = True, spin_us: float = 200.0) -> None:
-        self.ports = ports if ports is not None else discover_ports()
-        self.planes = max(p.plane for p in self.ports) + 1
-        self.max_qps = max_qps
+class Context(Device):
+    """A device over a list of ports, progressed by its engine thread.
+
+    ``Context()`` takes its ports from the resolver (``resolver`` or, by
+    default, the topology file of ``$MRC_TOPOLOGY`` as host ``$MRC_HOST``);
+    ``Context(ports)`` takes them from ``discover_ports([("eth1", 0), ...])``.
+    ``start=False`` leaves the engine thread stopped (the raw-ceiling
+    benchmark sends from the calling thread instead)."""
+
+    def __init__(self, ports: list[Port] | None = None, *, resolver: PathResolver | None = None,
+                 max_qps: int = 1024, cq_depth: int = 65536, start: bool = True, spin_us: float = 200.0) -> None:
+        self.resolver = resolver if resolver is not None else from_environment()
+        if ports is None:
+            named = self.resolver.local_ports()
+            if not named:
+                raise MrcError("no MRC ports: name them (`--ports eth1,eth2`), or give a topology file "
+                               "(`--topology FILE`, or $MRC_TOPOLOGY with $MRC_HOST; docs/topology.md)")
+            ports = discover_ports(named)
+        self.ports = ports
         link_mtu = min(p.mtu for p in self.ports)
         fits = [s for s in PAYLOAD_SIZES if s + HEADER_ROOM <= link_mtu]
         if not fits:
@@ -249,23 +279,9 @@ class Context(Endpoint):
                            f"{PAYLOAD_SIZES[-1] + HEADER_ROOM}")
         #: payload bytes per packet for this context's QPs (the largest the ports carry)
         self.payload_size = fits[0]
-        arr = ffi.new("struct mrc_port_cfg[]", len(self.ports))
-        for i, p in enumerate(self.ports):
-            arr[i].ifindex = p.ifindex
-            arr[i].plane = p.plane
-            arr[i].src_mac = list(_mac_bytes(p.mac))
-            arr[i].dst_mac = list(_mac_bytes(p.next_hop_mac))
-            arr[i].src_addr = list(socket.inet_pton(socket.AF_INET6, p.address))
-        attr = ffi.new("struct mrc_ep_attr *", {"planes": self.planes, "max_qps": max_qps, "cq_depth": cq_depth})
-        out = ffi.new("struct mrc_ctx **")
-        rc = lib.mrc_ctx_create(attr, arr, len(self.ports), out)
-        if rc == -1 or rc == -13:  # EPERM / EACCES
-            raise PrivilegeError("opening raw sockets needs CAP_NET_RAW: run as root (or inside `mrc fabric exec`)")
-        check(rc, "open the MRC device")
-        self._ctx = out[0]
-        self._ep = lib.mrc_ctx_ep(self._ctx)
-        self._mrs = []
-        self._tls = threading.local()
+        super().__init__(planes=max(p.plane for p in self.ports) + 1, max_qps=max_qps, cq_depth=cq_depth,
+                         ports=_port_cfgs(self.ports), nports=len(self.ports), what="open the MRC device",
+                         hint="opening raw sockets needs CAP_NET_RAW: run as root (or inside `mrc fabric exec`)")
         self._pending_async: list = []
         self._peers: dict[tuple, int] = {}
         self._peer_paths: dict[int, dict] = {}
@@ -276,13 +292,11 @@ class Context(Endpoint):
         self.cc_overrides: dict = {}
         #: the controller's EV format, EV and CC profiles (``create_qp(ev_profile_id=, cc_profile_id=)``)
         self.profiles = Registry()
-        # how long the idle engine polls before it sleeps: latency against CPU
-        lib.mrc_ctx_set_spin(self._ctx, int(spin_us * 1000))
-        if start:  # start=False: only for the raw-ceiling blaster (bench/)
-            check(lib.mrc_ctx_start(self._ctx), "start the engine thread")
-
-    def _guard(self):
-        return _EndpointLock(self._ctx)
+        #: the thread that plays the NIC
+        self.engine = EngineThread(self, self.ports)
+        self.engine.set_spin(spin_us)
+        if start:
+            self.engine.start()
 
     def reg_mr(self, buf, remote_write: bool = False) -> MemoryRegion:
         mr = super().reg_mr(buf, remote_write)
@@ -292,41 +306,27 @@ class Context(Endpoint):
             lib.mrc_ctx_populate(ffi.cast("void *", mr.addr), mr.length)
         return mr
 
-    def call(self, fn, *args):
-        """Run an endpoint call under the context's lock, taken and released in C
-        (mrc_ctx_<name>), so that the engine never waits for this interpreter."""
-        if self._ep is None:
-            raise EngineError(errno.EBADF, "the context is closed: open a new one")
-        locked = getattr(lib, "mrc_ctx_" + fn.__name__[4:], None)
-        if locked is None:
-            return super().call(fn, *args)
-        return locked(self._ctx, *args)
-
-    def fast(self, op: str, *args):
-        """Post and poll on the lock-free rings: never waits for the engine thread."""
-        ctx = self._ctx
-        if ctx is None:
-            raise EngineError(errno.EBADF, "the context is closed: open a new one")
-        return getattr(lib, "mrc_ctx_" + op)(ctx, *args)
-
     def query_device(self) -> DeviceAttr:
         """The device's attributes and capabilities (mrc_query_device_ex)."""
-        max_mpr = 64
+        a = self.device_attr()
         return DeviceAttr(version=ffi.string(lib.mrc_dp_version()).decode(), wire_versions=(lib.MRC_WIRE_VERSION,),
-                          ports=len(self.ports), planes=self.planes, max_qps=self.max_qps,
-                          max_payload=self.payload_size, max_sge=lib.MRC_MAX_SGE, max_mpr=max_mpr,
-                          mpr_granularity=lib.MRC_MPR_UNIT, max_wimm=max_mpr * lib.MRC_MPR_UNIT, max_timeout=24,
-                          max_linear_retry=7, max_exp_retry=lib.MRC_RETRY_FOREVER, max_qp_hints=0,
-                          caps={"TRIM_NACK": True, "DYNAMIC_MPR": False, "SVC_TIME": False})
+                          ports=a["ports"], planes=a["planes"], max_qps=a["max_qps"], max_cqs=a["max_cqs"],
+                          max_payload=self.payload_size, max_sge=a["max_sge"], max_mpr=a["max_mpr"],
+                          mpr_granularity=a["mpr_granularity"], max_wimm=a["max_wimm"],
+                          max_timeout=a["max_timeout"], max_linear_retry=a["max_linear_cnt"],
+                          max_exp_retry=a["max_exp_cnt"], max_qp_hints=a["max_qp_hints"],
+                          caps={"TRIM_NACK": bool(a["caps"] & lib.MRC_CAP_TRIM_NACK),
+                                "DYNAMIC_MPR": bool(a["caps"] & lib.MRC_CAP_DYNAMIC_MPR),
+                                "SVC_TIME": bool(a["caps"] & lib.MRC_CAP_SVC_TIME)})
 
     @property
     def async_fd(self) -> int:
         """Readable when asynchronous events wait (select/epoll/asyncio)."""
-        return lib.mrc_ctx_async_fd(self._ctx)
+        return self.engine.async_fd
 
     def get_async_event(self, timeout: float | None = None):
         """Wait up to ``timeout`` s for the next asynchronous event (ibv_get_async_event);
-        None if there is none. Events: QP_FATAL, PORT_ERR, PORT_ACTIVE, PEER_PORTS."""
+        None if there is none. Events: QP_FATAL, PORT_ERR, PORT_ACTIVE, PEER_PORTS, CQ_ERR."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             if not self._pending_async:
@@ -346,41 +346,41 @@ class Context(Endpoint):
     def alloc_pd(self) -> ProtectionDomain:
         return ProtectionDomain(self)
 
-    def create_cq(self) -> CompletionQueue:
-        return CompletionQueue(self)
-
     def create_qp(self, pd: ProtectionDomain | None = None, cq: CompletionQueue | None = None,
-                  attr: QPAttr | None = None, *, ev_profile_id: int | None = None,
-                  cc_profile_id: int | None = None) -> ConnectedQP:
-        """A QP; with ``cc_profile_id`` it runs that ONLINE CC profile's NSCC
-        parameters, with ``ev_profile_id`` (an SRV6 profile) it sprays over
-        that profile's paths and follows its denials. The QP holds both
-        profiles until it is destroyed: meanwhile they cannot go OFFLINE."""
-        attr = attr or QPAttr()
+                  attr: QPAttr | None = None, *, recv_cq: CompletionQueue | None = None,
+                  ev_profile_id: int | None = None, cc_profile_id: int | None = None) -> ConnectedQP:
+        """A QP whose completions go to ``cq`` (receive completions to
+        ``recv_cq``, by default the same; both default to CQ 0). With
+        ``cc_profile_id`` it runs that ONLINE CC profile's NSCC parameters,
+        with ``ev_profile_id`` (an SRV6 profile) it sprays over that
+        profile's paths and follows its denials. The QP holds both profiles
+        until it is destroyed: meanwhile they cannot go OFFLINE."""
+        attr = dataclasses.replace(attr) if attr is not None else QPAttr()
         if attr.planes is None:
             attr.planes = self.planes
         if attr.mtu is None:
             attr.mtu = self.payload_size
         held = []
+        ev_profile = None
         try:
             cc = self.cc_overrides
             if cc_profile_id is not None:
                 held.append(self.profiles.acquire("cc", cc_profile_id))
                 cc = held[-1].config
-            ev_profile = None
             if ev_profile_id is not None:
                 ev_profile = self.profiles.acquire("ev", ev_profile_id)
                 held.append(ev_profile)
                 if ev_profile.fmt is None or ev_profile.fmt.mode != SRV6:
-                    raise CtlError(errno.EINVAL, f"EV profile {ev_profile_id} is not an SRV6 profile: this "
-                                                 "device's QPs take their paths from SRV6 EV profiles")
+                    raise ErrnoError(errno.EINVAL, f"EV profile {ev_profile_id} is not an SRV6 profile: this "
+                                                   "device's QPs take their paths from SRV6 EV profiles")
                 if attr.ev_min_active is None:
                     attr.ev_min_active = ev_profile.ev_min_active
             attr.cc = {**SOFTWARE_CC, **cc, **attr.cc}
             for k, val in SOFTWARE_TIMING.items():
                 if getattr(attr, k) is None:
                     setattr(attr, k, val)
-            qp = ConnectedQP(self, attr)
+            send = cq or self.cq
+            qp = ConnectedQP(self, attr, send, recv_cq or send)
         except BaseException:
             for prof in held:
                 self.profiles.release(prof)
@@ -400,14 +400,15 @@ class Context(Endpoint):
         base = {name: getattr(a.cc, name) for name, _ in ffi.typeof("struct mrc_cc_params").fields}
         return {**base, **SOFTWARE_CC, **self.cc_overrides}
 
+    # peers and paths ---------------------------------------------------
     def ev_address(self, qp: QueuePair, ev: int) -> str | None:
         """The destination address EV ``ev`` of a connected ``qp`` sends to."""
         return self.peer_address(getattr(qp, "peer", None), ev)
 
     def peer_address(self, peer: int | None, ev: int) -> str | None:
         """The destination address a packet to ``peer`` on EV ``ev`` goes to."""
-        paths = self._peer_paths.get(peer, {}).get(ev >> 16)
-        return paths[(ev & 0xFFFF) % len(paths)] if paths else None  # as queue_tx picks it
+        paths = self._peer_paths.get(peer, {}).get(ev_plane(ev))
+        return paths[ev_entropy(ev) % len(paths)] if paths else None  # as io_queue_tx picks it
 
     def peers(self) -> dict[int, dict]:
         """Peer index -> its host name (if it said), final address and paths per plane."""
@@ -420,15 +421,13 @@ class Context(Endpoint):
         result: peer, ev, status ("ok", "timeout", "unreachable", "down"),
         rtt_ns and the local plane the answer came back on."""
         if len(targets) > lib.MRC_PROBE_MAX:
-            raise MrcError(f"at most {lib.MRC_PROBE_MAX} probes per batch, not {len(targets)}")
+            raise ErrnoError(errno.E2BIG, f"at most {lib.MRC_PROBE_MAX} probes per batch, not {len(targets)}")
         req = ffi.new("struct mrc_probe_req[]", max(1, len(targets)))
         out = ffi.new("struct mrc_probe_resp[]", max(1, len(targets)))
         for i, (peer, ev) in enumerate(targets):
             req[i].peer, req[i].ev = peer, ev
-        # cffi drops the interpreter lock for the call: other threads run while it waits
-        check(lib.mrc_ctx_ep_batch_send_wait(self._ctx, req, len(targets), int(timeout * 1e9), out), "probe")
-        names = {0: "ok", -errno.ETIMEDOUT: "timeout", -errno.EHOSTUNREACH: "unreachable",
-                 -errno.ENETDOWN: "down"}
+        self.engine.probe(req, len(targets), int(timeout * 1e9), out)
+        names = {0: "ok", -errno.ETIMEDOUT: "timeout", -errno.EHOSTUNREACH: "unreachable", -errno.ENETDOWN: "down"}
         res = []
         for i in range(len(targets)):
             o = out[i]
@@ -442,10 +441,19 @@ class Context(Endpoint):
         """What to send a peer so it can connect to ``qp`` (and write into ``mr``)."""
         return RemoteInfo(qpn=qp.qpn, ports={p.plane: p.address for p in self.ports},
                           addr=mr.addr if mr else 0, rkey=mr.rkey if mr else 0, length=mr.length if mr else 0,
-                          fabric=os.environ.get("MRC_FABRIC"), host=os.environ.get("MRC_HOST"))
+                          topology=self.resolver.name, host=self.resolver.host)
+
+    def resolve(self, remote: RemoteInfo) -> RemoteInfo:
+        """``remote`` with its paths: those it brought, else what this
+        context's resolver knows of its host, else (a plain network) none:
+        each plane then sends to the peer's port address."""
+        if remote.paths:
+            return remote
+        return dataclasses.replace(remote, paths=self.resolver.paths_to(remote.host, remote.topology, remote.ports))
 
     def peer_index(self, remote: RemoteInfo) -> int:
         """Register how to reach a peer (its paths per plane) with the I/O layer."""
+        remote = self.resolve(remote)
         key = (tuple(sorted(remote.ports.items())), tuple(sorted((p, tuple(a)) for p, a in remote.paths.items())))
         if key in self._peers:
             return self._peers[key]
@@ -453,44 +461,35 @@ class Context(Endpoint):
         cfg.nplanes = self.planes
         used = {}
         for plane, final in remote.ports.items():
-            paths = (remote.paths.get(plane) or [final])[:len(cfg.plane[0].paths)]
+            paths = (remote.paths.get(plane) or [final])[:lib.MRC_MAX_PATHS]
             pp = cfg.plane[plane]
             pp.final_addr = list(socket.inet_pton(socket.AF_INET6, final))
             for i, a in enumerate(paths):
                 pp.paths[i] = list(socket.inet_pton(socket.AF_INET6, a))
             pp.npaths = len(paths)
             used[int(plane)] = paths
-        idx = check(lib.mrc_ctx_add_peer(self._ctx, cfg), "add peer")
+        idx = self.engine.add_peer(cfg)
         self._peers[key] = idx
         self._peer_paths[idx] = used  # what the engine sends to: ev_address() reads it
         self._peer_ports[idx] = {int(k): v for k, v in remote.ports.items()}
         self._peer_host[idx] = remote.host
         return idx
 
-    def set_port(self, plane: int, up: bool, now_ns: int = 0) -> None:
+    def set_port(self, plane: int, up: bool) -> None:
         """A port's admin state (``mrc_ctl_modify_port``): a disabled port is
         DOWN; an enabled one is up while its link has carrier, which the
         engine follows by itself (rtnetlink): either way the plane's EVs stop
         at once and the peers are told."""
-        check(lib.mrc_ctx_port_admin(self._ctx, plane, int(up)), f"set port {plane} admin state")
+        self.engine.port_admin(plane, up)
 
     def port_stats(self) -> list[dict]:
-        out = []
-        st = ffi.new("struct mrc_port_stats *")
-        for i, p in enumerate(self.ports):
-            check(lib.mrc_ctx_port_stats(self._ctx, i, st), "port stats")
-            d = {name: getattr(st, name) for name, _ in ffi.typeof("struct mrc_port_stats").fields}
-            d.update(ifname=p.ifname, plane=p.plane)
-            out.append(d)
-        return out
+        return self.engine.port_stats()
 
     def close(self) -> None:
-        if getattr(self, "_ctx", None) is not None:
+        if self._h is not None:
             for qp in list(self._qps.values()):
                 qp.release_profiles()
-            lib.mrc_ctx_destroy(self._ctx)
-            self._ctx = None
-            self._ep = None
+        super().close()
 
 
 class ConnectedQP(QueuePair):
@@ -506,20 +505,20 @@ class ConnectedQP(QueuePair):
             planned = prof.paths(include_denied=True)
             missing = sorted(set(planned) - set(remote.ports))
             if missing:
-                raise CtlError(errno.EINVAL, f"EV profile {prof.id} has paths on plane(s) "
-                                             f"{', '.join(map(str, missing))}, where the peer has no port")
+                raise ErrnoError(errno.EINVAL, f"EV profile {prof.id} has paths on plane(s) "
+                                               f"{', '.join(map(str, missing))}, where the peer has no port")
             remote = dataclasses.replace(remote, paths=planned)
-        peer = self.ep.peer_index(remote)
+        peer = self.dev.peer_index(remote)
         # the engine sends EV e of plane p to paths[p][e % len]: tell the QP which EVs alias
-        paths = self.ep._peer_paths[peer]
-        self.set_ev_paths([len(paths.get(p, [])) for p in range(self.ep.planes)])
+        paths = self.dev._peer_paths[peer]
+        self.set_ev_paths([len(paths.get(p, [])) for p in range(self.dev.planes)])
         super().connect(remote.qpn, peer)
         self.peer = peer
         if prof is not None:
             # what the profile denies, and planes it has no path on, start DENIED
             usable = {a for addrs in prof.paths().values() for a in addrs}
             for e in self.evs():
-                if e["plane"] not in planned or self.ep.ev_address(self, e["ev"]) not in usable:
+                if e["plane"] not in planned or self.dev.ev_address(self, e["ev"]) not in usable:
                     self.set_ev_state(e["ev"], lib.MRC_EV_DENIED)
             ref = weakref.ref(self)
 
@@ -529,7 +528,7 @@ class ConnectedQP(QueuePair):
                     return
                 code = lib.MRC_EV_DENIED if state == "DENIED" else lib.MRC_EV_GOOD
                 for e in qp.evs():
-                    if qp.ep.ev_address(qp, e["ev"]) == address:
+                    if qp.dev.ev_address(qp, e["ev"]) == address:
                         qp.set_ev_state(e["ev"], code)
 
             self._follow = follow
@@ -544,5 +543,5 @@ class ConnectedQP(QueuePair):
         if self.ev_profile is not None and getattr(self, "_follow", None) in self.ev_profile.watchers:
             self.ev_profile.watchers.remove(self._follow)
         for prof in self.profiles:
-            self.ep.profiles.release(prof)
+            self.dev.profiles.release(prof)
         self.profiles, self.ev_profile = (), None

@@ -20,6 +20,53 @@ OPCODE_NAMES = {v: k[3:] for k, v in CONSTANTS.items() if k.startswith("OP_")}
 NACK_REASONS = {v: k[5:] for k, v in CONSTANTS.items() if k.startswith("NACK_")}
 
 
+# --------------------------------------------------------------- EV fields
+# An EV is plane << 16 | entropy in this implementation (protocol.md 2 leaves
+# the EV-to-path mapping to the sender); on the wire the IPv6 flow label holds
+# EV bits 0-19 and the UDP source port 0xC000 | bits 18-31. These are the
+# Python twins of csrc/hdr.h's accessors, with the same constants; no other
+# module shifts or masks an EV.
+
+def ev_make(plane: int, entropy: int) -> int:
+    """The EV of ``entropy`` on ``plane``.
+
+    >>> hex(ev_make(2, 5))
+    '0x20005'
+    """
+    return plane << lib.MRC_EV_PLANE_SHIFT | (entropy & lib.MRC_EV_ENTROPY_MASK)
+
+
+def ev_plane(ev: int) -> int:
+    return ev >> lib.MRC_EV_PLANE_SHIFT
+
+
+def ev_entropy(ev: int) -> int:
+    return ev & lib.MRC_EV_ENTROPY_MASK
+
+
+def ev_flow_label(ev: int) -> int:
+    return ev & lib.MRC_EV_FLOW_MASK
+
+
+def ev_udp_sport(ev: int) -> int:
+    return lib.MRC_EV_SPORT_BASE | ((ev >> lib.MRC_EV_SPORT_SHIFT) & lib.MRC_EV_SPORT_MASK)
+
+
+def ev_from_wire(flow_label: int, sport: int) -> int:
+    """The EV a packet travelled on, from its flow label and UDP source port.
+
+    >>> hex(ev_from_wire(ev_flow_label(0x7ABC1005), ev_udp_sport(0x7ABC1005)))
+    '0x7abc1005'
+    """
+    high = ((sport & lib.MRC_EV_SPORT_MASK) << lib.MRC_EV_SPORT_SHIFT) & ~lib.MRC_EV_FLOW_MASK & 0xFFFFFFFF
+    return (flow_label & lib.MRC_EV_FLOW_MASK) | high
+
+
+def ev_name(ev: int) -> str:
+    """``PLANE/ENTROPY``, as ``mrc ctl`` writes an EV."""
+    return f"{ev_plane(ev)}/{ev_entropy(ev)}"
+
+
 def psn_cmp(a: int, b: int) -> int:
     """Serial compare of 24-bit PSNs (the C function): <0, 0 or >0."""
     return lib.mrc_psn_cmp(a, b)

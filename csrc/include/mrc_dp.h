@@ -83,6 +83,20 @@ enum {
     MRC_EP_PORT_STATUS = 2,
 };
 
+/* EV bit fields. This implementation's senders lay an EV out as
+ * plane << 16 | entropy (protocol.md 2 leaves the EV-to-path mapping to the
+ * sender); on the wire the flow label carries EV bits 0-19 and the UDP source
+ * port 0xC000 | EV bits 18-31. Every EV field is read and written through the
+ * accessors in csrc/hdr.h (C) and mrc/wire.py (Python), which use these. */
+enum {
+    MRC_EV_PLANE_SHIFT = 16,
+    MRC_EV_ENTROPY_MASK = 0xFFFF,
+    MRC_EV_FLOW_MASK = 0xFFFFF,
+    MRC_EV_SPORT_SHIFT = 18,
+    MRC_EV_SPORT_MASK = 0x3FFF,
+    MRC_EV_SPORT_BASE = 0xC000,
+};
+
 /* IPv6 traffic classes (DSCP << 2 | ECN). */
 enum {
     MRC_DSCP_DATA = 10,
@@ -156,11 +170,37 @@ int mrc_pkt_build(const struct mrc_pkt *p, const uint8_t *payload, uint8_t *out,
 int mrc_pkt_parse(const uint8_t *buf, size_t len, int trimmed, struct mrc_pkt *p);
 int mrc_pkt_icrc_ok(const uint8_t *buf, size_t len);
 
-/* ------------------------------------------------------------------ engine
- * Sans-I/O core (architecture.md): no syscalls, no clock reads. Time is the
- * now_ns argument; packets come in through mrc_ep_input() and go out through
- * mrc_ep_poll_tx(); mrc_ep_next_timer() says when to call again. */
+/* ------------------------------------------------------------------ limits
+ * What the engine enforces; mrc_ctx_query_device reports them and Python
+ * reads them from here (nothing is hand-copied). */
+enum {
+    MRC_MAX_SGE = 4,
+    MRC_MAX_PLANES = 16,
+    MRC_RETRY_FOREVER = 25,   /* exp_cnt this large: retry for ever */
+    MRC_MAX_MPR = 64,         /* window, units of MRC_MPR_UNIT PSNs; a power of two */
+    MRC_MAX_WIMM = 8192,      /* WRITE_IMMs outstanding (MRC_MAX_MPR x MRC_MPR_UNIT) */
+    MRC_MAX_TIMEOUT = 24,     /* RTO = 1.024 us x 2^timeout, about 17 s */
+    MRC_MAX_LINEAR_CNT = 7,
+    MRC_MIN_MTU = 64,         /* payload bytes per packet */
+    MRC_MAX_MTU = 8872,       /* 9000 less room for the headers */
+    MRC_MAX_EV_COUNT = 4096,  /* EVs in a QP's rotation */
+    MRC_MAX_SQ_DEPTH = 65535,
+    MRC_MAX_PROBE_K = 255,
+    MRC_MAX_QPS = 1048576,
+    MRC_MAX_CQS = 64,
+    MRC_MAX_CQ_DEPTH = 4194304,
+    MRC_MAX_RQ_DEPTH = 65535,
+    MRC_MAX_EV_EVENT_DEPTH = 1048576,
+    MRC_MAX_PORTS = 16,
+    MRC_MAX_PEERS = 256,
+    MRC_MAX_PATHS = 16,       /* destination addresses per peer and plane */
+    MRC_PROBE_MAX = 1024,     /* EV probes in flight per context */
+};
 
+/* Device capability bits (mrc_query_device_ex). */
+enum { MRC_CAP_TRIM_NACK = 1, MRC_CAP_DYNAMIC_MPR = 2, MRC_CAP_SVC_TIME = 4 };
+
+/* ------------------------------------------------------------------ objects */
 enum mrc_qp_state { MRC_QPS_RESET = 0, MRC_QPS_INIT = 1, MRC_QPS_RTR = 2, MRC_QPS_RTS = 3, MRC_QPS_ERROR = 4 };
 enum mrc_wr_opcode { MRC_WR_WRITE = 0, MRC_WR_WRITE_IMM = 1 };
 enum mrc_wc_opcode { MRC_WC_WRITE = 0, MRC_WC_RECV_WRITE_IMM = 1 };
@@ -174,8 +214,11 @@ enum mrc_wc_status {
     MRC_WC_REM_OP_ERR = 6,
 };
 enum mrc_access { MRC_ACCESS_LOCAL_WRITE = 1, MRC_ACCESS_REMOTE_WRITE = 2 };
+/* EV states: GOOD, SKIP (pass over it for about one RTT after ECN or a
+ * trim; reported as GOOD to the controller), ASSUMED_BAD (after a loss,
+ * until probes succeed), DENIED (the controller), UNKNOWN (OCP: an
+ * unpopulated entry). csrc/ev.c holds the transitions. */
 enum mrc_ev_state { MRC_EV_GOOD = 0, MRC_EV_SKIP = 1, MRC_EV_ASSUMED_BAD = 2, MRC_EV_DENIED = 3, MRC_EV_UNKNOWN = 4 };
-enum { MRC_MAX_SGE = 4, MRC_MAX_PLANES = 16, MRC_RETRY_FOREVER = 25 };
 
 /* Why a received packet was dropped (counters, never a crash). */
 enum mrc_drop {
@@ -193,6 +236,13 @@ enum mrc_drop {
     MRC_DROP_STALE_PROBE = 11, /* an EV probe response nobody waits for (late, or never asked) */
     MRC_DROP_NREASONS = 12,
 };
+
+/* The names of the values above (NULL for a value out of range). */
+const char *mrc_qp_state_name(uint32_t state);
+const char *mrc_ev_state_name(uint32_t state);
+const char *mrc_wc_status_name(uint32_t status);
+const char *mrc_event_name(uint32_t type);
+const char *mrc_drop_name(uint32_t reason);
 
 struct mrc_sge { uint64_t addr; uint32_t length; uint32_t lkey; };
 
@@ -251,34 +301,18 @@ struct mrc_qp_attr {
     uint64_t reorder_ns;     /* reorder allowance of the loss detector */
     uint32_t sq_depth;
     uint32_t rq_depth;
+    uint32_t send_cq;        /* the CQ of this QP's WRITE completions (0: the context's first CQ) */
+    uint32_t recv_cq;        /* the CQ of its receive (WRITE_IMM) completions */
     struct mrc_cc_params cc;
 };
 
+/* A context: its endpoint's sizes, and the ports it opens. */
 struct mrc_ep_attr {
     uint32_t max_qps;
-    uint32_t cq_depth;
+    uint32_t cq_depth;       /* depth of CQ 0, which every context has */
     uint32_t planes;
     uint32_t port_bitmap;    /* local planes up */
     uint32_t ev_event_depth;
-};
-
-/* Metadata the I/O layer (or the simulated link) passes with a packet. */
-struct mrc_meta {
-    uint32_t ev;             /* EV the packet travelled on */
-    uint16_t peer;           /* which remote endpoint it came from */
-    uint8_t port;            /* local plane it arrived on */
-    uint8_t ecn_ce;          /* IP ECN field was CE */
-    uint8_t trimmed;         /* DSCP says the payload was trimmed */
-};
-
-/* One packet to send: BTH..ICRC in the caller's buffer at off. */
-struct mrc_txdesc {
-    uint32_t off;
-    uint32_t len;
-    uint32_t ev;             /* EV: plane = ev >> 16, entropy = ev & 0xffff */
-    uint16_t peer;
-    uint8_t tclass;          /* DSCP << 2 | ECN */
-    uint8_t is_data;
 };
 
 struct mrc_qp_stats {
@@ -294,47 +328,181 @@ struct mrc_qp_stats {
     uint32_t retries_max, head_rtx_max;
 };
 
+/* A CQ: its depth, completions waiting, and how many times a completion
+ * found it full (it then waits in its QP until the application polls:
+ * never lost; each time the CQ fills, an MRC_EVENT_CQ_ERR says so). */
+struct mrc_cq_stats { uint32_t depth; uint32_t waiting; uint64_t overflow; };
+
+/* What the endpoint could not do at once, counted (never lost in silence). */
+struct mrc_ep_stats {
+    uint64_t ctrl_ring_full;     /* SACKs, NACKs or probe answers not queued: control ring full */
+    uint64_t ctrl_build_errors;  /* control packets that could not be built (never queued empty) */
+    uint64_t ev_events_dropped;  /* EV events lost to a full EV event queue */
+    uint64_t async_events_dropped;
+    uint64_t cq_overflow;        /* completions that found their CQ full (all CQs) */
+};
+
+struct mrc_device_attr {
+    uint32_t ports, planes, max_qps, max_cqs, max_sge, max_mpr, mpr_granularity, max_wimm;
+    uint32_t max_timeout, max_linear_cnt, max_exp_cnt, max_qp_hints, min_mtu, max_mtu, max_ev_count, caps;
+};
+
 struct mrc_ev_info { uint32_t ev; uint8_t state; uint8_t in_slot; uint16_t slot; };
 /* Asynchronous events (ibv_get_async_event): a QP that fell into ERROR by
  * itself (info = the WC status of the failure), a local port (plane) going
  * down or up (info = plane), a peer reporting new port status (info = its
- * port bitmap). dropped = events lost before this one (ring full). */
-enum mrc_event_type { MRC_EVENT_QP_FATAL = 1, MRC_EVENT_PORT_ERR = 2, MRC_EVENT_PORT_ACTIVE = 3, MRC_EVENT_PEER_PORTS = 4 };
+ * port bitmap), a CQ that filled up (info = the CQ number: completions wait
+ * until it is polled). dropped = events lost before this one (ring full). */
+enum mrc_event_type {
+    MRC_EVENT_QP_FATAL = 1,
+    MRC_EVENT_PORT_ERR = 2,
+    MRC_EVENT_PORT_ACTIVE = 3,
+    MRC_EVENT_PEER_PORTS = 4,
+    MRC_EVENT_CQ_ERR = 5,
+};
 struct mrc_async_event { uint32_t type; uint32_t qpn; uint32_t info; uint32_t dropped; };
 /* cause_ns: for a retirement by a loss, when the lost packet was sent (0 otherwise) */
 struct mrc_ev_event { uint32_t qpn; uint32_t ev; uint8_t old_state; uint8_t new_state; uint64_t t_ns; uint32_t dropped;
                       uint64_t cause_ns; };
 
+/* ------------------------------------------------------------- contexts
+ * A context (OCP mrc_create_context) owns an endpoint (the sans-I/O core:
+ * a NIC's worth of state) and, when it has ports, the raw sockets and the
+ * engine thread that drives the endpoint (csrc/engine.c, which states the
+ * locking contract). A context made with no ports is driven by hand: the
+ * caller moves packets and time through the mrc_ep_* driver calls below (the
+ * in-memory link and tests do). Every call in this section takes the
+ * context's locks itself; they return 0 (or a count) or -errno. */
+struct mrc_ctx;
 struct mrc_ep;
 
+struct mrc_port_cfg {
+    uint32_t ifindex;
+    uint32_t plane;
+    uint8_t src_mac[6];
+    uint8_t dst_mac[6];      /* next hop, from the kernel's neighbour table */
+    uint8_t src_addr[16];    /* the port's IPv6 address */
+};
+
 void mrc_qp_attr_default(struct mrc_qp_attr *a);
-int mrc_ep_create(const struct mrc_ep_attr *attr, struct mrc_ep **out);
-void mrc_ep_destroy(struct mrc_ep *ep);
-size_t mrc_ep_qp_state_bytes(const struct mrc_qp_attr *a);
-int mrc_mr_reg(struct mrc_ep *ep, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey);
-int mrc_mr_dereg(struct mrc_ep *ep, uint32_t lkey);
-int mrc_qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *attr, uint32_t *qpn);
-int mrc_qp_destroy(struct mrc_ep *ep, uint32_t qpn);
-int mrc_qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer);
-int mrc_qp_query(struct mrc_ep *ep, uint32_t qpn, struct mrc_qp_stats *st);
-const char *mrc_qp_state_name(uint32_t state);
-int mrc_post_write(struct mrc_ep *ep, uint32_t qpn, const struct mrc_wr *wr, uint32_t n);
-int mrc_post_recv(struct mrc_ep *ep, uint32_t qpn, const uint64_t *wr_ids, uint32_t n);
-int mrc_poll_cq(struct mrc_ep *ep, struct mrc_wc *wc, uint32_t max);
-int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const struct mrc_meta *meta, uint64_t now_ns);
-int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now_ns, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max);
-uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now_ns);
-int mrc_ep_drops(struct mrc_ep *ep, uint64_t *counts, uint32_t n);
-int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now_ns);
-int mrc_ev_list(struct mrc_ep *ep, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
-int mrc_ev_set_state(struct mrc_ep *ep, uint32_t qpn, uint32_t ev, uint32_t state);
-int mrc_ev_poll_events(struct mrc_ep *ep, struct mrc_ev_event *out, uint32_t max);
+size_t mrc_qp_state_bytes(const struct mrc_qp_attr *a);
+int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *ports, uint32_t nports,
+                   struct mrc_ctx **out);
+void mrc_ctx_destroy(struct mrc_ctx *c);
+int mrc_ctx_query_device(struct mrc_ctx *c, struct mrc_device_attr *out);
+int mrc_ctx_stats(struct mrc_ctx *c, struct mrc_ep_stats *st);
+int mrc_ctx_drops(struct mrc_ctx *c, uint64_t *counts, uint32_t n);
+
+int mrc_mr_reg(struct mrc_ctx *c, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey);
+int mrc_mr_dereg(struct mrc_ctx *c, uint32_t lkey);
+int mrc_cq_create(struct mrc_ctx *c, uint32_t depth, uint32_t *cqn);
+int mrc_cq_destroy(struct mrc_ctx *c, uint32_t cqn);  /* -EBUSY while a QP uses it */
+int mrc_cq_query(struct mrc_ctx *c, uint32_t cqn, struct mrc_cq_stats *st);
+/* A CQ's completion channel: an eventfd that becomes readable when
+ * completions were added (-EOPNOTSUPP for a context driven by hand). */
+int mrc_cq_fd(struct mrc_ctx *c, uint32_t cqn);
+int mrc_qp_create(struct mrc_ctx *c, const struct mrc_qp_attr *attr, uint32_t *qpn);
+int mrc_qp_destroy(struct mrc_ctx *c, uint32_t qpn);
+/* RESET -> INIT -> RTR (dest_qpn and peer are set here) -> RTS; any -> ERROR; any -> RESET. */
+int mrc_qp_modify(struct mrc_ctx *c, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer);
+int mrc_qp_query(struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st);
+/* The fast path: posting and polling never wait for the engine thread. */
+int mrc_post_write(struct mrc_ctx *c, uint32_t qpn, const struct mrc_wr *wr, uint32_t n);
+int mrc_post_recv(struct mrc_ctx *c, uint32_t qpn, const uint64_t *wr_ids, uint32_t n);
+int mrc_poll_cq(struct mrc_ctx *c, uint32_t cqn, struct mrc_wc *wc, uint32_t max);
+
+/* EVs of a QP, and their state changes (the controller's view). */
+int mrc_ev_list(struct mrc_ctx *c, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
+int mrc_ev_set_state(struct mrc_ctx *c, uint32_t qpn, uint32_t ev, uint32_t state); /* GOOD or DENIED */
 /* Tell a QP which of its EVs share a path: on plane p, EVs whose entropy is
  * equal modulo npaths[p] go to the same destination (the I/O layer sends EV
  * e to paths[e % npaths]; 0: unknown, every EV its own path). A loss then
  * retires the lost EV and its aliases at once; each comes back on its own
  * probes. */
-int mrc_ev_set_paths(struct mrc_ep *ep, uint32_t qpn, const uint32_t *npaths, uint32_t nplanes);
+int mrc_ev_set_paths(struct mrc_ctx *c, uint32_t qpn, const uint32_t *npaths, uint32_t nplanes);
+int mrc_ev_poll_events(struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t max);
+int mrc_async_events(struct mrc_ctx *c, struct mrc_async_event *out, uint32_t max);
+
+/* ---------------------------------------------- a context with ports
+ * How to reach one peer: per plane, its final address (for the UDP
+ * checksum and to recognise its packets) and the destination addresses of
+ * the paths (uSID containers, or just the final address on a plain network). */
+struct mrc_peer_plane { uint8_t final_addr[16]; uint8_t paths[16][16]; uint32_t npaths; };
+struct mrc_peer_cfg { struct mrc_peer_plane plane[16]; uint32_t nplanes; };
+
+struct mrc_port_stats {
+    uint64_t tx_packets, tx_bytes, rx_packets, rx_bytes, tx_errors, rx_foreign, tx_no_path, rx_batches, tx_batches;
+    uint64_t rx_ring_drops; /* frames the kernel dropped because the rx ring was full (PACKET_STATISTICS) */
+    uint64_t carrier_downs; /* times the link lost carrier or went down (rtnetlink) */
+    uint32_t carrier, admin_up; /* link has carrier; the controller enables the port: both make it up */
+};
+
+int mrc_ctx_add_peer(struct mrc_ctx *c, const struct mrc_peer_cfg *peer);
+int mrc_ctx_start(struct mrc_ctx *c);
+/* How long the idle engine thread keeps polling before it sleeps (default
+ * 200 us: waking a sleeping thread costs tens of us on a VM). */
+void mrc_ctx_set_spin(struct mrc_ctx *c, uint64_t ns);
+/* A port's admin state (mrc_ctl_modify_port): the port is up when it is
+ * enabled and its link has carrier (the engine follows carrier by itself). */
+int mrc_ctx_port_admin(struct mrc_ctx *c, uint32_t plane, int up);
+int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st);
+/* An eventfd that becomes readable when asynchronous events are waiting. */
+int mrc_ctx_async_fd(struct mrc_ctx *c);
+/* Fault a buffer's pages in for writing (madvise MADV_POPULATE_WRITE), as
+ * memory registration pins pages on a NIC; 0 or -errno (contents unchanged). */
+int mrc_ctx_populate(void *addr, uint64_t len);
+uint64_t mrc_ctx_now_ns(void);
+/* mrc_ctl_ep_batch_send_wait for EV probes: send one probe per request and
+ * wait until every one is answered or timeout_ns has passed. out[i].status:
+ * 0 answered (port = local plane the answer arrived on, rtt_ns), -ETIMEDOUT,
+ * -EHOSTUNREACH (no such peer or no path on that plane), -ENETDOWN (plane
+ * down here), -EINVAL. corrected is 0: the responder's service time is not
+ * reported (device caps SVC_TIME false). Returns how many were answered, or
+ * -errno. Blocks the calling thread (not the engine). */
+struct mrc_probe_req { uint32_t ev; uint16_t peer; };
+struct mrc_probe_resp { int32_t status; uint32_t ev; uint16_t peer; uint8_t port; uint8_t corrected; uint64_t rtt_ns; };
+int mrc_ctx_ep_batch_send_wait(struct mrc_ctx *c, const struct mrc_probe_req *req, uint32_t n, uint64_t timeout_ns,
+                               struct mrc_probe_resp *out);
+/* Benchmark support (csrc/bench/blast.c), the raw ceiling: send pre-built
+ * packets (no protocol) to a peer over every plane and path for
+ * duration_ns, from the calling thread (the engine thread must not be
+ * started). Returns packets sent or -errno. */
+int64_t mrc_bench_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns);
+
+/* ------------------------------------------- driving a context by hand
+ * The sans-I/O core's inputs and outputs (architecture.md): no syscalls, no
+ * clock reads; time is the now_ns argument. Packets come in through
+ * mrc_ep_input() and go out through mrc_ep_poll_tx(); mrc_ep_next_timer()
+ * says when to call again. The engine thread makes these calls for a
+ * context with ports; for one without, the caller does (mrc_ctx_ep gives
+ * the endpoint; no call here takes a lock). */
+
+/* Metadata the I/O layer (or the simulated link) passes with a packet. */
+struct mrc_meta {
+    uint32_t ev;             /* EV the packet travelled on */
+    uint16_t peer;           /* which remote endpoint it came from */
+    uint8_t port;            /* local plane it arrived on */
+    uint8_t ecn_ce;          /* IP ECN field was CE */
+    uint8_t trimmed;         /* DSCP says the payload was trimmed */
+};
+
+/* One packet to send: BTH..ICRC in the caller's buffer at off. */
+struct mrc_txdesc {
+    uint32_t off;
+    uint32_t len;
+    uint32_t ev;             /* the EV it goes on (plane and entropy: csrc/hdr.h) */
+    uint16_t peer;
+    uint8_t tclass;          /* DSCP << 2 | ECN */
+    uint8_t is_data;
+};
+
+struct mrc_ep *mrc_ctx_ep(struct mrc_ctx *c);
+int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const struct mrc_meta *meta, uint64_t now_ns);
+int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now_ns, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max);
+uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now_ns);
+/* A local port (plane) went down or up (the engine calls it when carrier or
+ * the admin state changes). */
+int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now_ns);
 
 /* EV probes (protocol.md 3): a connectionless ENDPOINT_REQUEST on one EV to
  * a peer, answered by the peer's endpoint on the EV it arrived on. send
@@ -344,12 +512,10 @@ int mrc_ev_set_paths(struct mrc_ep *ep, uint32_t qpn, const uint32_t *npaths, ui
  * is pending, -ENOENT for an id it does not know; cancel forgets a probe
  * (timed out), so a late answer is dropped as STALE_PROBE. The RTT runs from
  * the poll_tx that sent the request to the input of the answer. */
-#define MRC_PROBE_MAX 1024
 struct mrc_probe_result { uint32_t id; uint32_t ev; uint16_t peer; uint8_t port; uint64_t rtt_ns; };
 int mrc_ep_probe_send(struct mrc_ep *ep, uint16_t peer, uint32_t ev, uint64_t now_ns, uint32_t *id);
 int mrc_ep_probe_result(struct mrc_ep *ep, uint32_t id, struct mrc_probe_result *out);
 int mrc_ep_probe_cancel(struct mrc_ep *ep, uint32_t id);
-int mrc_ep_async_events(struct mrc_ep *ep, struct mrc_async_event *out, uint32_t max);
 
 /* ----------------------------------------------------- in-memory link
  * Two or more endpoints joined by npaths paths (path = plane * per_plane +
@@ -383,91 +549,6 @@ int mrc_sim_set_path(struct mrc_sim *s, uint32_t path, const struct mrc_sim_path
 int mrc_sim_get_path(struct mrc_sim *s, uint32_t path, struct mrc_sim_path *p);
 int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe);
 int mrc_sim_stats(struct mrc_sim *s, struct mrc_sim_stats *st);
-
-/* ------------------------------------------------------------ I/O + thread
- * The only code with system calls (csrc/engine.c): one
- * AF_PACKET socket per port with a socket filter for UDP 4791, batched
- * sendmmsg and a PACKET_RX_RING per port, and an engine thread that plays the NIC. Posting and
- * polling go through the lock-free rings (mrc_ctx_post_write, _post_recv,
- * _poll_cq); every other call on the context's endpoint must hold its lock
- * (mrc_ctx_lock/unlock). csrc/engine.c has the whole locking contract. */
-struct mrc_port_cfg {
-    uint32_t ifindex;
-    uint32_t plane;
-    uint8_t src_mac[6];
-    uint8_t dst_mac[6];      /* next hop, from the kernel's neighbour table */
-    uint8_t src_addr[16];    /* the port's IPv6 address */
-};
-
-/* How to reach one peer: per plane, its final address (for the UDP
- * checksum and to recognise its packets) and the destination addresses of
- * the paths (uSID containers, or just the final address on a plain network). */
-struct mrc_peer_plane { uint8_t final_addr[16]; uint8_t paths[16][16]; uint32_t npaths; };
-struct mrc_peer_cfg { struct mrc_peer_plane plane[16]; uint32_t nplanes; };
-
-struct mrc_port_stats {
-    uint64_t tx_packets, tx_bytes, rx_packets, rx_bytes, tx_errors, rx_foreign, tx_no_path, rx_batches, tx_batches;
-    uint64_t rx_ring_drops; /* frames the kernel dropped because the rx ring was full (PACKET_STATISTICS) */
-    uint64_t carrier_downs; /* times the link lost carrier or went down (rtnetlink) */
-    uint32_t carrier, admin_up; /* link has carrier; the controller enables the port: both make it up */
-};
-
-struct mrc_ctx;
-int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *ports, uint32_t nports,
-                   struct mrc_ctx **out);
-void mrc_ctx_destroy(struct mrc_ctx *c);
-struct mrc_ep *mrc_ctx_ep(struct mrc_ctx *c);
-int mrc_ctx_add_peer(struct mrc_ctx *c, const struct mrc_peer_cfg *peer);
-int mrc_ctx_start(struct mrc_ctx *c);
-void mrc_ctx_lock(struct mrc_ctx *c);
-void mrc_ctx_unlock(struct mrc_ctx *c);
-int mrc_ctx_post_write(struct mrc_ctx *c, uint32_t qpn, const struct mrc_wr *wr, uint32_t n);
-int mrc_ctx_post_recv(struct mrc_ctx *c, uint32_t qpn, const uint64_t *wr_ids, uint32_t n);
-int mrc_ctx_poll_cq(struct mrc_ctx *c, struct mrc_wc *wc, uint32_t max);
-/* The endpoint calls above, each taking and releasing the context's lock
- * inside one C call (so the lock is never held while Python waits for the GIL). */
-int mrc_ctx_mr_reg(struct mrc_ctx *c, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey);
-int mrc_ctx_mr_dereg(struct mrc_ctx *c, uint32_t lkey);
-int mrc_ctx_qp_create(struct mrc_ctx *c, const struct mrc_qp_attr *attr, uint32_t *qpn);
-int mrc_ctx_qp_destroy(struct mrc_ctx *c, uint32_t qpn);
-int mrc_ctx_qp_modify(struct mrc_ctx *c, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer);
-int mrc_ctx_qp_query(struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st);
-int mrc_ctx_ep_drops(struct mrc_ctx *c, uint64_t *counts, uint32_t n);
-int mrc_ctx_ep_set_port(struct mrc_ctx *c, uint32_t plane, int up, uint64_t now_ns);
-/* A port's admin state (mrc_ctl_modify_port): the port is up when it is
- * enabled and its link has carrier (the engine follows carrier by itself). */
-int mrc_ctx_port_admin(struct mrc_ctx *c, uint32_t plane, int up);
-int mrc_ctx_ev_list(struct mrc_ctx *c, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
-int mrc_ctx_ev_set_state(struct mrc_ctx *c, uint32_t qpn, uint32_t ev, uint32_t state);
-int mrc_ctx_ev_poll_events(struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t max);
-int mrc_ctx_ev_set_paths(struct mrc_ctx *c, uint32_t qpn, const uint32_t *npaths, uint32_t nplanes);
-int mrc_ctx_ep_async_events(struct mrc_ctx *c, struct mrc_async_event *out, uint32_t max);
-/* An eventfd that becomes readable when asynchronous events are waiting. */
-int mrc_ctx_async_fd(struct mrc_ctx *c);
-int mrc_ctx_comp_fd(struct mrc_ctx *c);
-/* How long the idle engine thread keeps polling before it sleeps (default
- * 200 us: waking a sleeping thread costs tens of us on a VM). */
-void mrc_ctx_set_spin(struct mrc_ctx *c, uint64_t ns);
-/* Fault a buffer's pages in for writing (madvise MADV_POPULATE_WRITE), as
- * memory registration pins pages on a NIC; 0 or -errno (contents unchanged). */
-int mrc_ctx_populate(void *addr, uint64_t len);
-int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *st);
-uint64_t mrc_ctx_now_ns(void);
-/* mrc_ctl_ep_batch_send_wait for EV probes: send one probe per request and
- * wait until every one is answered or timeout_ns has passed. out[i].status:
- * 0 answered (port = local plane the answer arrived on, rtt_ns), -ETIMEDOUT,
- * -EHOSTUNREACH (no such peer or no path on that plane), -ENETDOWN (plane
- * down here), -EINVAL. corrected is 0: the responder's service time is not
- * reported (device caps SVC_TIME false). Returns how many were answered, or
- * -errno. Blocks the calling thread (not the engine). */
-struct mrc_probe_req { uint32_t ev; uint16_t peer; };
-struct mrc_probe_resp { int32_t status; uint32_t ev; uint16_t peer; uint8_t port; uint8_t corrected; uint64_t rtt_ns; };
-int mrc_ctx_ep_batch_send_wait(struct mrc_ctx *c, const struct mrc_probe_req *req, uint32_t n, uint64_t timeout_ns,
-                               struct mrc_probe_resp *out);
-/* The raw ceiling: send pre-built packets (no protocol) to a peer over every
- * plane and path for duration_ns, from the calling thread (the engine thread
- * must not be started). Returns packets sent or -errno. */
-int64_t mrc_ctx_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns);
 /* CDEF END */
 
 #endif

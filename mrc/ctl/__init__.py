@@ -17,14 +17,13 @@ from mrc.ctl.profiles import (
                               UDP,
                               UNKNOWN,
                               CCProfile,
-                              CtlError,
                               EVField,
                               EVFormatProfile,
                               EVProfile,
                               Registry,
-                              srv6_from_fabric,
+                              srv6_from_paths,
 )
 
 __all__ = ["ASSUMED_BAD", "AUTO", "DENIED", "EXPLICIT", "GENERATED", "GOOD", "INIT", "LIMITS", "OFFLINE", "ONLINE",
-           "SRV6", "STEV", "UDP", "UNKNOWN", "CCProfile", "CtlError", "EVField", "EVFormatProfile", "EVProfile",
-           "Registry", "srv6_from_fabric"]
+           "SRV6", "STEV", "UDP", "UNKNOWN", "CCProfile", "EVField", "EVFormatProfile", "EVProfile",
+           "Registry", "srv6_from_paths"]

@@ -22,24 +22,23 @@ import os
 import sys
 import time
 
+from mrc import wire
 from mrc.ctl.endpoint import ControlClient, ctl_dir, endpoints
-from mrc.ctl.profiles import NSCC_FIELDS, CtlError
+from mrc.ctl.profiles import NSCC_FIELDS
+from mrc.errors import ErrnoError
+from mrc.wire import ev_entropy, ev_make, ev_name, ev_plane
 
 
 def parse_ev(text: str) -> int:
     try:
         if "/" in text:
             plane, entropy = (int(x, 0) for x in text.split("/", 1))
-            if not (0 <= plane < 16 and 0 <= entropy < 1 << 16):
+            if not (0 <= plane < wire.MAX_PLANES and 0 <= entropy <= wire.EV_ENTROPY_MASK):
                 raise ValueError
-            return plane << 16 | entropy
+            return ev_make(plane, entropy)
         return int(text, 0)
     except ValueError:
-        raise CtlError(errno.EINVAL, f"bad EV {text!r}: write PLANE/ENTROPY (2/5) or a number (0x20005)") from None
-
-
-def ev_name(ev: int) -> str:
-    return f"{ev >> 16}/{ev & 0xFFFF}"
+        raise ErrnoError(errno.EINVAL, f"bad EV {text!r}: write PLANE/ENTROPY (2/5) or a number (0x20005)") from None
 
 
 def probe_matrix(r: dict) -> str:
@@ -47,7 +46,7 @@ def probe_matrix(r: dict) -> str:
     rows: dict[int, dict[int, str]] = {}
     for p in r["probes"]:
         cell = f"{p['rtt_ns'] / 1000:.1f}us" if p["status"] == "ok" else p["status"]
-        rows.setdefault(p["ev"] >> 16, {})[p["ev"] & 0xFFFF] = cell
+        rows.setdefault(ev_plane(p["ev"]), {})[ev_entropy(p["ev"])] = cell
     width = max((len(row) for row in rows.values()), default=0)
     ok = sum(p["status"] == "ok" for p in r["probes"])
     lines = [f"probe {r['host'] or '#' + str(r['peer'])}: {ok} of {len(r['probes'])} answered "
@@ -105,8 +104,8 @@ def _endpoint(a) -> str:
     if len(found) == 1:
         return found[0]
     if not found:
-        raise CtlError(errno.ENOENT, f"no MRC process serves a control endpoint under {ctl_dir()}")
-    raise CtlError(errno.EINVAL, f"{len(found)} endpoints: pick one with --pid ({', '.join(found)})")
+        raise ErrnoError(errno.ENOENT, f"no MRC process serves a control endpoint under {ctl_dir()}")
+    raise ErrnoError(errno.EINVAL, f"{len(found)} endpoints: pick one with --pid ({', '.join(found)})")
 
 
 def _out(a, obj, text: str) -> None:
@@ -120,7 +119,7 @@ def run(a) -> int:
             try:
                 with ControlClient(path, timeout=2) as c:
                     rows.append({"endpoint": path, **c.call("info")})
-            except (CtlError, OSError) as e:
+            except (ErrnoError, OSError) as e:
                 rows.append({"endpoint": path, "error": str(e)})
         def ports(r: dict) -> str:
             return "".join(f"\n  plane {p['plane']} {p['ifname']}: {p['admin']}, link {p['link']}"
@@ -130,7 +129,7 @@ def run(a) -> int:
                                 + ports(r) for r in rows) or "no control endpoints")
         return 0
     if a.ccmd is None:
-        raise CtlError(errno.EINVAL, "missing command: see `mrc ctl --help`")
+        raise ErrnoError(errno.EINVAL, "missing command: see `mrc ctl --help`")
     with ControlClient(_endpoint(a)) as c:
         if a.ccmd == "ev":
             if a.evcmd == "list":
@@ -142,7 +141,7 @@ def run(a) -> int:
                 return 0
             if a.evcmd in ("deny", "allow"):
                 if (a.ev is None) == (a.path is None):
-                    raise CtlError(errno.EINVAL, "name one EV or one --path")
+                    raise ErrnoError(errno.EINVAL, "name one EV or one --path")
                 args = {"state": "DENIED" if a.evcmd == "deny" else "GOOD"}
                 args.update({"ev": parse_ev(a.ev)} if a.ev else {"path": a.path})
                 if a.qpn is not None:
@@ -150,7 +149,7 @@ def run(a) -> int:
                 r = c.call("ev_set", **args)
                 _out(a, r, f"QP {r['qpn']}: {', '.join(map(ev_name, r['evs']))} now {r['state']}")
                 return 0
-            raise CtlError(errno.EINVAL, "missing ev command: list, deny or allow")
+            raise ErrnoError(errno.EINVAL, "missing ev command: list, deny or allow")
         if a.ccmd == "events":
             after = 0
             while True:
@@ -183,11 +182,11 @@ def run(a) -> int:
                 for pair in a.pairs:
                     k, sep, v = pair.partition("=")
                     if not sep:
-                        raise CtlError(errno.EINVAL, f"write KEY=VALUE, got {pair!r}")
+                        raise ErrnoError(errno.EINVAL, f"write KEY=VALUE, got {pair!r}")
                     try:
                         cfg[k] = int(v, 0)
                     except ValueError:
-                        raise CtlError(errno.EINVAL, f"{k}: {v!r} is not an integer") from None
+                        raise ErrnoError(errno.EINVAL, f"{k}: {v!r} is not an integer") from None
                 r = c.call("cc_set", config=cfg)
             else:
                 r = c.call("cc_show")
@@ -195,4 +194,4 @@ def run(a) -> int:
             _out(a, r, f"{r['profile']['algorithm']} ({r['profile']['state']}); new QPs get:\n" +
                  "\n".join(f"  {k:<24} {eff[k]}" for k in sorted(eff)))
             return 0
-    raise CtlError(errno.EINVAL, "unknown ctl command: see `mrc ctl --help`")
+    raise ErrnoError(errno.EINVAL, "unknown ctl command: see `mrc ctl --help`")

@@ -28,13 +28,14 @@ import socket
 import struct
 import threading
 
-from mrc.ctl.profiles import DENIED, GOOD, CCProfile, CtlError
-from mrc.engine import EV_STATES, EngineError
+from mrc.core import EV_STATE_CODES
+from mrc.ctl.profiles import DENIED, GOOD, CCProfile
+from mrc.errors import ErrnoError
+from mrc.wire import ev_make
 
 CTL_DIR = "/run/mrc/ctl"
 CAP_NET_ADMIN = 12
 MODIFY = {"ev_set", "port", "cc_set"}
-EV_STATE_CODES = {name: code for code, name in EV_STATES.items()}
 
 
 def ctl_dir() -> str:
@@ -94,11 +95,9 @@ class ControlServer:
                 try:
                     req = json.loads(line)
                     if not isinstance(req, dict):
-                        raise CtlError(errno.EINVAL, "a request is a JSON object")
+                        raise ErrnoError(errno.EINVAL, "a request is a JSON object")
                     ans = {"ok": True, **self.handle(req, privileged)}
-                except CtlError as e:
-                    ans = {"ok": False, "errno": e.errno, "error": str(e)}
-                except EngineError as e:
+                except ErrnoError as e:
                     ans = {"ok": False, "errno": e.errno, "error": str(e)}
                 except (ValueError, TypeError, KeyError) as e:
                     ans = {"ok": False, "errno": errno.EINVAL, "error": f"EINVAL: bad request: {e}"}
@@ -111,10 +110,10 @@ class ControlServer:
     def handle(self, req: dict, privileged: bool = True) -> dict:
         op = req.get("op")
         if op in MODIFY and not privileged:
-            raise CtlError(errno.EPERM, f"{op} changes the device: only root or CAP_NET_ADMIN may do it")
+            raise ErrnoError(errno.EPERM, f"{op} changes the device: only root or CAP_NET_ADMIN may do it")
         fn = getattr(self, "op_" + str(op), None)
         if fn is None:
-            raise CtlError(errno.EINVAL, f"unknown operation {op!r}")
+            raise ErrnoError(errno.EINVAL, f"unknown operation {op!r}")
         return fn(req)
 
     # --------------------------------------------------------- operations
@@ -123,11 +122,11 @@ class ControlServer:
         qpn = req.get("qpn")
         if qpn is None:
             if len(qps) != 1:
-                raise CtlError(errno.EINVAL, f"this context has {len(qps)} QPs: name one with qpn "
+                raise ErrnoError(errno.EINVAL, f"this context has {len(qps)} QPs: name one with qpn "
                                              f"({', '.join(map(str, sorted(qps))) or 'none'})")
             qpn = next(iter(qps))
         if int(qpn) not in qps:
-            raise CtlError(errno.ENOENT, f"no QP {qpn} in this context")
+            raise ErrnoError(errno.ENOENT, f"no QP {qpn} in this context")
         return qps[int(qpn)]
 
     def op_info(self, req: dict) -> dict:
@@ -137,7 +136,7 @@ class ControlServer:
                                               "link": "UP" if s["carrier"] else "DOWN",
                                               "carrier_downs": s["carrier_downs"]}
                                              for p, s in zip(self.ctx.ports, st, strict=True)],
-                "qps": sorted(self.ctx.live_qps()), "host": os.environ.get("MRC_HOST")}
+                "qps": sorted(self.ctx.live_qps()), "host": self.ctx.resolver.host}
 
     def op_ev_list(self, req: dict) -> dict:
         qp = self._qp(req)
@@ -151,20 +150,20 @@ class ControlServer:
         qp = self._qp(req)
         state = req.get("state")
         if state not in (GOOD, DENIED):
-            raise CtlError(errno.EINVAL, f"an EV can be set GOOD (allow) or DENIED (deny), not {state!r}")
+            raise ErrnoError(errno.EINVAL, f"an EV can be set GOOD (allow) or DENIED (deny), not {state!r}")
         if "ev" in req:
             targets = [int(req["ev"])]
         elif "path" in req:
             targets = [e["ev"] for e in qp.evs() if self.ctx.ev_address(qp, e["ev"]) == req["path"]]
             if not targets:
-                raise CtlError(errno.ENOENT, f"no EV of QP {qp.qpn} takes path {req['path']}")
+                raise ErrnoError(errno.ENOENT, f"no EV of QP {qp.qpn} takes path {req['path']}")
         else:
-            raise CtlError(errno.EINVAL, "name an ev or a path")
+            raise ErrnoError(errno.EINVAL, "name an ev or a path")
         for ev in targets:
             try:
                 qp.set_ev_state(ev, EV_STATE_CODES[state])
-            except EngineError as e:
-                raise CtlError(e.errno, f"EV {ev:#x} of QP {qp.qpn}: {e.strerror or e}") from e
+            except ErrnoError as e:
+                raise ErrnoError(e.errno, f"EV {ev:#x} of QP {qp.qpn}: {e.strerror or e}") from e
         return {"qpn": qp.qpn, "evs": targets, "state": state}
 
     def _drain(self) -> None:
@@ -191,7 +190,7 @@ class ControlServer:
         peers = self.ctx.peers()
         if dst is None:
             if len(peers) != 1:
-                raise CtlError(errno.EINVAL, f"this context knows {len(peers)} peers: name one "
+                raise ErrnoError(errno.EINVAL, f"this context knows {len(peers)} peers: name one "
                                              f"({', '.join(str(p['host'] or i) for i, p in peers.items()) or 'none'})")
             return next(iter(peers.items()))
         dst = str(dst)
@@ -199,20 +198,20 @@ class ControlServer:
             addrs = set(p["ports"].values()) | {a for paths in p["paths"].values() for a in paths}
             if dst in (p["host"], f"#{i}") or dst in addrs:
                 return i, p
-        raise CtlError(errno.ENOENT, f"no peer {dst!r}: this context only probes peers it is connected to "
+        raise ErrnoError(errno.ENOENT, f"no peer {dst!r}: this context only probes peers it is connected to "
                                      f"({', '.join(str(p['host'] or f'#{i}') for i, p in peers.items()) or 'none'})")
 
     def op_probe(self, req: dict) -> dict:
         idx, peer = self._peer(req.get("dst"))
         timeout_ms = float(req.get("timeout_ms", 100))
         if not 0 < timeout_ms <= 10_000:
-            raise CtlError(errno.EINVAL, f"timeout_ms must be in (0, 10000], not {timeout_ms}")
+            raise ErrnoError(errno.EINVAL, f"timeout_ms must be in (0, 10000], not {timeout_ms}")
         local = {p.plane for p in self.ctx.ports}
         targets = []
         for plane, paths in sorted(peer["paths"].items()):
             if plane in local:
                 for e in range(len(paths) if req.get("all_paths") else 1):
-                    targets.append((idx, plane << 16 | e))
+                    targets.append((idx, ev_make(plane, e)))
         res = self.ctx.probe(targets, timeout=timeout_ms / 1000)
         for r in res:
             r["address"] = self.ctx.peer_address(idx, r["ev"])
@@ -221,7 +220,7 @@ class ControlServer:
     def op_port(self, req: dict) -> dict:
         plane, up = int(req["plane"]), bool(req["up"])
         if plane not in {p.plane for p in self.ctx.ports}:
-            raise CtlError(errno.ENOENT, f"no port on plane {plane}")
+            raise ErrnoError(errno.ENOENT, f"no port on plane {plane}")
         self.ctx.set_port(plane, up)
         return {"plane": plane, "admin": "ENABLED" if up else "DISABLED"}
 
@@ -278,11 +277,11 @@ class ControlClient:
             self.sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError) as e:
             self.sock.close()
-            raise CtlError(errno.ENOENT, f"no control endpoint at {path} (is the MRC process running? "
+            raise ErrnoError(errno.ENOENT, f"no control endpoint at {path} (is the MRC process running? "
                                          f"`mrc ctl list` shows the endpoints)") from e
         except PermissionError as e:
             self.sock.close()
-            raise CtlError(errno.EPERM, f"cannot reach {path}: permission denied") from e
+            raise ErrnoError(errno.EPERM, f"cannot reach {path}: permission denied") from e
         self.f = self.sock.makefile("rwb")
 
     def call(self, op: str, **args) -> dict:
@@ -290,10 +289,10 @@ class ControlClient:
         self.f.flush()
         line = self.f.readline()
         if not line:
-            raise CtlError(errno.EIO, f"the control endpoint at {self.path} closed the connection")
+            raise ErrnoError(errno.EIO, f"the control endpoint at {self.path} closed the connection")
         ans = json.loads(line)
         if not ans.pop("ok"):
-            raise CtlError(ans["errno"], ans["error"].split(": ", 1)[-1])
+            raise ErrnoError(ans["errno"], ans["error"].split(": ", 1)[-1])
         return ans
 
     def close(self) -> None:

@@ -3,12 +3,12 @@ and CC profiles, their shared state machine, and the EV field expansion.
 
 Every profile moves INIT -> OFFLINE (configured, modifiable) -> ONLINE
 (usable: only state queries and EV state changes) -> OFFLINE -> INIT.
-Errors carry the errno the OCP API names:
+Errors (:class:`mrc.errors.ErrnoError`) carry the errno the OCP API names:
 
 - ``EINVAL`` a bad argument (a field wider than its format field, a mask
   outside the field, a state change the machine does not allow);
 - ``E2BIG`` an array too large for the device, or too small for a query
-  (``CtlError.needed`` is the size needed);
+  (``needed`` is the size needed);
 - ``ENOENT`` an unknown profile id or an EV that is not in the profile;
 - ``EBUSY`` a profile in use (a format profile under an ONLINE EV profile,
   an EV profile under an active QP) or an ONLINE profile being modified;
@@ -33,7 +33,7 @@ import errno
 import ipaddress
 from dataclasses import dataclass
 
-from mrc.errors import MrcError
+from mrc.errors import ErrnoError
 
 # profile states
 INIT, OFFLINE, ONLINE = "INIT", "OFFLINE", "ONLINE"
@@ -68,21 +68,8 @@ class Limits:
 LIMITS = Limits()
 
 
-class CtlError(MrcError, OSError):
-    """A controller call refused; ``errno`` is the OCP error code."""
-
-    exit_code = 2
-
-    def __init__(self, code: int, message: str, needed: int | None = None) -> None:
-        OSError.__init__(self, code, f"{errno.errorcode.get(code, code)}: {message}")
-        self.needed = needed
-
-    def __str__(self) -> str:
-        return self.strerror
-
-
-def _bad(msg: str) -> CtlError:
-    return CtlError(errno.EINVAL, msg)
+def _bad(msg: str) -> ErrnoError:
+    return ErrnoError(errno.EINVAL, msg)
 
 
 class _Profile:
@@ -99,7 +86,7 @@ class _Profile:
 
     def _modifiable(self) -> None:
         if self.state == ONLINE and not LIMITS.modify_online:
-            raise CtlError(errno.EBUSY, f"{self.kind} profile {self.id} is ONLINE: take it OFFLINE to modify it")
+            raise ErrnoError(errno.EBUSY, f"{self.kind} profile {self.id} is ONLINE: take it OFFLINE to modify it")
 
     def online(self) -> None:
         if self.state != OFFLINE:
@@ -111,13 +98,13 @@ class _Profile:
         if self.state == INIT:
             raise _bad(f"{self.kind} profile {self.id} is INIT: configure it first")
         if self.state == ONLINE and self.users:
-            raise CtlError(errno.EBUSY, f"{self.kind} profile {self.id} is used by {self.users} "
+            raise ErrnoError(errno.EBUSY, f"{self.kind} profile {self.id} is used by {self.users} "
                                         f"{'profile or QP' if self.users == 1 else 'profiles or QPs'}")
         self.state = OFFLINE
 
     def reset(self) -> None:
         if self.state == ONLINE:
-            raise CtlError(errno.EBUSY, f"{self.kind} profile {self.id} is ONLINE: take it OFFLINE first")
+            raise ErrnoError(errno.EBUSY, f"{self.kind} profile {self.id} is ONLINE: take it OFFLINE first")
         self.state = INIT
 
     def _check_complete(self) -> None:
@@ -139,13 +126,13 @@ class EVFormatProfile(_Profile):
     def modify(self, mode: str, widths: list[int]) -> None:
         self._modifiable()
         if self.users:
-            raise CtlError(errno.EBUSY, f"EV format profile {self.id} is used by an EV profile")
+            raise ErrnoError(errno.EBUSY, f"EV format profile {self.id} is used by an EV profile")
         if mode not in FORMAT_WIDTH:
             raise _bad(f"unknown EV format mode {mode!r}: use one of {', '.join(FORMAT_WIDTH)}")
         if not widths or any(not isinstance(w, int) or w <= 0 for w in widths):
             raise _bad(f"format field widths must be positive integers, got {widths!r}")
         if len(widths) > LIMITS.max_fields:
-            raise CtlError(errno.E2BIG, f"{len(widths)} format fields, at most {LIMITS.max_fields}")
+            raise ErrnoError(errno.E2BIG, f"{len(widths)} format fields, at most {LIMITS.max_fields}")
         if sum(widths) > FORMAT_WIDTH[mode]:
             raise _bad(f"format fields {widths} total {sum(widths)} bits; {mode} carries at most "
                        f"{FORMAT_WIDTH[mode]}")
@@ -272,7 +259,7 @@ class EVProfile(_Profile):
         if not isinstance(ev_count, int) or ev_count <= 0:
             raise _bad(f"ev_count must be a positive integer, got {ev_count!r}")
         if ev_count > LIMITS.max_evs_per_profile:
-            raise CtlError(errno.E2BIG, f"{ev_count} EVs, at most {LIMITS.max_evs_per_profile} per profile",
+            raise ErrnoError(errno.E2BIG, f"{ev_count} EVs, at most {LIMITS.max_evs_per_profile} per profile",
                            needed=ev_count)
         if not 1 <= ev_min_active <= ev_count:
             raise _bad(f"ev_min_active must be 1..{ev_count}, got {ev_min_active}")
@@ -359,7 +346,7 @@ class EVProfile(_Profile):
         if self.mode == AUTO:
             raise _bad("an AUTO profile's EVs are chosen by the device")
         if not 0 <= index < self.ev_count:
-            raise CtlError(errno.ENOENT, f"EV index {index} is not in profile {self.id} (0..{self.ev_count - 1})")
+            raise ErrnoError(errno.ENOENT, f"EV index {index} is not in profile {self.id} (0..{self.ev_count - 1})")
         if not 0 <= value < (1 << self.fmt.width):
             raise _bad(f"EV value {value:#x} is wider than the format's {self.fmt.width} bits")
         if not isinstance(port, int) or port < 1:
@@ -376,7 +363,7 @@ class EVProfile(_Profile):
     def _find(self, value: int) -> list[EVEntry]:
         found = [self.entries[i] for i in self._by_value.get(value, ())]
         if not found:
-            raise CtlError(errno.ENOENT, f"EV {value:#x} is not in profile {self.id}")
+            raise ErrnoError(errno.ENOENT, f"EV {value:#x} is not in profile {self.id}")
         return found
 
     def set_ev_state(self, value: int, state: str) -> None:
@@ -390,7 +377,7 @@ class EVProfile(_Profile):
         if state == DENIED:
             usable = self._populated - self._denied - change
             if usable < self.ev_min_active:
-                raise CtlError(errno.EBUSY, f"denying {value:#x} leaves {usable} usable EVs, below "
+                raise ErrnoError(errno.EBUSY, f"denying {value:#x} leaves {usable} usable EVs, below "
                                             f"ev_min_active {self.ev_min_active}")
         self._denied += change if state == DENIED else -change
         for e in entries:
@@ -404,7 +391,7 @@ class EVProfile(_Profile):
 
     def query_array(self, max_entries: int) -> list[dict | None]:
         if max_entries < self.ev_count:
-            raise CtlError(errno.E2BIG, f"the array holds {self.ev_count} EVs; room for {max_entries} given",
+            raise ErrnoError(errno.E2BIG, f"the array holds {self.ev_count} EVs; room for {max_entries} given",
                            needed=self.ev_count)
         return [None if e is None else e.as_dict(self.fmt) for e in self.entries]
 
@@ -494,10 +481,10 @@ class Registry:
         table, limit = getattr(self, kind), self.KINDS[kind][1]
         old = table.get(profile.id)
         if old is not None and old is not profile and old.state != INIT:
-            raise CtlError(errno.EBUSY, f"{old.kind} profile {old.id} exists and is {old.state}: "
+            raise ErrnoError(errno.EBUSY, f"{old.kind} profile {old.id} exists and is {old.state}: "
                                         f"take it to INIT (reset) before reusing its id")
         if limit and profile.id not in table and len(table) >= getattr(LIMITS, limit):
-            raise CtlError(errno.E2BIG, f"this device holds at most {getattr(LIMITS, limit)} {profile.kind} profiles")
+            raise ErrnoError(errno.E2BIG, f"this device holds at most {getattr(LIMITS, limit)} {profile.kind} profiles")
         table[profile.id] = profile
         return profile
 
@@ -506,7 +493,7 @@ class Registry:
         if prof is None:
             name = self.KINDS[kind][0].kind
             known = ", ".join(map(str, sorted(getattr(self, kind)))) or "none"
-            raise CtlError(errno.ENOENT, f"no {name} profile {pid} (known: {known})")
+            raise ErrnoError(errno.ENOENT, f"no {name} profile {pid} (known: {known})")
         return prof
 
     def acquire(self, kind: str, pid: int):
@@ -522,39 +509,27 @@ class Registry:
         prof.users = max(0, prof.users - 1)
 
 
-# ------------------------------------------------- from the fabric's plan
+# ------------------------------------------------- from a resolver's paths
 def srv6_format() -> list[int]:
-    """SRV6 format fields of the fabric's address plan: the 32-bit locator
-    block, then four 16-bit uSIDs (T0 source, T1, T0 destination, host)."""
+    """SRV6 format fields of an F3216 uSID plan: the 32-bit locator block,
+    then four 16-bit uSIDs (T0 source, T1, T0 destination, host)."""
     return [32, 16, 16, 16, 16]
 
 
-def srv6_plane_fields(t, src: int, dst: int, plane: int) -> list[EVField]:
-    """GENERATED fields for the paths from host ``src`` to ``dst`` over one
-    plane: everything fixed but the T1 uSID's lower byte, which runs over
-    the spines (the OCP SRv6 example: upper 8 bits fix the tier)."""
-    from mrc.fabric.topology import BLOCK_BITS
+def srv6_from_paths(paths: dict[int, list[str]], pid: int = 1, fmt: EVFormatProfile | None = None) -> EVProfile:
+    """An EXPLICIT SRV6 EV profile holding the given destination addresses
+    per plane (port = plane + 1), in OFFLINE state: what a resolver's
+    ``paths_to`` gives for a peer (mrc.paths) becomes a profile without
+    anyone writing an address by hand.
 
-    u = t.path_usids(src, dst, plane, 0)
-    block = int(ipaddress.IPv6Address(t.path_address(src, dst, plane, 0))) >> (128 - BLOCK_BITS)
-    return [EVField(32, init_val=block), EVField(16, init_val=u[0]),
-            EVField(16, init_val=u[1] & 0xFF00, mask=0x00FF, max_val=t.spines - 1),
-            EVField(16, init_val=u[2]), EVField(16, init_val=u[3])]
-
-
-def srv6_from_fabric(t, src: int, dst: int, pid: int = 1, fmt: EVFormatProfile | None = None) -> EVProfile:
-    """An EXPLICIT SRV6 EV profile holding every path from ``src`` to ``dst``
-    (each plane's GENERATED expansion, port = plane + 1), in OFFLINE state;
-    nobody writes an address by hand."""
+    >>> prof = srv6_from_paths({0: ["fc00:0:1000:2000:1001:b001::"], 1: ["fc00:0:1100:2100:1101:b101::"]})
+    >>> prof.ev_count, prof.paths()[1]
+    (2, ['fc00:0:1100:2100:1101:b101::'])
+    """
     fmt = fmt or EVFormatProfile(pid, SRV6, srv6_format())
-    per_plane = []
-    for p in range(t.planes):
-        g = EVProfile(0, GENERATED, fmt, fields=srv6_plane_fields(t, src, dst, p), port=p + 1)
-        per_plane.append(g.entries)
-    prof = EVProfile(pid, EXPLICIT, fmt, ev_count=sum(len(e) for e in per_plane), ev_min_active=1)
-    i = 0
-    for entries in per_plane:
-        for e in entries:
-            prof.replace(i, e.value, e.port)
-            i += 1
+    entries = [(int(ipaddress.IPv6Address(a)) >> (128 - fmt.width), plane + 1)
+               for plane, addrs in sorted(paths.items()) for a in addrs]
+    prof = EVProfile(pid, EXPLICIT, fmt, ev_count=len(entries), ev_min_active=1)
+    for i, (value, port) in enumerate(entries):
+        prof.replace(i, value, port)
     return prof

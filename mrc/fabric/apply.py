@@ -17,7 +17,7 @@ import time
 from contextlib import suppress
 
 from mrc.errors import FabricError, PrivilegeError, UsageError
-from mrc.fabric import nl, ns
+from mrc.fabric import nl, ns, resolver
 from mrc.fabric.plan import Op, link_ops, plan
 from mrc.fabric.topology import NS_PREFIX, Topology
 
@@ -40,6 +40,11 @@ def _pyroute2():
 # --------------------------------------------------------------------- state
 def state_path(name: str) -> str:
     return os.path.join(STATE_DIR, f"{name}.json")
+
+
+def topology_path(name: str) -> str:
+    """The fabric's topology file for the stack (mrc.fabric.resolver.write)."""
+    return os.path.join(STATE_DIR, f"{name}.topology")
 
 
 def save_state(t: Topology, faults: dict | None = None) -> None:
@@ -207,6 +212,7 @@ def up(t: Topology, progress=None) -> float:
     ex = Executor(t)
     try:
         save_state(t)
+        resolver.write(t, topology_path(t.name))
         batch = max(1, len(ops) // 20)
         for i in range(0, len(ops), batch):
             ex.run(ops[i:i + batch])
@@ -233,8 +239,9 @@ def down(name: str | None = None, all_fabrics: bool = False) -> list[str]:
             for f in os.listdir(STATE_DIR):
                 os.unlink(os.path.join(STATE_DIR, f))
     elif name:
-        with suppress(FileNotFoundError):
-            os.unlink(state_path(name))
+        for path in (state_path(name), topology_path(name)):
+            with suppress(FileNotFoundError):
+                os.unlink(path)
     return targets
 
 

@@ -6,7 +6,9 @@ import random
 
 from mrc._dp import lib
 
-from mrc.engine import Endpoint, QPAttr, Sim
+from mrc.core import QPAttr
+from mrc.manual import ManualContext
+from mrc.simlink import Sim
 
 PLANES, PER_PLANE = 4, 4
 
@@ -21,7 +23,7 @@ def attr(**kw) -> QPAttr:
 class Pair:
     def __init__(self, seed=1, qp_attr: QPAttr | None = None, **path):
         self.sim = Sim(PLANES, PER_PLANE, seed=seed)
-        self.a, self.b = Endpoint(planes=PLANES), Endpoint(planes=PLANES)
+        self.a, self.b = ManualContext(planes=PLANES), ManualContext(planes=PLANES)
         self.qa, self.qb = self.sim.connect(self.a, self.b, qp_attr or attr())
         self.sim.set_all(delay_ns=5000, **path)
         self.rng = random.Random(seed)

@@ -54,11 +54,3 @@ def wait_for_line(proc, text, timeout=20):
             if text in line:
                 return lines
     raise AssertionError(f"{text!r} never appeared: {lines}")
-
-
-def info_for(t, ctx, qp, mr, me):
-    """Our info as the peer (the other of hosts 0 and 1) needs it: the paths *to us*."""
-    i = ctx.local_info(qp, mr)
-    other = 1 - me
-    i.paths = {p: [t.path_address(other, me, p, s) for s in range(t.spines)] for p in range(t.planes)}
-    return i

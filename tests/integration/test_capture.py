@@ -53,7 +53,11 @@ def test_capture_of_a_perf_transfer_decodes_cleanly(fabric, tmp_path):
                 p.wait()
     assert not subprocess.run(["pgrep", "-f", f"tcpdump.*{pcap}"], capture_output=True).stdout  # nothing left
 
-    out = subprocess.run(MRC + ["decode", pcap, "--json"], capture_output=True, text=True)
+    from mrc.fabric import apply
+
+    # hosts named by the fabric's topology file (`mrc fabric up` wrote it)
+    out = subprocess.run(MRC + ["decode", pcap, "--json", "--topology", apply.topology_path(t.name)],
+                         capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout)
     # tcpdump may fall behind at line rate (it says so); what it wrote must all decode

@@ -14,18 +14,10 @@ from mrc.fabric import apply, ns
 from mrc.fabric.check import PROTO_EXPERIMENT, check
 from mrc.fabric.topology import Topology
 from tests.integration.conftest import unique_name
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.root
 
-
-
-def wait_for(pred, timeout=5.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_switch_routes_really_carry_next_csid(small_fabric):
@@ -81,7 +73,15 @@ def test_capture_in_t1_shows_the_address_shifted_hop_by_hop(small_fabric, tmp_pa
         for _ in range(3):
             s.sendto(b"shift-test", (addr, 0))
         s.close()
-        time.sleep(0.3)
+
+        def captured(path):
+            try:
+                return len(rdpcap(path))
+            except Exception:  # nothing written yet
+                return 0
+
+        # tcpdump writes each packet as it comes (-U): wait until both saw all three
+        wait_for(lambda: all(captured(p) >= 3 for p in caps.values()), 5, 0.02, what="tcpdump writing the packets")
     finally:
         for p in procs.values():
             p.terminate()

@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrc import wire
-from mrc.engine import Endpoint, QPAttr
+from mrc.core import QPAttr
+from mrc.manual import ManualContext
 
 MASK = 0xFFFFFF
 
@@ -17,7 +18,7 @@ def test_psn_compare_across_wraparound(a, d):
 
 
 def responder(win_mpr=1):
-    ep = Endpoint(planes=2)
+    ep = ManualContext(planes=2)
     qp = ep.create_qp(QPAttr(planes=2, ev_count=8, mpr=win_mpr, ack_bytes=1 << 30))
     qp.connect(dest_qpn=77, peer=0)
     region = bytearray(64 * 1024 + 512)
@@ -102,10 +103,10 @@ def test_bad_rkey_or_range_gets_remote_access_and_writes_nothing(off, length, ba
 
 
 def test_requester_gets_remote_access_error_and_target_unchanged():
-    from mrc.engine import Sim
+    from mrc.simlink import Sim
 
     sim = Sim(planes=2, per_plane=2, seed=3)
-    a, b = Endpoint(planes=2), Endpoint(planes=2)
+    a, b = ManualContext(planes=2), ManualContext(planes=2)
     qa, qb = sim.connect(a, b, QPAttr(planes=2, ev_count=8))
     src = bytearray(b"x" * 10000)
     target = bytearray(b"\x01" * 8192)

@@ -20,11 +20,12 @@ from mrc.ctl.profiles import (
     UDP,
     UNKNOWN,
     CCProfile,
-    CtlError,
     EVField,
     EVFormatProfile,
     EVProfile,
 )
+from mrc.errors import ErrnoError
+from mrc.fabric.profiles import srv6_from_fabric, srv6_plane_fields
 from mrc.fabric.topology import Topology
 
 
@@ -95,16 +96,16 @@ def test_fewer_fields_than_format_fields_leave_the_low_bits_zero():
 def test_srv6_example_from_the_fabric_plan_matches_every_path_address():
     t = Topology(planes=4, spines=3, leaves=2, hosts=4)
     for src, dst in ((0, 3), (3, 0), (0, 1)):
-        prof = pr.srv6_from_fabric(t, src, dst)
+        prof = srv6_from_fabric(t, src, dst)
         assert prof.mode == EXPLICIT and prof.ev_count == t.planes * t.spines and prof.state == OFFLINE
         want = {p: [t.path_address(src, dst, p, s) for s in range(t.spines)] for p in range(t.planes)}
         assert prof.paths() == want
         # the per-plane GENERATED form: upper 8 bits of the T1 uSID fixed, lower 8 generated
-        f = pr.srv6_plane_fields(t, src, dst, 1)
+        f = srv6_plane_fields(t, src, dst, 1)
         assert f[2].init_val == 0x2100 and f[2].mask == 0x00FF and f[2].count == t.spines
         assert all(x.mask == 0 for i, x in enumerate(f) if i != 2)
     # a denied path leaves the profile's path list
-    prof = pr.srv6_from_fabric(t, 0, 3)
+    prof = srv6_from_fabric(t, 0, 3)
     bad = t.path_address(0, 3, 2, 1)
     prof.set_ev_state(int(ipaddress.IPv6Address(bad)) >> 32, DENIED)
     assert bad not in prof.paths()[2] and len(prof.paths()[2]) == t.spines - 1
@@ -121,19 +122,19 @@ def test_srv6_example_from_the_fabric_plan_matches_every_path_address():
 ])
 def test_field_rules_are_einval(fields, why):
     fmt = EVFormatProfile(1, UDP, [8, 8])
-    with pytest.raises(CtlError, match=why) as e:
+    with pytest.raises(ErrnoError, match=why) as e:
         EVProfile(1, GENERATED, fmt, fields=fields)
     assert code(e) == errno.EINVAL
 
 
 def test_format_rules():
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         EVFormatProfile(1, STEV, [20, 16, 1])  # 37 bits: STEV carries 36
     assert code(e) == errno.EINVAL and "36" in str(e.value)
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         EVFormatProfile(1, "ROCE", [8])
     assert code(e) == errno.EINVAL
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         EVFormatProfile(1, SRV6, [1] * 9)
     assert code(e) == errno.E2BIG
 
@@ -141,13 +142,13 @@ def test_format_rules():
 def test_state_machine_init_offline_online_and_back():
     fmt = EVFormatProfile(1)
     assert fmt.state == INIT
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         fmt.online()  # INIT -> ONLINE skips configuration
     assert code(e) == errno.EINVAL
     fmt.modify(UDP, [16])
     assert fmt.state == OFFLINE
     prof = EVProfile(5, GENERATED, fmt, fields=[EVField(16, mask=0xF)])
-    with pytest.raises(CtlError, match="bring it ONLINE") as e:
+    with pytest.raises(ErrnoError, match="bring it ONLINE") as e:
         prof.online()  # its format profile is still OFFLINE
     assert code(e) == errno.EINVAL
     fmt.online()
@@ -156,7 +157,7 @@ def test_state_machine_init_offline_online_and_back():
     # ONLINE: modification is EBUSY, the format profile under it too
     for call in (lambda: prof.modify(AUTO, None, ev_count=8), lambda: prof.replace(0, 1, 1),
                  lambda: fmt.modify(UDP, [8]), fmt.offline, fmt.reset, prof.reset):
-        with pytest.raises(CtlError) as e:
+        with pytest.raises(ErrnoError) as e:
             call()
         assert code(e) == errno.EBUSY
     prof.offline()
@@ -164,7 +165,7 @@ def test_state_machine_init_offline_online_and_back():
     prof.reset()
     fmt.reset()
     assert (prof.state, fmt.state) == (INIT, INIT)
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         prof.offline()
     assert code(e) == errno.EINVAL
 
@@ -176,45 +177,45 @@ def test_explicit_profile_starts_unpopulated_and_must_be_filled_before_online():
     assert prof.query_array(4) == [None] * 4
     for i in range(3):
         prof.replace(i, 0x100 + i, 1 + i)
-    with pytest.raises(CtlError, match="1 of 4 EVs unpopulated") as e:
+    with pytest.raises(ErrnoError, match="1 of 4 EVs unpopulated") as e:
         prof.online()
     assert code(e) == errno.EINVAL
     prof.replace(3, 0x100, 2)       # a second copy of EV 0x100
     assert prof.replace(0, 0x200, 4, all_copies=True) == 2  # both copies replaced
     assert [e["value"] for e in prof.query_array(8)] == [0x200, 0x101, 0x102, 0x200]
     prof.online()
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         prof.query_array(3)
     assert code(e) == errno.E2BIG and e.value.needed == 4
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         prof.set_ev_state(0x999, DENIED)
     assert code(e) == errno.ENOENT
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         prof.replace(9, 1, 1)
     assert code(e) in (errno.EBUSY, errno.ENOENT)
     prof.offline()
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         prof.replace(9, 1, 1)
     assert code(e) == errno.ENOENT
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         prof.replace(0, 1 << 36, 1)
     assert code(e) == errno.EINVAL
 
 
 def test_ev_count_limits_and_ev_min_active():
     fmt = EVFormatProfile(1, UDP, [16])
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         EVProfile(1, EXPLICIT, fmt, ev_count=pr.LIMITS.max_evs_per_profile + 1)
     assert code(e) == errno.E2BIG and e.value.needed == pr.LIMITS.max_evs_per_profile + 1
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         EVProfile(1, GENERATED, fmt, fields=[EVField(16, mask=0x3)], ev_count=5)  # 4 generated
     assert code(e) == errno.EINVAL
     prof = EVProfile(1, GENERATED, fmt, fields=[EVField(16, mask=0x3)], ev_min_active=3)
     prof.set_ev_state(0, DENIED)
-    with pytest.raises(CtlError, match="ev_min_active") as e:
+    with pytest.raises(ErrnoError, match="ev_min_active") as e:
         prof.set_ev_state(1, DENIED)
     assert code(e) == errno.EBUSY
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         prof.set_ev_state(1, "ASSUMED_BAD")  # the device sets that one, not the controller
     assert code(e) == errno.EINVAL
     assert UNKNOWN in pr.EV_STATES
@@ -224,7 +225,7 @@ def test_auto_profile_needs_only_a_count():
     prof = EVProfile(7, AUTO, None, ev_count=128, ev_min_active=8)
     prof.online()
     assert prof.query()["mode"] == AUTO and prof.ev_count == 128
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         EVProfile(8, EXPLICIT, None, ev_count=4)
     assert code(e) == errno.EINVAL
 
@@ -233,13 +234,13 @@ def test_cc_profile_nscc_named_parameters():
     cc = CCProfile(1, "uet-1.0-nscc", {"base_rtt": 100_000, "max_cwnd": 500_000, "disable_qa": 1})
     assert cc.state == OFFLINE and cc.query()["config"]["max_cwnd"] == 500_000
     cc.online()
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         cc.modify("uet-1.0-nscc", {})
     assert code(e) == errno.EBUSY
     cc.offline()
     for algorithm, cfg in (("cubic", {}), ("uet-1.0-nscc", {"bogus": 1}), ("uet-1.0-nscc", {"disable_qa": 2}),
                            ("uet-1.0-nscc", {"eta": -1}), ("uet-1.0-nscc", {"max_cwnd": 0})):
-        with pytest.raises(CtlError) as e:
+        with pytest.raises(ErrnoError) as e:
             cc.modify(algorithm, cfg)
         assert code(e) == errno.EINVAL, (algorithm, cfg)
     assert set(pr.NSCC_FIELDS) == {"disable_qa", "adjust_bytes_threshold", "adjust_period_threshold", "base_rtt",
@@ -249,21 +250,21 @@ def test_cc_profile_nscc_named_parameters():
 
 def test_registry_binds_qps_to_online_profiles_and_an_ev_profile_in_use_is_ebusy():
     reg = pr.Registry()
-    with pytest.raises(CtlError, match="no CC profile 3") as e:
+    with pytest.raises(ErrnoError, match="no CC profile 3") as e:
         reg.acquire("cc", 3)
     assert code(e) == errno.ENOENT
     cc = reg.add(CCProfile(3, "uet-1.0-nscc", {"max_cwnd": 300_000}))
-    with pytest.raises(CtlError, match="bring it ONLINE") as e:
+    with pytest.raises(ErrnoError, match="bring it ONLINE") as e:
         reg.acquire("cc", 3)  # OFFLINE: not usable by a QP yet
     assert code(e) == errno.EINVAL
     cc.online()
     assert reg.acquire("cc", 3) is cc and cc.users == 1
     for call in (cc.offline, lambda: cc.modify("uet-1.0-nscc", {}), cc.reset):
-        with pytest.raises(CtlError) as e:
+        with pytest.raises(ErrnoError) as e:
             call()
         assert code(e) == errno.EBUSY
     # a configured id cannot be taken over by a new profile
-    with pytest.raises(CtlError, match="reset") as e:
+    with pytest.raises(ErrnoError, match="reset") as e:
         reg.add(CCProfile(3, "uet-1.0-nscc", {}))
     assert code(e) == errno.EBUSY
     reg.release(cc)
@@ -273,11 +274,11 @@ def test_registry_binds_qps_to_online_profiles_and_an_ev_profile_in_use_is_ebusy
 
     # an EV profile in use by a QP: OFFLINE is EBUSY; denials reach the QP through watchers
     t = Topology(planes=2, spines=2, leaves=2, hosts=2)
-    prof = reg.add(pr.srv6_from_fabric(t, 0, 1, pid=7))
+    prof = reg.add(srv6_from_fabric(t, 0, 1, pid=7))
     prof.fmt.online()
     prof.online()
     assert reg.acquire("ev", 7) is prof
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         prof.offline()
     assert code(e) == errno.EBUSY
     seen = []
@@ -297,7 +298,7 @@ def test_registry_limits_are_e2big():
     reg = pr.Registry()
     for i in range(pr.LIMITS.max_fmt_profiles):
         reg.add(EVFormatProfile(i, UDP, [16]))
-    with pytest.raises(CtlError) as e:
+    with pytest.raises(ErrnoError) as e:
         reg.add(EVFormatProfile(99, UDP, [16]))
     assert code(e) == errno.E2BIG
     # a reset profile's id can be configured anew: no new slot is needed

@@ -1,6 +1,7 @@
 """The scapy layers against the C wire format, both ways, for every packet type;
 `mrc decode` on a pcap with known contents; the Lua dissector on the same
 bytes (when tshark is installed); scapy stays out of the core package."""
+import os
 import shutil
 import subprocess
 import sys
@@ -13,9 +14,12 @@ from scapy.layers.inet6 import IPv6  # noqa: E402
 from scapy.layers.l2 import Ether  # noqa: E402
 from scapy.utils import wrpcap  # noqa: E402
 
-from mrc import capture, wire  # noqa: E402
+from mrc import decode, paths, wire  # noqa: E402
 from mrc import dissect as d  # noqa: E402
+from mrc.fabric.resolver import resolver  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
+
+SMALL = Topology(planes=2, spines=2, leaves=2, hosts=2)
 
 LUA = "tools/mrc.lua"
 
@@ -142,13 +146,17 @@ def test_corrupted_byte_fails_the_icrc():
 
 
 def test_ev_and_usid_path():
-    t = Topology(planes=2, spines=2, leaves=2, hosts=2)
+    t = SMALL
     dst = t.path_address(0, 1, 1, 0)
     ev = 0x7ABC1005  # any 32-bit EV: bits 0..19 in the flow label, 20..31 from the UDP source port
     pkt = IPv6(dst=dst, fl=ev & 0xFFFFF) / UDP(sport=0xC000 | (ev >> 18) & 0x3FFF, dport=wire.UDP_PORT)
     assert d.ev_of(IPv6(bytes(pkt))) == ev
-    assert d.usid_path(dst, t) == {"plane": 1, "hops": ["p1l0", "p1s0", "p1l1"], "host": "h1"}
-    assert d.usid_path("2001:db8::1", t) == {"plane": None, "hops": [], "host": None}
+    assert (wire.ev_flow_label(ev), wire.ev_udp_sport(ev)) == (pkt.fl, pkt[UDP].sport)
+    # the container's uSIDs, generically; named by the fabric's topology
+    assert paths.usids(dst, 32) == [0x1100, 0x2100, 0x1101, 0xB101]
+    r = resolver(t)
+    assert r.describe(dst) == {"hops": ["p1l0", "p1s0", "p1l1"], "host": "h1"}
+    assert r.describe("2001:db8::1") == {"hops": [], "host": None}
 
 
 def frame(t, src, dst, plane, spine, ev, mrc_bytes):
@@ -162,7 +170,7 @@ def frame(t, src, dst, plane, spine, ev, mrc_bytes):
 def sample_pcap(tmp_path):
     """A known conversation: 8 data packets on 2 planes (PSN 3 arriving late,
     one retransmission), 2 SACKs, a NACK, a corrupted packet and a cut one."""
-    t = Topology(planes=2, spines=2, leaves=2, hosts=2)
+    t = SMALL
     pkts, order = [], [0, 1, 2, 4, 5, 3, 6, 7]
     for psn in order:
         ev = (psn % 2) << 16 | psn
@@ -186,7 +194,7 @@ def sample_pcap(tmp_path):
 
 def test_decode_summarises_a_known_capture(sample_pcap):
     path, _ = sample_pcap
-    r = capture.decode(path)
+    r = decode.decode(path, resolver(SMALL))
     assert r["packets"] == 14 and r["malformed"] == 1 and r["icrc_failures"] == 1
     qps = {q["qp"]: q for q in r["qps"]}
     data, acks = qps["h0->h1 qp 5"], qps["h1->h0 qp 6"]
@@ -198,14 +206,25 @@ def test_decode_summarises_a_known_capture(sample_pcap):
     assert r["planes"] == {"0": 7, "1": 6}
 
 
-def test_decode_cli_json_and_exit_code(sample_pcap):
-    path, _ = sample_pcap
-    out = subprocess.run([sys.executable, "-m", "mrc", "decode", path, "--json"], capture_output=True, text=True)
-    assert out.returncode == 1  # a malformed packet
+def test_decode_cli_json_and_exit_code(sample_pcap, tmp_path):
     import json
 
+    from mrc.fabric.resolver import export
+
+    path, _ = sample_pcap
+    topo = tmp_path / "small.json"
+    topo.write_text(json.dumps(export(SMALL)))
+    out = subprocess.run([sys.executable, "-m", "mrc", "decode", path, "--json", "--topology", str(topo)],
+                         capture_output=True, text=True)
+    assert out.returncode == 1  # a malformed packet
     r = json.loads(out.stdout)
     assert {"packets", "malformed", "qps", "planes"} <= set(r)
+    assert {q["qp"] for q in r["qps"]} == {"h0->h1 qp 5", "h1->h0 qp 6"}  # hosts named by the topology file
+    # without a topology the hosts are their addresses
+    plain = json.loads(subprocess.run([sys.executable, "-m", "mrc", "decode", path, "--json"], capture_output=True,
+                                      text=True, env={k: v for k, v in os.environ.items() if k != "MRC_TOPOLOGY"}
+                                      ).stdout)
+    assert f"{SMALL.port_address(0, 0)}->" in " ".join(q["qp"] for q in plain["qps"])
     bad = subprocess.run([sys.executable, "-m", "mrc", "decode", "/nonexistent.pcap"], capture_output=True, text=True)
     assert bad.returncode == 2 and "cannot read" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -226,7 +245,7 @@ def test_lua_dissector_agrees_with_scapy(sample_pcap):
         b = p[d.BTH]
         assert int(row[0], 16) == b.opcode and int(row[1]) == b.psn and int(row[2], 16) == d.ev_of(p)
         assert int(row[3]) == b.dest_qp
-        info = d.usid_path(p[IPv6].dst)
+        info = resolver(SMALL).describe(p[IPv6].dst)
         assert row[5].split() == info["hops"] + ["->", info["host"]]
     assert [r[4] for r in rows[:-2]] == ["1"] * (len(rows) - 2)
     assert rows[-2][4] == "0"  # the corrupted one
@@ -235,6 +254,6 @@ def test_lua_dissector_agrees_with_scapy(sample_pcap):
 
 
 def test_core_package_imports_without_scapy():
-    code = ("import sys, mrc, mrc.verbs, mrc.cli, mrc.perf, mrc.capture, mrc.fabric.apply; "
+    code = ("import sys, mrc, mrc.verbs, mrc.cli, mrc.perf, mrc.decode, mrc.fabric.capture, mrc.fabric.apply; "
             "assert not [m for m in sys.modules if m.startswith('scapy')], 'scapy was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

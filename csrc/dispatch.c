@@ -1,0 +1,175 @@
+/* The core's entry points, above the roles: a received packet is parsed,
+ * checked and handed to the one role it is for (responder, completer, EV
+ * probes, port status); poll_tx drains control packets, then runs each
+ * active QP's retransmit timer and its requester; next_timer says when to
+ * come back; a port change stops or restarts a plane. Nothing below calls
+ * in here (core.h has the layering).
+ *
+ * Lock: none is taken here; the caller drives the endpoint from one thread
+ * at a time (the engine thread holds the endpoint lock; a test or the
+ * in-memory link drives a context that has no thread). */
+#include "core.h"
+
+/* ------------------------------------------------------------ input */
+/* A peer's port status update for QP q (protocol.md 3, "Probes and ports"). */
+static void on_port_status(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p)
+{
+    if (q->remote_ports != p->port_bitmap)
+        ep_async_event(ep, MRC_EVENT_PEER_PORTS, q->qpn, p->port_bitmap);
+    q->remote_ports = p->port_bitmap;
+}
+
+int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const struct mrc_meta *m, uint64_t now)
+{
+    struct mrc_pkt p;
+    int rc = mrc_pkt_parse(pkt, len, m->trimmed, &p);
+    if (rc < 0) {
+        ep_drop(ep, MRC_DROP_MALFORMED);
+        return rc;
+    }
+    if (!m->trimmed && !mrc_pkt_icrc_ok(pkt, len)) {
+        ep_drop(ep, MRC_DROP_ICRC);
+        return -EBADMSG;
+    }
+    if ((p.opcode == MRC_OP_ENDPOINT_REQUEST || p.opcode == MRC_OP_ENDPOINT_RESPONSE) && p.ep_op == MRC_EP_EV_PROBE)
+        return evprobe_on_packet(ep, &p, m, now); /* connectionless: no QP */
+    struct qp *q = ep_qp(ep, p.dqpn);
+    if (!q) {
+        ep_drop(ep, MRC_DROP_UNKNOWN_QP);
+        return -ENOENT;
+    }
+    if (q->state != MRC_QPS_RTR && q->state != MRC_QPS_RTS) {
+        ep_drop(ep, MRC_DROP_QP_STATE);
+        return -EINVAL;
+    }
+    if (mrc_opcode_is_data(p.opcode)) {
+        resp_on_data(ep, q, pkt, len, &p, m, now);
+    } else if (p.opcode == MRC_OP_SACK) {
+        if (m->trimmed) {
+            ep_drop(ep, MRC_DROP_TRIMMED);
+            return -EBADMSG;
+        }
+        comp_on_sack(ep, q, &p, now);
+    } else if (p.opcode == MRC_OP_NACK) {
+        comp_on_nack(ep, q, &p, now);
+    } else if (p.opcode == MRC_OP_RELIABILITY_PROBE) {
+        resp_on_probe(ep, q, &p, m);
+    } else if (p.opcode == MRC_OP_ENDPOINT_REQUEST && p.ep_op == MRC_EP_PORT_STATUS) {
+        on_port_status(ep, q, &p);
+    } else {
+        ep_drop(ep, MRC_DROP_MALFORMED);
+        return -EPROTO;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ output */
+/* Completions that waited for room in a CQ go in once the application has
+ * polled; a QP in ERROR goes on flushing. */
+static void offer_waiting_completions(struct mrc_ep *ep)
+{
+    uint32_t polls = __atomic_load_n(&ep->cq_polls, __ATOMIC_ACQUIRE);
+    if (!ep->cq_waiters || polls == ep->cq_polls_seen)
+        return;
+    ep->cq_polls_seen = polls;
+    for (uint32_t i = 0; i < ep->a.max_qps && ep->cq_waiters; i++) {
+        struct qp *q = ep->qps[i];
+        if (!q || !(q->scq_wait || q->rcq_wait))
+            continue;
+        if (q->state == MRC_QPS_ERROR) {
+            qp_flush(ep, q, MRC_WC_WR_FLUSH_ERR);
+            continue;
+        }
+        if (q->scq_wait)
+            comp_complete(ep, q);
+        if (q->rcq_wait)
+            resp_retry_completions(ep, q);
+    }
+}
+
+int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max)
+{
+    uint32_t n = 0, used = 0;
+    if (LOAD_SC(ep->flush_pending) && __atomic_exchange_n(&ep->flush_pending, 0, __ATOMIC_SEQ_CST)) {
+        for (uint32_t i = 0; i < ep->a.max_qps; i++)
+            if (ep->qps[i] && ep->qps[i]->state == MRC_QPS_ERROR)
+                qp_flush(ep, ep->qps[i], MRC_WC_WR_FLUSH_ERR);
+    }
+    offer_waiting_completions(ep);
+    /* control packets first: they unblock the peer */
+    struct ctrl *c;
+    while (n < max && (c = ep_ctrl_peek(ep)) != NULL) {
+        if (used + c->len > buflen)
+            return (int)n;
+        memcpy(buf + used, c->buf, c->len);
+        d[n] = (struct mrc_txdesc){.off = used, .len = c->len, .ev = c->ev, .peer = c->peer, .tclass = c->tclass};
+        if (c->probe_id)
+            evprobe_left(ep, c->probe_id, now); /* the RTT starts when it leaves */
+        used += c->len;
+        n++;
+        ep_ctrl_pop(ep);
+    }
+    /* then every active QP in turn, starting after the one served first last time */
+    uint32_t nq = ep->nact;
+    for (uint32_t k = 0; k < nq && n < max && ep->nact; k++) {
+        uint32_t slot = (ep->rr_qp + k) % ep->nact;
+        struct qp *q = ep->qps[ep->act[slot]];
+        if (!q || q->state != MRC_QPS_RTS)
+            continue;
+        comp_on_timer(ep, q, now);
+        if (q->state != MRC_QPS_RTS)
+            continue;
+        n += (uint32_t)req_poll_tx(ep, q, now, buf, buflen, &used, d + n, max - n);
+    }
+    if (ep->nact)
+        ep->rr_qp = (ep->rr_qp + 1) % ep->nact;
+    return (int)n;
+}
+
+uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now)
+{
+    if (ep_ctrl_peek(ep))
+        return now;
+    uint64_t t = MRC_INF_NS;
+    for (uint32_t i = 0; i < ep->nact; i++) {
+        struct qp *q = ep->qps[ep->act[i]];
+        if (!q || q->state != MRC_QPS_RTS)
+            continue;
+        uint64_t x = ev_next_timer(q, now), y = comp_next_timer(q, now), z = req_next_tx(ep, q, now);
+        x = x < y ? x : y;
+        x = x < z ? x : z;
+        if (x < t)
+            t = x;
+    }
+    return t;
+}
+
+/* ------------------------------------------------------------ ports */
+/* A local port (plane) went down or up: stop using its EVs at once and tell
+ * every connected peer through a port status update (protocol.md 3). */
+int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now)
+{
+    if (plane >= ep->a.planes)
+        return -EINVAL;
+    if (!!(ep->port_up & (1u << plane)) != !!up)
+        ep_async_event(ep, up ? MRC_EVENT_PORT_ACTIVE : MRC_EVENT_PORT_ERR, 0, plane);
+    if (up)
+        ep->port_up |= 1u << plane;
+    else
+        ep->port_up &= ~(1u << plane);
+    for (uint32_t i = 0; i < ep->a.max_qps; i++) {
+        struct qp *q = ep->qps[i];
+        if (!q || (q->state != MRC_QPS_RTS && q->state != MRC_QPS_RTR))
+            continue;
+        for (uint32_t pl = 0; pl < q->a.planes; pl++) {
+            if (!(ep->port_up & (1u << pl)))
+                continue;
+            struct ctrl *c = ep_ctrl_to(ep, q->peer, ev_make(pl, 0));
+            if (!c)
+                break;
+            ctrl_put(ep, c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_REQUEST, .dqpn = q->dqpn,
+                                              .ep_op = MRC_EP_PORT_STATUS, .port_bitmap = ep->port_up, .t1 = now});
+        }
+    }
+    return 0;
+}

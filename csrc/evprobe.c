@@ -1,0 +1,87 @@
+/* EV probes of the controller (protocol.md 3, mrc_ctl_ep_batch_send_wait):
+ * connectionless ENDPOINT_REQUESTs on a chosen EV to a peer, answered by
+ * the peer's endpoint on the EV they came on; the table of probes in flight
+ * and their round trips. (A QP's own probes of its ASSUMED_BAD EVs are
+ * RELIABILITY_PROBEs: requester.c and responder.c.)
+ *
+ * Lock: every function here runs with the endpoint lock held. Calls ep.c. */
+#include "core.h"
+
+int mrc_ep_probe_send(struct mrc_ep *ep, uint16_t peer, uint32_t ev, uint64_t now, uint32_t *id)
+{
+    uint32_t plane = ev_plane(ev);
+    if (plane >= ep->a.planes)
+        return -EINVAL;
+    if (!(ep->port_up & (1u << plane)))
+        return -ENETDOWN;
+    uint32_t pid = ep->probe_seq + 1 ? ep->probe_seq + 1 : 1; /* 0 is "no probe" */
+    struct probe *pr = &ep->probes[pid % MRC_PROBE_MAX];
+    if (pr->state != PROBE_FREE)
+        return -EBUSY;
+    struct ctrl *c = ep_ctrl_to(ep, peer, ev);
+    if (!c)
+        return -ENOSPC;
+    c->probe_id = pid;
+    int rc = ctrl_put(ep, c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_REQUEST, .dqpn = 0, .probe_id = pid,
+                                                .ep_op = MRC_EP_EV_PROBE, .port_bitmap = ep->port_up, .t1 = now});
+    if (rc < 0)
+        return rc;
+    ep->probe_seq = pid;
+    *pr = (struct probe){.id = pid, .ev = ev, .peer = peer, .state = PROBE_PENDING, .t_sent = now};
+    *id = pid;
+    return 0;
+}
+
+int mrc_ep_probe_result(struct mrc_ep *ep, uint32_t id, struct mrc_probe_result *out)
+{
+    struct probe *pr = &ep->probes[id % MRC_PROBE_MAX];
+    if (!id || pr->id != id || pr->state == PROBE_FREE)
+        return -ENOENT;
+    if (pr->state == PROBE_PENDING)
+        return 0;
+    *out = (struct mrc_probe_result){.id = id, .ev = pr->ev, .peer = pr->peer, .port = pr->port, .rtt_ns = pr->rtt};
+    pr->state = PROBE_FREE;
+    return 1;
+}
+
+int mrc_ep_probe_cancel(struct mrc_ep *ep, uint32_t id)
+{
+    struct probe *pr = &ep->probes[id % MRC_PROBE_MAX];
+    if (!id || pr->id != id || pr->state == PROBE_FREE)
+        return -ENOENT;
+    pr->state = PROBE_FREE;
+    return 0;
+}
+
+/* The request left now (poll_tx): its RTT starts here. */
+void evprobe_left(struct mrc_ep *ep, uint32_t id, uint64_t now)
+{
+    struct probe *pr = &ep->probes[id % MRC_PROBE_MAX];
+    if (pr->id == id)
+        pr->t_sent = now;
+}
+
+/* A request: answer on the EV it came in on, with the plane it arrived on.
+ * An answer: the RTT of the probe it names. */
+int evprobe_on_packet(struct mrc_ep *ep, const struct mrc_pkt *p, const struct mrc_meta *m, uint64_t now)
+{
+    if (p->opcode == MRC_OP_ENDPOINT_REQUEST) {
+        struct ctrl *c = ep_ctrl_to(ep, m->peer, m->ev);
+        if (!c)
+            return -ENOSPC; /* the prober times out, as on a congested path */
+        return ctrl_put(ep, c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_RESPONSE, .dqpn = 0,
+                                                 .probe_id = p->probe_id, .ep_op = MRC_EP_EV_PROBE,
+                                                 .rx_port = m->port, .port_bitmap = ep->port_up, .ev = m->ev,
+                                                 .t1 = p->t1, .t2 = 0});
+    }
+    struct probe *pr = &ep->probes[p->probe_id % MRC_PROBE_MAX];
+    if (!p->probe_id || pr->id != p->probe_id || pr->state != PROBE_PENDING || pr->peer != m->peer) {
+        ep_drop(ep, MRC_DROP_STALE_PROBE);
+        return -ENOENT;
+    }
+    pr->rtt = now > pr->t_sent ? now - pr->t_sent : 0;
+    pr->port = (uint8_t)m->port;
+    pr->state = PROBE_ANSWERED;
+    __atomic_add_fetch(&ep->probe_answered, 1, __ATOMIC_RELEASE);
+    return 0;
+}

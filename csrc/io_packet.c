@@ -1,0 +1,415 @@
+/* Raw-socket I/O of a context: one AF_PACKET socket per port (plane) with a
+ * classic BPF filter for UDP 4791 and a PACKET_RX_RING, one unbound socket
+ * that sends a batch for every port with sendmmsg, and the framing: the
+ * Ethernet, IPv6 and UDP headers around each MRC packet, with the UDP
+ * checksum over the final (post-uSID) destination (protocol.md 2). The peer
+ * table says how to reach each peer on each plane. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <linux/filter.h>
+#include <linux/if_ether.h>
+#include <net/if.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "io.h"
+
+enum { RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512 };
+
+/* One tx batch for all ports, in the order the engine built the packets (so
+ * that no plane waits behind another's burst): one unbound AF_PACKET socket,
+ * each message addressed to its port; the headers live here, the MRC packet
+ * stays where the core built it (two iovecs, no copy). */
+struct txq {
+    int fd;
+    uint32_t n;
+    struct mmsghdr msg[IO_BATCH];
+    struct iovec iov[IO_BATCH][2];
+    uint8_t hdr[IO_BATCH][IO_HDRS];
+    uint8_t port[IO_BATCH];
+};
+
+struct io {
+    struct io_port ports[MRC_MAX_PORTS];
+    uint32_t nports;
+    int plane_port[MRC_MAX_PLANES]; /* plane -> index into ports, -1 if none */
+    struct mrc_peer_cfg *peers;
+    uint32_t npeers;
+    struct txq tx;
+};
+
+/* Classic BPF: IPv6, next header UDP, destination port 4791. */
+static int attach_filter(int fd)
+{
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 12),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IPV6, 0, 5),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, MRC_ETH_HLEN + 6),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 17, 0, 3),
+        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, MRC_ETH_HLEN + MRC_IPV6_HLEN + 2),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MRC_UDP_PORT, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, 0xFFFF),
+        BPF_STMT(BPF_RET | BPF_K, 0),
+    };
+    struct sock_fprog prog = {.len = sizeof(code) / sizeof(code[0]), .filter = code};
+    return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog));
+}
+
+static void big_buffers(int fd, int rcv)
+{
+    int big = 8 << 20;
+    if (rcv && setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)) < 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big)) < 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+}
+
+static int open_port(struct io_port *p)
+{
+    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, htons(ETH_P_IPV6));
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    if (attach_filter(fd) < 0 || setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    big_buffers(fd, 1);
+    /* the receive ring: RX_FRAMES frames of RX_FRAME bytes (a 9216-byte frame
+     * plus the tpacket header), RX_BLOCK (a whole number of pages) per block */
+    int v = TPACKET_V2;
+    struct tpacket_req req = {.tp_block_size = RX_BLOCK, .tp_block_nr = RX_FRAMES * RX_FRAME / RX_BLOCK,
+                              .tp_frame_size = RX_FRAME, .tp_frame_nr = RX_FRAMES};
+    if (setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v, sizeof(v)) < 0 ||
+        setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof(req)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    p->ring_len = (size_t)RX_FRAMES * RX_FRAME;
+    p->ring = mmap(NULL, p->ring_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0); /* no faults later */
+    if (p->ring == MAP_FAILED) {
+        int e = errno;
+        p->ring = NULL;
+        close(fd);
+        return -e;
+    }
+    struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IPV6),
+                              .sll_ifindex = (int)p->cfg.ifindex};
+    if (bind(fd, (struct sockaddr *)&sll, sizeof(sll)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    p->fd = fd;
+    p->sll = (struct sockaddr_ll){.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IPV6),
+                                  .sll_ifindex = (int)p->cfg.ifindex, .sll_halen = 6};
+    memcpy(p->sll.sll_addr, p->cfg.dst_mac, 6);
+    return 0;
+}
+
+/* The tx socket: protocol 0, so it receives nothing. */
+static int open_tx(struct txq *t)
+{
+    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    big_buffers(fd, 0);
+    t->fd = fd;
+    for (int i = 0; i < IO_BATCH; i++) {
+        t->iov[i][0] = (struct iovec){t->hdr[i], IO_HDRS};
+        t->msg[i].msg_hdr = (struct msghdr){.msg_iov = t->iov[i], .msg_iovlen = 2,
+                                            .msg_namelen = sizeof(struct sockaddr_ll)};
+    }
+    return 0;
+}
+
+int io_open(const struct mrc_port_cfg *ports, uint32_t nports, struct io **out)
+{
+    if (nports == 0 || nports > MRC_MAX_PORTS)
+        return -EINVAL;
+    struct io *io = calloc(1, sizeof(*io));
+    if (!io)
+        return -ENOMEM;
+    for (int i = 0; i < MRC_MAX_PLANES; i++)
+        io->plane_port[i] = -1;
+    for (uint32_t i = 0; i < MRC_MAX_PORTS; i++)
+        io->ports[i].fd = -1;
+    io->tx.fd = -1;
+    int rc = 0;
+    io->peers = calloc(MRC_MAX_PEERS, sizeof(*io->peers));
+    if (!io->peers)
+        rc = -ENOMEM;
+    for (uint32_t i = 0; i < nports && !rc; i++) {
+        if (ports[i].plane >= MRC_MAX_PLANES) {
+            rc = -EINVAL;
+            break;
+        }
+        io->ports[i].cfg = ports[i];
+        io->plane_port[ports[i].plane] = (int)i;
+        io->nports = i + 1;
+        rc = open_port(&io->ports[i]);
+    }
+    if (!rc)
+        rc = open_tx(&io->tx);
+    if (rc < 0) {
+        io_close(io);
+        return rc;
+    }
+    *out = io;
+    return 0;
+}
+
+void io_close(struct io *io)
+{
+    if (!io)
+        return;
+    for (uint32_t i = 0; i < MRC_MAX_PORTS; i++) {
+        if (io->ports[i].fd >= 0)
+            close(io->ports[i].fd);
+        if (io->ports[i].ring)
+            munmap(io->ports[i].ring, io->ports[i].ring_len);
+    }
+    if (io->tx.fd >= 0)
+        close(io->tx.fd);
+    free(io->peers);
+    free(io);
+}
+
+uint32_t io_nports(const struct io *io) { return io->nports; }
+struct io_port *io_port(struct io *io, uint32_t i) { return i < io->nports ? &io->ports[i] : NULL; }
+
+struct io_port *io_plane_port(struct io *io, uint32_t plane)
+{
+    return plane < MRC_MAX_PLANES && io->plane_port[plane] >= 0 ? &io->ports[io->plane_port[plane]] : NULL;
+}
+
+uint32_t io_pollfds(struct io *io, struct pollfd *pf)
+{
+    for (uint32_t i = 0; i < io->nports; i++)
+        pf[i] = (struct pollfd){.fd = io->ports[i].fd, .events = POLLIN};
+    return io->nports;
+}
+
+/* ------------------------------------------------------------------ peers */
+int io_add_peer(struct io *io, const struct mrc_peer_cfg *peer)
+{
+    if (io->npeers >= MRC_MAX_PEERS || peer->nplanes > MRC_MAX_PLANES)
+        return -ENOSPC;
+    for (uint32_t p = 0; p < MRC_MAX_PLANES; p++)
+        if (peer->plane[p].npaths > MRC_MAX_PATHS)
+            return -EINVAL;
+    io->peers[io->npeers] = *peer;
+    return (int)io->npeers++;
+}
+
+int io_npeers(const struct io *io) { return (int)io->npeers; }
+
+int io_has_path(const struct io *io, uint16_t peer, uint32_t plane)
+{
+    return peer < io->npeers && plane < MRC_MAX_PLANES && io->peers[peer].plane[plane].npaths > 0;
+}
+
+/* ------------------------------------------------------------------ tx */
+static uint32_t csum_add(uint32_t sum, const uint8_t *p, size_t n)
+{
+    uint64_t s = sum;
+    while (n >= 8) {
+        uint32_t a, b;
+        memcpy(&a, p, 4);
+        memcpy(&b, p + 4, 4);
+        s += (uint64_t)a + b;
+        p += 8;
+        n -= 8;
+    }
+    while (n >= 2) {
+        uint16_t a;
+        memcpy(&a, p, 2);
+        s += a;
+        p += 2;
+        n -= 2;
+    }
+    if (n)
+        s += *p; /* little-endian host: the odd byte is the high byte of a big-endian word */
+    while (s >> 32)
+        s = (s & 0xFFFFFFFFu) + (s >> 32);
+    return (uint32_t)s;
+}
+
+static uint16_t csum_fold(uint32_t s)
+{
+    while (s >> 16)
+        s = (s & 0xFFFF) + (s >> 16);
+    return (uint16_t)~s;
+}
+
+/* Send the batch. A message that fails (its interface went down, say) is
+ * counted against its port and skipped; the engine retransmits what was lost. */
+void io_flush_tx(struct io *io)
+{
+    struct txq *t = &io->tx;
+    uint32_t off = 0;
+    while (off < t->n) {
+        int n = sendmmsg(t->fd, t->msg + off, t->n - off, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == ENOBUFS) { /* the socket is full: drop the rest */
+                for (; off < t->n; off++)
+                    io->ports[t->port[off]].st.tx_errors++;
+                break;
+            }
+            io->ports[t->port[off++]].st.tx_errors++;
+            continue;
+        }
+        for (int i = 0; i < n; i++, off++) {
+            struct io_port *p = &io->ports[t->port[off]];
+            p->st.tx_packets++;
+            p->st.tx_bytes += IO_HDRS + t->iov[off][1].iov_len;
+        }
+        if (n == 0)
+            break;
+    }
+    uint32_t seen = 0;
+    for (uint32_t i = 0; i < t->n; i++)
+        seen |= 1u << t->port[i];
+    for (uint32_t i = 0; i < io->nports; i++)
+        io->ports[i].st.tx_batches += (seen >> i) & 1;
+    t->n = 0;
+}
+
+/* Wrap one engine packet in Ethernet/IPv6/UDP for its EV's plane and path.
+ * pkt must stay valid until the next io_flush_tx (the batch points into it). */
+void io_queue_tx(struct io *io, const struct mrc_txdesc *d, const uint8_t *pkt)
+{
+    uint32_t plane = ev_plane(d->ev) & (MRC_MAX_PLANES - 1), entropy = ev_entropy(d->ev);
+    int pi = io->plane_port[plane];
+    if (pi < 0 || d->peer >= io->npeers || io->peers[d->peer].plane[plane].npaths == 0 || d->len + IO_HDRS > IO_FRAME) {
+        if (pi >= 0)
+            io->ports[pi].st.tx_no_path++;
+        return;
+    }
+    struct io_port *p = &io->ports[pi];
+    const struct mrc_peer_plane *pp = &io->peers[d->peer].plane[plane];
+    struct txq *t = &io->tx;
+    uint8_t *f = t->hdr[t->n];
+    memcpy(f, p->cfg.dst_mac, 6);
+    memcpy(f + 6, p->cfg.src_mac, 6);
+    f[12] = 0x86;
+    f[13] = 0xDD;
+    uint8_t *ip = f + MRC_ETH_HLEN;
+    put32(ip, (6u << 28) | ((uint32_t)d->tclass << 20) | ev_flow_label(d->ev)); /* protocol.md 2, "EV on the wire" */
+    put16(ip + 4, (uint16_t)(MRC_UDP_HLEN + d->len));
+    ip[6] = 17;
+    ip[7] = 64;
+    memcpy(ip + 8, p->cfg.src_addr, 16);
+    memcpy(ip + 24, pp->paths[entropy % pp->npaths], 16);
+    uint8_t *udp = ip + MRC_IPV6_HLEN;
+    put16(udp, ev_udp_sport(d->ev));
+    put16(udp + 2, MRC_UDP_PORT);
+    put16(udp + 4, (uint16_t)(MRC_UDP_HLEN + d->len));
+    put16(udp + 6, 0);
+    /* checksum over the *final* destination, the one left after every uSID shift */
+    uint8_t ph[8] = {0};
+    put32(ph, MRC_UDP_HLEN + d->len);
+    ph[7] = 17;
+    uint32_t s = csum_add(0, p->cfg.src_addr, 16);
+    s = csum_add(s, pp->final_addr, 16);
+    s = csum_add(s, ph, 8);
+    s = csum_add(s, udp, MRC_UDP_HLEN); /* 8 bytes: the payload's words stay aligned */
+    s = csum_add(s, pkt, d->len);
+    uint16_t ck = csum_fold(s);
+    if (ck == 0)
+        ck = 0xFFFF;
+    memcpy(udp + 6, &ck, 2); /* already in network order: summed as raw words */
+    t->iov[t->n][1] = (struct iovec){(void *)pkt, d->len};
+    t->msg[t->n].msg_hdr.msg_name = &p->sll;
+    t->port[t->n] = (uint8_t)pi;
+    if (++t->n == IO_BATCH)
+        io_flush_tx(io);
+}
+
+/* ------------------------------------------------------------------ rx */
+static int peer_of(const struct io *io, const uint8_t *src, uint32_t plane)
+{
+    for (uint32_t i = 0; i < io->npeers; i++)
+        if (!memcmp(io->peers[i].plane[plane].final_addr, src, 16))
+            return (int)i;
+    return -1;
+}
+
+/* One received frame: unwrap Ethernet/IPv6/UDP and hand MRC to the core. */
+static void rx_frame(struct io *io, struct io_port *p, struct mrc_ep *ep, const uint8_t *f, uint32_t len,
+                     uint64_t now)
+{
+    if (len < IO_HDRS + MRC_BTH_LEN) {
+        p->st.rx_foreign++;
+        return;
+    }
+    const uint8_t *ip = f + MRC_ETH_HLEN, *udp = ip + MRC_IPV6_HLEN;
+    uint32_t w0 = get32(ip);
+    uint8_t tclass = (uint8_t)(w0 >> 20);
+    uint32_t ulen = get16(udp + 4);
+    if (ulen < MRC_UDP_HLEN || ulen > len - MRC_ETH_HLEN - MRC_IPV6_HLEN) {
+        p->st.rx_foreign++;
+        return;
+    }
+    int peer = peer_of(io, ip + 8, p->cfg.plane);
+    if (peer < 0) {
+        p->st.rx_foreign++;
+        return;
+    }
+    struct mrc_meta m = {.ev = ev_from_wire(w0, get16(udp)), .peer = (uint16_t)peer, .port = (uint8_t)p->cfg.plane,
+                         .ecn_ce = (tclass & 3) == MRC_ECN_CE, .trimmed = (tclass >> 2) == MRC_DSCP_TRIMMED};
+    p->st.rx_packets++;
+    p->st.rx_bytes += len;
+    mrc_ep_input(ep, udp + MRC_UDP_HLEN, ulen - MRC_UDP_HLEN, &m, now);
+}
+
+/* Take up to max frames from the port's receive ring (no system call). */
+static int rx_port(struct io *io, struct io_port *p, struct mrc_ep *ep, uint64_t now, int max)
+{
+    int n = 0;
+    while (n < max) {
+        struct tpacket2_hdr *h = (struct tpacket2_hdr *)(p->ring + (size_t)p->rhead * RX_FRAME);
+        uint32_t st = __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE);
+        if (!(st & TP_STATUS_USER))
+            break;
+        if (h->tp_snaplen < h->tp_len || h->tp_mac + h->tp_snaplen > RX_FRAME)
+            p->st.rx_foreign++; /* truncated: larger than any MRC frame */
+        else
+            rx_frame(io, p, ep, (const uint8_t *)h + h->tp_mac, h->tp_snaplen, now);
+        __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+        p->rhead = p->rhead + 1 == RX_FRAMES ? 0 : p->rhead + 1;
+        n++;
+    }
+    if (n)
+        p->st.rx_batches++;
+    return n;
+}
+
+/* A few frames from every port: draining one plane's backlog before the
+ * next would look to the peer like reordering by plane. */
+int io_rx_round(struct io *io, struct mrc_ep *ep, uint64_t now)
+{
+    int got = 0;
+    for (uint32_t i = 0; i < io->nports; i++)
+        got += rx_port(io, &io->ports[i], ep, now, IO_RX_ROUND);
+    return got;
+}
+
+int io_port_stats(struct io *io, uint32_t port, struct mrc_port_stats *st)
+{
+    if (port >= io->nports)
+        return -EINVAL;
+    struct io_port *p = &io->ports[port];
+    struct tpacket_stats ks;
+    socklen_t kl = sizeof(ks);
+    /* the kernel's counters reset on every read: add them up here */
+    if (p->fd >= 0 && getsockopt(p->fd, SOL_PACKET, PACKET_STATISTICS, &ks, &kl) == 0)
+        p->st.rx_ring_drops += ks.tp_drops;
+    *st = p->st;
+    return 0;
+}

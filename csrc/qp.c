@@ -1,0 +1,271 @@
+/* Queue pairs: creation with their rings and EV set, the QP state machine
+ * (RESET -> INIT -> RTR -> RTS, any -> ERROR, any -> RESET, as libibverbs
+ * documents them), flushing into the CQs, and the counters.
+ *
+ * qp_transition() is the only writer of a QP's state: the table says which
+ * moves the application may ask for, and entering a state does its work
+ * (RTS joins the active list the tx path visits; ERROR leaves it and
+ * flushes every WR and receive; RESET leaves it).
+ *
+ * Lock: every function here runs with the endpoint lock held. Calls ev.c,
+ * the CC ops (cc_nscc.c) and ep.c. */
+#include "core.h"
+
+static const char *const state_names[] = {"RESET", "INIT", "RTR", "RTS", "ERROR"};
+
+const char *mrc_qp_state_name(uint32_t s) { return s <= MRC_QPS_ERROR ? state_names[s] : NULL; }
+
+/* may[from][to]: the transitions mrc_qp_modify accepts. A move to the state
+ * the QP is in is accepted for ERROR only (nothing to do). */
+static const uint8_t may[5][5] = {
+    /*           RESET INIT RTR RTS ERROR */
+    /* RESET */ {1, 1, 0, 0, 1},
+    /* INIT */  {1, 0, 1, 0, 1},
+    /* RTR */   {1, 0, 0, 1, 1},
+    /* RTS */   {1, 0, 0, 0, 1},
+    /* ERROR */ {1, 0, 0, 0, 1},
+};
+
+void mrc_qp_attr_default(struct mrc_qp_attr *a)
+{
+    memset(a, 0, sizeof(*a));
+    a->mpr = 8;              /* 1024 PSNs */
+    a->max_wimm = 64;
+    a->timeout = 9;          /* 1.024 us x 2^9 = 524 us */
+    a->linear_cnt = 7;
+    a->exp_cnt = 7;
+    a->mtu = 4096;
+    a->planes = 8;
+    a->ev_count = 128;
+    a->ev_min_active = 8;
+    a->ev_backup = 16;
+    a->ack_bytes = 16384;
+    a->probe_k = 3;
+    a->probe_interval_ns = 100000;
+    a->skip_ns = 20000;
+    a->reorder_ns = 20000;
+    a->sq_depth = 64;
+    a->rq_depth = 64;
+    /* NSCC defaults scale from BDP = rate x base RTT (protocol.md section 5):
+     * 100 Gb/s x 10 us = 125 KB */
+    a->cc.base_rtt = 10000;
+    a->cc.target_delay = 8000;
+    a->cc.max_cwnd = 187500;
+    a->cc.fi = 256;
+    a->cc.fi_scale = 1000;
+    a->cc.eta = 128;
+    a->cc.gamma = 800;
+    a->cc.max_md_jump = 500;
+    a->cc.qa_gate = 3;
+    a->cc.qa_threshold = 40000;
+    a->cc.adjust_bytes_threshold = 32768;
+    a->cc.adjust_period_threshold = 10000;
+}
+
+static size_t pow2_roundup(size_t n) { size_t p = 1; while (p < n) p <<= 1; return p; }
+
+size_t qp_state_bytes(const struct mrc_qp_attr *a)
+{
+    size_t win = (size_t)a->mpr * MRC_MPR_UNIT;
+    size_t nevs = a->ev_count + (size_t)a->ev_backup * a->planes;
+    return sizeof(struct qp) + (a->sq_depth + 1) * sizeof(struct wqe) + win * sizeof(struct pent) +
+           nevs * sizeof(struct ev_entry) + a->ev_count * sizeof(uint16_t) + pow2_roundup(win) / 8 +
+           win * sizeof(struct pimm) + (a->rq_depth + 1) * sizeof(uint64_t);
+}
+
+size_t mrc_qp_state_bytes(const struct mrc_qp_attr *a) { return qp_state_bytes(a); }
+
+static int attr_ok(const struct mrc_ep *ep, const struct mrc_qp_attr *a)
+{
+    return a->mpr && a->mpr <= MRC_MAX_MPR && !(a->mpr & (a->mpr - 1)) && a->mtu >= MRC_MIN_MTU &&
+           a->mtu <= MRC_MAX_MTU && a->planes && a->planes <= ep->a.planes && a->ev_count &&
+           !(a->ev_count % a->planes) && a->ev_count <= MRC_MAX_EV_COUNT &&
+           (uint64_t)a->ev_count + (uint64_t)a->ev_backup * a->planes <= 0xFFFF && a->linear_cnt <= MRC_MAX_LINEAR_CNT &&
+           a->exp_cnt <= MRC_RETRY_FOREVER && a->timeout <= MRC_MAX_TIMEOUT && a->sq_depth &&
+           a->sq_depth <= MRC_MAX_SQ_DEPTH && a->rq_depth && a->rq_depth <= MRC_MAX_RQ_DEPTH && a->probe_k &&
+           a->probe_k <= MRC_MAX_PROBE_K && a->ev_min_active <= a->ev_count && a->max_wimm &&
+           a->max_wimm <= MRC_MAX_WIMM;
+}
+
+static void qp_free(struct qp *q)
+{
+    if (!q)
+        return;
+    free(q->sq);
+    free(q->pe);
+    free(q->evs);
+    free(q->slot);
+    free(q->rbits);
+    free(q->pimm);
+    free(q->rq);
+    free(q);
+}
+
+int qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *a, uint32_t *qpn)
+{
+    if (!attr_ok(ep, a))
+        return -EINVAL;
+    struct cq *scq = ep_cq(ep, a->send_cq), *rcq = ep_cq(ep, a->recv_cq);
+    if (!scq || !rcq)
+        return -ENOENT;
+    struct qp *q = calloc(1, sizeof(*q));
+    if (!q)
+        return -ENOMEM;
+    q->a = *a;
+    q->win = a->mpr * MRC_MPR_UNIT;
+    q->reo_ns = a->reorder_ns;
+    q->scq = a->send_cq;
+    q->rcq = a->recv_cq;
+    q->sq_size = a->sq_depth + 1;
+    q->sq = calloc(q->sq_size, sizeof(*q->sq));
+    q->pe = calloc(q->win, sizeof(*q->pe));
+    q->rbits = calloc(pow2_roundup(q->win) / 64 + 1, sizeof(uint64_t));
+    q->pimm = calloc(q->win, sizeof(*q->pimm));
+    q->rq_size = a->rq_depth + 1;
+    q->rq = calloc(q->rq_size, sizeof(*q->rq));
+    q->remote_ports = 0xFFFFFFFFu;
+    q->cc = a->cc.algorithm == 1 ? &mrc_cc_fixed : &mrc_cc_nscc;
+    if (!q->sq || !q->pe || !q->rbits || !q->pimm || !q->rq || ev_init(q) < 0) {
+        qp_free(q);
+        return -ENOMEM;
+    }
+    q->cc->init(q);
+    q->state = MRC_QPS_RESET;
+    int rc = ep_qp_insert(ep, q);
+    if (rc < 0) {
+        qp_free(q);
+        return rc;
+    }
+    scq->users++;
+    rcq->users++;
+    *qpn = q->qpn;
+    return 0;
+}
+
+int qp_destroy(struct mrc_ep *ep, uint32_t qpn)
+{
+    struct qp *q = ep_qp(ep, qpn);
+    if (!q)
+        return -ENOENT;
+    ep_qp_remove(ep, q);
+    ep->cqs[q->scq].users--;
+    ep->cqs[q->rcq].users--;
+    cq_wait(ep, &q->scq_wait, 0);
+    cq_wait(ep, &q->rcq_wait, 0);
+    qp_free(q);
+    return 0;
+}
+
+void qp_destroy_all(struct mrc_ep *ep)
+{
+    for (uint32_t i = 0; i < ep->a.max_qps; i++)
+        if (ep->qps[i])
+            qp_destroy(ep, i + 1);
+}
+
+/* Complete every WR still queued on q: the first with first_status, the rest
+ * with FLUSH_ERR (a WR that remembers a status of its own gets that), and
+ * every posted receive with FLUSH_ERR. A full CQ stops it: what is left
+ * stays queued and goes on once the application polled (dispatch.c offers
+ * waiting completions again); -ENOSPC then. */
+int qp_flush(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
+{
+    uint32_t tail = LOAD_SC(q->sq_tail);
+    for (uint32_t i = q->sq_head; i != tail; i = ring_next(i, q->sq_size)) {
+        struct wqe *w = &q->sq[i];
+        if (w->done)
+            continue;
+        uint8_t status = w->status ? w->status : first_status;
+        struct mrc_wc wc = {.wr_id = w->wr.wr_id, .qpn = q->qpn, .status = status, .opcode = MRC_WC_WRITE,
+                            .byte_len = (uint32_t)w->total};
+        if (ep_cq_push(ep, q->scq, &wc) < 0) {
+            w->status = status;
+            cq_wait(ep, &q->scq_wait, 1);
+            return -ENOSPC;
+        }
+        w->done = 1;
+        first_status = MRC_WC_WR_FLUSH_ERR;
+    }
+    q->sq_cur = tail;
+    STORE_REL(q->sq_head, tail);
+    uint32_t rtail = LOAD_SC(q->rq_tail);
+    while (q->rq_head != rtail) {
+        struct mrc_wc wc = {.wr_id = q->rq[q->rq_head], .qpn = q->qpn, .status = MRC_WC_WR_FLUSH_ERR,
+                            .opcode = MRC_WC_RECV_WRITE_IMM};
+        if (ep_cq_push(ep, q->rcq, &wc) < 0) {
+            cq_wait(ep, &q->rcq_wait, 1);
+            return -ENOSPC;
+        }
+        STORE_REL(q->rq_head, ring_next(q->rq_head, q->rq_size));
+    }
+    cq_wait(ep, &q->scq_wait, 0);
+    cq_wait(ep, &q->rcq_wait, 0);
+    return 0;
+}
+
+/* Enter state st (the only writer of q->state) and do what entering it means. */
+static void qp_transition(struct mrc_ep *ep, struct qp *q, uint32_t st, uint8_t first_status)
+{
+    STORE_SC(q->state, st);
+    switch (st) {
+    case MRC_QPS_RTS:
+        ep_set_active(ep, q, 1);
+        break;
+    case MRC_QPS_RESET:
+        ep_set_active(ep, q, 0);
+        break;
+    case MRC_QPS_ERROR:
+        ep_set_active(ep, q, 0);
+        qp_flush(ep, q, first_status);
+        q->inflight = 0;
+        q->nlost = 0;
+        break;
+    }
+}
+
+/* The engine failed the QP by itself: ERROR, and the application hears of it. */
+void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
+{
+    if (q->state == MRC_QPS_ERROR)
+        return;
+    ep_async_event(ep, MRC_EVENT_QP_FATAL, q->qpn, first_status);
+    qp_transition(ep, q, MRC_QPS_ERROR, first_status);
+}
+
+/* The application's modify. Its own move to ERROR is no asynchronous event. */
+int qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer)
+{
+    struct qp *q = ep_qp(ep, qpn);
+    if (!q)
+        return -ENOENT;
+    if (state > MRC_QPS_ERROR || !may[q->state][state])
+        return -EINVAL;
+    if (state == q->state)
+        return 0;
+    if (state == MRC_QPS_RTR) {
+        if (dest_qpn == 0 || dest_qpn > MRC_PSN_MASK)
+            return -EINVAL;
+        q->dqpn = dest_qpn;
+        q->peer = peer;
+    }
+    qp_transition(ep, q, state, MRC_WC_WR_FLUSH_ERR);
+    return 0;
+}
+
+int qp_query(struct mrc_ep *ep, uint32_t qpn, struct mrc_qp_stats *st)
+{
+    struct qp *q = ep_qp(ep, qpn);
+    if (!q)
+        return -ENOENT;
+    *st = q->st;
+    st->state = q->state;
+    st->next_psn = q->next_psn;
+    st->una_psn = q->una_psn;
+    st->epsn = q->epsn;
+    st->cwnd = q->ccs.cwnd;
+    st->srtt_ns = q->srtt;
+    st->inflight = q->inflight;
+    st->good_evs = ev_count_good(q);
+    st->bad_evs = ev_count_bad(q);
+    return 0;
+}

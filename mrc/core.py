@@ -1,0 +1,412 @@
+"""The Python core: one C context (``struct mrc_ctx``) and the objects it
+owns (memory regions, completion queues, queue pairs) with their EV state,
+events and counters. Every method calls one C function of
+csrc/include/mrc_dp.h by its name, and every failure goes through the one
+errno mapping (:func:`mrc.errors.check`). Names of states and counters come
+from the C module's tables, limits from its constants.
+
+Two kinds of context build on :class:`Device`: ``mrc.verbs.Context`` (ports
+and the engine thread that plays the NIC) and ``mrc.manual.ManualContext``
+(no ports: tests and the in-memory link move its packets and its time).
+
+>>> from mrc.manual import ManualContext
+>>> with ManualContext(planes=2) as dev:
+...     qp = dev.create_qp(QPAttr(planes=2, ev_count=8))
+...     qp.state, QP_STATES[lib.MRC_QPS_RTS]
+('RESET', 'RTS')
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import threading
+import time
+from dataclasses import dataclass, field, fields
+
+from mrc._dp import ffi, lib
+from mrc.errors import ErrnoError, check
+from mrc.wire import ev_entropy, ev_plane
+
+
+def _names(fn, values) -> dict[int, str]:
+    out = {}
+    for v in values:
+        s = fn(v)
+        if s != ffi.NULL:
+            out[v] = ffi.string(s).decode()
+    return out
+
+
+QP_STATES = _names(lib.mrc_qp_state_name, range(8))
+WC_STATUS = _names(lib.mrc_wc_status_name, range(32))
+EV_STATES = _names(lib.mrc_ev_state_name, range(8))
+ASYNC_EVENTS = _names(lib.mrc_event_name, range(32))
+DROP_REASONS = [ffi.string(lib.mrc_drop_name(i)).decode() for i in range(lib.MRC_DROP_NREASONS)]
+EV_STATE_CODES = {name: code for code, name in EV_STATES.items()}
+#: completions one poll hands back at most
+POLL_BATCH = 1024
+
+
+@dataclass
+class QPAttr:
+    """QP attributes (OCP names where OCP has them). ``None`` keeps the C default."""
+
+    mpr: int | None = None
+    max_wimm: int | None = None
+    timeout: int | None = None
+    linear_cnt: int | None = None
+    exp_cnt: int | None = None
+    mtu: int | None = None
+    ev_count: int | None = None
+    ev_min_active: int | None = None
+    ev_backup: int | None = None
+    planes: int | None = None
+    ack_bytes: int | None = None
+    probe_k: int | None = None
+    probe_interval_ns: int | None = None
+    skip_ns: int | None = None
+    reorder_ns: int | None = None
+    sq_depth: int | None = None
+    rq_depth: int | None = None
+    cc: dict = field(default_factory=dict)
+
+    def to_c(self):
+        a = ffi.new("struct mrc_qp_attr *")
+        lib.mrc_qp_attr_default(a)
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "cc":
+                for k, cv in v.items():
+                    setattr(a.cc, k, cv)
+            elif v is not None:
+                setattr(a, f.name, v)
+        return a
+
+    def state_bytes(self) -> int:
+        """The engine memory of one QP with these attributes."""
+        return int(lib.mrc_qp_state_bytes(self.to_c()))
+
+
+@dataclass(frozen=True)
+class AsyncEvent:
+    """An asynchronous event. ``info``: for QP_FATAL the status that failed the
+    QP (``status_name``), for PORT_ERR/PORT_ACTIVE the plane, for PEER_PORTS
+    the peer's port bitmap, for CQ_ERR the CQ that filled up. ``dropped``:
+    events lost before this one."""
+
+    type: str
+    qpn: int
+    info: int
+    dropped: int = 0
+
+    @property
+    def status_name(self) -> str | None:
+        return WC_STATUS.get(self.info) if self.type == "QP_FATAL" else None
+
+
+@dataclass(frozen=True)
+class WorkCompletion:
+    wr_id: int
+    qpn: int
+    status: int
+    opcode: int
+    byte_len: int
+    imm_data: int
+
+    @property
+    def status_name(self) -> str:
+        return WC_STATUS.get(self.status, str(self.status))
+
+    @property
+    def ok(self) -> bool:
+        return self.status == lib.MRC_WC_SUCCESS
+
+
+def _as_dict(cdata, ctype: str) -> dict:
+    return {name: getattr(cdata, name) for name, _ in ffi.typeof(ctype).fields}
+
+
+class MemoryRegion:
+    """A registered buffer; keeps the buffer alive while registered."""
+
+    def __init__(self, dev: Device, buf, remote_write: bool) -> None:
+        self.dev = dev
+        self.buf = buf
+        self._cbuf = ffi.from_buffer(buf, require_writable=remote_write)
+        self.addr = int(ffi.cast("uintptr_t", self._cbuf))
+        self.length = len(self._cbuf)
+        lkey, rkey = ffi.new("uint32_t *"), ffi.new("uint32_t *")
+        access = lib.MRC_ACCESS_LOCAL_WRITE | (lib.MRC_ACCESS_REMOTE_WRITE if remote_write else 0)
+        check(lib.mrc_mr_reg(dev.handle(), self._cbuf, self.length, access, lkey, rkey), "register memory")
+        self.lkey, self.rkey = lkey[0], rkey[0]
+
+    def close(self) -> None:
+        if self._cbuf is not None and dev_open(self.dev):
+            lib.mrc_mr_dereg(self.dev.handle(), self.lkey)
+        self._cbuf = None
+
+
+class CompletionQueue:
+    """A completion queue and its completion channel (an eventfd, for a
+    context with an engine thread)."""
+
+    def __init__(self, dev: Device, cqn: int, depth: int) -> None:
+        self.dev, self.cqn, self.depth = dev, cqn, depth
+        self.destroyed = False
+
+    @property
+    def fd(self) -> int:
+        """A file descriptor that becomes readable when completions arrive (select/epoll/asyncio)."""
+        return check(lib.mrc_cq_fd(self.dev.handle(), self.cqn), f"completion channel of CQ {self.cqn}")
+
+    def poll(self, max_entries: int = POLL_BATCH) -> list[WorkCompletion]:
+        w = self.dev.wc_buffer()
+        n = check(lib.mrc_poll_cq(self.dev.handle(), self.cqn, w, min(max_entries, POLL_BATCH)),
+                  f"poll CQ {self.cqn}")
+        return [WorkCompletion(w[i].wr_id, w[i].qpn, w[i].status, w[i].opcode, w[i].byte_len, w[i].imm_data)
+                for i in range(n)]
+
+    def stats(self) -> dict:
+        """``depth``, ``waiting`` (completions not polled yet) and ``overflow``
+        (completions that found the CQ full: they waited, none was lost)."""
+        st = ffi.new("struct mrc_cq_stats *")
+        check(lib.mrc_cq_query(self.dev.handle(), self.cqn, st), f"query CQ {self.cqn}")
+        return _as_dict(st, "struct mrc_cq_stats")
+
+    @property
+    def overflow(self) -> int:
+        return self.stats()["overflow"]
+
+    def get_event(self, timeout: float | None = None) -> bool:
+        """Wait until the completion channel fires; True if it did (acknowledges the event)."""
+        r, _, _ = select.select([self.fd], [], [], timeout)
+        if r:
+            try:
+                os.read(self.fd, 8)
+            except BlockingIOError:
+                pass
+            return True
+        return False
+
+    def wait(self, n: int = 1, timeout: float = 10.0) -> list[WorkCompletion]:
+        """Poll until at least ``n`` completions arrived, sleeping on the channel in between."""
+        out: list[WorkCompletion] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < n:
+            out += self.poll()
+            if len(out) >= n:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{len(out)} of {n} completions after {timeout} s")
+            self.get_event(min(left, 0.05))
+        return out
+
+    def destroy(self) -> None:
+        check(lib.mrc_cq_destroy(self.dev.handle(), self.cqn), f"destroy CQ {self.cqn}")
+        self.destroyed = True
+
+
+class QueuePair:
+    """A queue pair of a :class:`Device`."""
+
+    def __init__(self, dev: Device, attr: QPAttr, send_cq: CompletionQueue, recv_cq: CompletionQueue) -> None:
+        self.dev = dev
+        self.attr = attr
+        self.send_cq, self.recv_cq = send_cq, recv_cq
+        a = attr.to_c()
+        a.send_cq, a.recv_cq = send_cq.cqn, recv_cq.cqn
+        self._nevs = a.ev_count + a.ev_backup * a.planes  # the rotation and the spares
+        qpn = ffi.new("uint32_t *")
+        check(lib.mrc_qp_create(dev.handle(), a, qpn), "create QP")
+        self.qpn = qpn[0]
+        self.destroyed = False
+
+    def modify(self, state: int, dest_qpn: int = 0, peer: int = 0) -> None:
+        check(lib.mrc_qp_modify(self.dev.handle(), self.qpn, state, dest_qpn, peer),
+              f"modify QP {self.qpn} to {QP_STATES.get(state, state)}")
+
+    def connect(self, dest_qpn: int, peer: int) -> None:
+        """RESET -> INIT -> RTR -> RTS in one call, toward QP ``dest_qpn`` of ``peer``."""
+        self.modify(lib.MRC_QPS_INIT)
+        self.modify(lib.MRC_QPS_RTR, dest_qpn, peer)
+        self.modify(lib.MRC_QPS_RTS)
+
+    def post_write(self, mr: MemoryRegion | None, offset: int, length: int, remote_addr: int, rkey: int,
+                   wr_id: int = 0, imm: int | None = None, sges: list[tuple[MemoryRegion, int, int]] | None = None
+                   ) -> None:
+        """Post one RDMA WRITE (or WRITE_IMM when ``imm`` is given)."""
+        wr = ffi.new("struct mrc_wr *")
+        wr.wr_id = wr_id
+        wr.opcode = lib.MRC_WR_WRITE if imm is None else lib.MRC_WR_WRITE_IMM
+        wr.imm_data = imm or 0
+        wr.remote_addr = remote_addr
+        wr.rkey = rkey
+        parts = sges if sges is not None else [(mr, offset, length)]
+        if len(parts) > lib.MRC_MAX_SGE:
+            raise ErrnoError(errno.EINVAL, f"at most {lib.MRC_MAX_SGE} scatter entries per work request")
+        wr.num_sge = len(parts)
+        for i, (m, off, ln) in enumerate(parts):
+            wr.sg_list[i].addr = m.addr + off
+            wr.sg_list[i].length = ln
+            wr.sg_list[i].lkey = m.lkey
+        check(lib.mrc_post_write(self.dev.handle(), self.qpn, wr, 1), f"post WRITE on QP {self.qpn}")
+
+    def post_recv(self, wr_ids: list[int]) -> None:
+        arr = ffi.new("uint64_t[]", wr_ids)
+        n = check(lib.mrc_post_recv(self.dev.handle(), self.qpn, arr, len(wr_ids)), f"post receives on QP {self.qpn}")
+        if n != len(wr_ids):
+            raise ErrnoError(errno.ENOSPC, f"only {n} of {len(wr_ids)} receives fit the receive queue")
+
+    def stats(self) -> dict:
+        st = ffi.new("struct mrc_qp_stats *")
+        check(lib.mrc_qp_query(self.dev.handle(), self.qpn, st), f"query QP {self.qpn}")
+        d = _as_dict(st, "struct mrc_qp_stats")
+        d["plane_tx"] = list(st.plane_tx)
+        d["state_name"] = QP_STATES.get(d["state"], "?")
+        return d
+
+    @property
+    def state(self) -> str:
+        return self.stats()["state_name"]
+
+    @property
+    def attr_mtu(self) -> int:
+        """Payload bytes per packet (the C default when the attribute was not set)."""
+        return self.attr.mtu or QPAttr().to_c().mtu
+
+    def evs(self) -> list[dict]:
+        """Every EV of the QP: value, plane, entropy, state, and whether it is in the rotation."""
+        out = ffi.new("struct mrc_ev_info[]", self._nevs)
+        n = check(lib.mrc_ev_list(self.dev.handle(), self.qpn, out, self._nevs), "list EVs")
+        return [{"ev": out[i].ev, "plane": ev_plane(out[i].ev), "entropy": ev_entropy(out[i].ev),
+                 "state": EV_STATES[out[i].state], "active": bool(out[i].in_slot)} for i in range(n)]
+
+    def set_ev_state(self, ev: int, state: int) -> None:
+        check(lib.mrc_ev_set_state(self.dev.handle(), self.qpn, ev, state), f"set EV {ev:#x} state")
+
+    def set_ev_paths(self, npaths: list[int]) -> None:
+        """Which EVs share a path: on plane p, EVs whose entropy is equal mod
+        npaths[p] (0: unknown). A loss retires an EV and its aliases at once."""
+        arr = ffi.new("uint32_t[]", list(npaths) or [0])
+        check(lib.mrc_ev_set_paths(self.dev.handle(), self.qpn, arr, len(npaths)), f"set QP {self.qpn} paths")
+
+    def destroy(self) -> None:
+        check(lib.mrc_qp_destroy(self.dev.handle(), self.qpn), f"destroy QP {self.qpn}")
+        self.destroyed = True
+
+
+def dev_open(dev: Device) -> bool:
+    return dev._h is not None
+
+
+class Device:
+    """One C context and the objects it owns. Subclasses decide how it is
+    progressed (an engine thread, or by hand) and what ports it has.
+
+    ``ports`` is a ``struct mrc_port_cfg[]`` (none: a context driven by hand)."""
+
+    qp_class: type = QueuePair
+    _h = None
+
+    def __init__(self, planes: int = 8, max_qps: int = 1024, cq_depth: int = 65536, ports=None, nports: int = 0,
+                 what: str = "create the MRC context", hint: str | None = None) -> None:
+        attr = ffi.new("struct mrc_ep_attr *", {"planes": planes, "max_qps": max_qps, "cq_depth": cq_depth})
+        out = ffi.new("struct mrc_ctx **")
+        check(lib.mrc_ctx_create(attr, ports if nports else ffi.NULL, nports, out), what, hint)
+        self._h = out[0]
+        self.planes = planes
+        self.max_qps = max_qps
+        self._mrs: list[MemoryRegion] = []
+        self._tls = threading.local()
+        #: CQ 0: every context has it; QPs created without CQs use it
+        self.cq = CompletionQueue(self, 0, cq_depth)
+
+    def handle(self):
+        """The C context; EBADF once closed."""
+        h = self._h
+        if h is None:
+            raise ErrnoError(errno.EBADF, "the context is closed: open a new one")
+        return h
+
+    def wc_buffer(self):
+        """A completion buffer for the calling thread."""
+        buf = getattr(self._tls, "wc", None)
+        if buf is None:
+            buf = self._tls.wc = ffi.new("struct mrc_wc[]", POLL_BATCH)
+        return buf
+
+    # objects -------------------------------------------------------------
+    def reg_mr(self, buf, remote_write: bool = False) -> MemoryRegion:
+        mr = MemoryRegion(self, buf, remote_write)
+        self._mrs.append(mr)
+        return mr
+
+    def create_cq(self, depth: int | None = None) -> CompletionQueue:
+        """A new completion queue (``depth`` completions; default that of CQ 0)."""
+        depth = depth or self.cq.depth
+        cqn = ffi.new("uint32_t *")
+        check(lib.mrc_cq_create(self.handle(), depth, cqn), f"create a CQ of depth {depth}")
+        return CompletionQueue(self, cqn[0], depth)
+
+    def create_qp(self, attr: QPAttr | None = None, send_cq: CompletionQueue | None = None,
+                  recv_cq: CompletionQueue | None = None) -> QueuePair:
+        return self.qp_class(self, attr or QPAttr(), send_cq or self.cq, recv_cq or send_cq or self.cq)
+
+    def poll_cq(self, max_entries: int = POLL_BATCH) -> list[WorkCompletion]:
+        """Poll CQ 0."""
+        return self.cq.poll(max_entries)
+
+    # state and counters --------------------------------------------------
+    def drops(self) -> dict:
+        arr = ffi.new("uint64_t[]", len(DROP_REASONS))
+        check(lib.mrc_ctx_drops(self.handle(), arr, len(DROP_REASONS)), "read drop counters")
+        return {name: arr[i] for i, name in enumerate(DROP_REASONS)}
+
+    def stats(self) -> dict:
+        """What the endpoint could not do at once: control packets not queued
+        (ring full) or not built, events dropped, completions that waited for CQ room."""
+        st = ffi.new("struct mrc_ep_stats *")
+        check(lib.mrc_ctx_stats(self.handle(), st), "read endpoint counters")
+        return _as_dict(st, "struct mrc_ep_stats")
+
+    def device_attr(self) -> dict:
+        """The limits the engine enforces and the capability bits (mrc_query_device_ex)."""
+        a = ffi.new("struct mrc_device_attr *")
+        check(lib.mrc_ctx_query_device(self.handle(), a), "query the device")
+        return _as_dict(a, "struct mrc_device_attr")
+
+    def ev_events(self) -> list[dict]:
+        cap = 4096
+        out = ffi.new("struct mrc_ev_event[]", cap)
+        n = check(lib.mrc_ev_poll_events(self.handle(), out, cap), "poll EV events")
+        return [{"qpn": out[i].qpn, "ev": out[i].ev, "old": EV_STATES[out[i].old_state],
+                 "new": EV_STATES[out[i].new_state], "t_ns": out[i].t_ns, "dropped": out[i].dropped,
+                 "cause_ns": out[i].cause_ns}
+                for i in range(n)]
+
+    def async_events(self) -> list[AsyncEvent]:
+        """Asynchronous events waiting (ibv_get_async_event): QP_FATAL, PORT_ERR,
+        PORT_ACTIVE, PEER_PORTS, CQ_ERR. Does not block."""
+        cap = 256
+        out = ffi.new("struct mrc_async_event[]", cap)
+        n = check(lib.mrc_async_events(self.handle(), out, cap), "poll asynchronous events")
+        return [AsyncEvent(ASYNC_EVENTS.get(out[i].type, str(out[i].type)), out[i].qpn, out[i].info,
+                           out[i].dropped) for i in range(n)]
+
+    # lifetime ------------------------------------------------------------
+    def close(self) -> None:
+        h, self._h = self._h, None
+        if h is not None:
+            lib.mrc_ctx_destroy(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()

@@ -1,0 +1,163 @@
+"""Faults from another process, as an operator's commands would come: the
+demo, the benchmarks and the tests cut, heal, drop and limit links through
+it, so that the fault's own setup (an interpreter, netlink and nftables
+work) runs neither in the measuring process nor at the measured moment.
+
+:class:`FaultScheduler` starts the process (``python -m mrc.fabric.faults
+NAME``) before the measurement; the process lowers itself to SCHED_IDLE (on
+one machine the "switches" share the hosts' CPUs, and a link fails in the
+network, not on the hosts), then takes commands on its standard input, one
+JSON object per line:
+
+- ``{"op": "fail", "target": "p0l0-p0s1"}``: do it now;
+- ``{"plan": [[at_s, op, target, arg], ...]}``: do each step ``at_s``
+  seconds after the command came (the clock starts there);
+
+and prints one JSON object per step done: ``{"t_ns", "start_ns", "op",
+"target", "arg"}`` (CLOCK_MONOTONIC when it began and ended), then ``end``
+after a plan. ``op`` is fail, heal (target ``null``: everything), loss
+(arg: percent) or rate (arg: a tbf rate such as ``1gbit``); ``target`` is a
+link, a switch, or a list of them.
+
+>>> with FaultScheduler("lab") as f:                          # doctest: +SKIP
+...     f.now("fail", "p0l0-p0s1")                            # returns once the link is down
+...     f.plan([(1.0, "heal", "p0l0-p0s1", None)]); f.wait()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+
+from mrc.fabric import apply
+
+OPS = ("fail", "heal", "loss", "rate")
+
+
+def apply_fault(name: str, op: str, target, arg=None) -> None:
+    """One fault, as ``mrc fabric fail|heal|loss|rate`` does it (``target``
+    may be a list: a whole plane's spines at once, say)."""
+    if isinstance(target, list):
+        for one in target:
+            apply_fault(name, op, one, arg)
+        return
+    if op == "fail":
+        apply.fail(name, target)
+    elif op == "heal":
+        apply.heal(name, target)
+    elif op == "loss":
+        apply.loss(name, target, float(arg))
+    elif op == "rate":
+        apply.rate(name, target, str(arg))
+    else:
+        raise ValueError(f"unknown fault {op!r}: use one of {', '.join(OPS)}")
+
+
+def _step(name: str, op: str, target, arg) -> None:
+    start = time.monotonic_ns()
+    apply_fault(name, op, target, arg)
+    print(json.dumps({"t_ns": time.monotonic_ns(), "start_ns": start, "op": op, "target": target, "arg": arg}),
+          flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The fault process."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m mrc.fabric.faults FABRIC (commands on stdin; see the module)", file=sys.stderr)
+        return 2
+    name = argv[0]
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except OSError:
+        pass  # a plain priority still works, only less politely
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if "plan" in cmd:
+            t0 = time.monotonic()
+            for at, op, target, arg in cmd["plan"]:
+                wait = t0 + at - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                _step(name, op, target, arg)
+            print("end", flush=True)
+        else:
+            _step(name, cmd["op"], cmd.get("target"), cmd.get("arg"))
+    return 0
+
+
+class FaultScheduler:
+    """The fault process of one measurement (a context manager)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.proc = subprocess.Popen([sys.executable, "-m", "mrc.fabric.faults", name], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        if self.proc.stdout.readline().strip() != "ready":
+            self.proc.kill()
+            raise RuntimeError("the fault process did not start")
+        #: every step done, in order: {"t_ns", "start_ns", "op", "target", "arg"}
+        self.events: list[dict] = []
+        self._q: queue.Queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                ev = json.loads(line)
+                self.events.append(ev)
+                self._q.put(ev)
+            elif line.strip() == "end":
+                self._q.put("end")
+        self._q.put(None)
+
+    def _send(self, obj: dict) -> None:
+        self.proc.stdin.write(json.dumps(obj) + "\n")
+        self.proc.stdin.flush()
+
+    def now(self, op: str, target, arg=None, timeout: float = 30.0) -> dict:
+        """Do one fault now; returns its event once it is in force."""
+        self._send({"op": op, "target": target, "arg": arg})
+        ev = self._q.get(timeout=timeout)
+        if not isinstance(ev, dict):
+            raise RuntimeError(f"the fault process ended before {op} {target} was done")
+        return ev
+
+    def plan(self, steps: list[tuple]) -> None:
+        """Start a timed plan of (at_s, op, target, arg) steps; returns at once."""
+        self._send({"plan": [list(s) for s in steps]})
+
+    def wait(self, timeout: float = 120.0) -> list[dict]:
+        """Wait for the plan to end; returns every event so far."""
+        deadline = time.monotonic() + timeout
+        while True:
+            ev = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
+            if ev in ("end", None):
+                return list(self.events)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(5)
+
+    def __enter__(self) -> FaultScheduler:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

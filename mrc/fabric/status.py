@@ -1,0 +1,37 @@
+"""What ``mrc fabric status`` (and the demo) print about a fabric: hosts with
+their ports and addresses, the namespaces present, the faults in force."""
+
+from __future__ import annotations
+
+
+def status_text(t, state: dict, present: list[str]) -> tuple[dict, str]:
+    faults = state.get("faults", {})
+    expected = [t.ns(n) for n in t.nodes()]
+    missing = [n for n in expected if n not in present]
+    hosts = []
+    for h in range(t.hosts):
+        hosts.append({
+            "host": t.host(h), "namespace": t.ns(t.host(h)), "leaf": t.host_leaf(h), "mgmt": t.mgmt_address(h),
+            "ports": [{"plane": p, "ifname": t.port_ifname(p), "address": t.port_address(h, p),
+                       "kernel_address": t.inner_address(h, p)} for p in range(t.planes)],
+        })
+    obj = {"name": t.name, "topology": t.to_dict(), "namespaces": len(expected), "missing_namespaces": missing,
+           "links": len(t.links()), "hosts": hosts, "faults": faults}
+    lines = [f"fabric {t.name}: {t.planes} planes x ({t.spines} spines, {t.leaves} leaves), {t.hosts} hosts; "
+             f"{len(expected) - len(missing)}/{len(expected)} namespaces, {len(t.links())} links"]
+    lines.append(f"{'host':<5} {'leaf':<5} {'mgmt':<10} ports (plane: uSID address / kernel address)")
+    for h in hosts:
+        first = True
+        for port in h["ports"]:
+            pre = f"{h['host']:<5} {h['leaf']:<5} {h['mgmt']:<10}" if first else " " * 22
+            lines.append(f"{pre} p{port['plane']}: {port['address']:<18} {port['kernel_address']}")
+            first = False
+    if faults:
+        lines.append("faults in force:")
+        for ln, f in sorted(faults.items()):
+            lines.append(f"  {ln}: " + ", ".join(f"{k}={v}" for k, v in f.items()))
+    else:
+        lines.append("no faults in force")
+    if missing:
+        lines.append(f"MISSING namespaces: {', '.join(missing)} (run `mrc fabric down --name {t.name}` and up again)")
+    return obj, "\n".join(lines)

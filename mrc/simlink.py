@@ -1,0 +1,106 @@
+"""The in-memory link (csrc/simlink.c): ``planes * per_plane`` paths between
+contexts driven by hand (:class:`mrc.manual.ManualContext`), each with delay,
+jitter, loss (random or a 64-bit mask), duplication, trimming, a rate with
+an ECN-marking queue and down or flapping intervals. Deterministic for a
+seed, rootless, and fast: the run loop is in C, Python only starts it.
+
+>>> from mrc.manual import ManualContext
+>>> from mrc.core import QPAttr
+>>> sim = Sim(planes=2, per_plane=2, seed=1)
+>>> a, b = ManualContext(planes=2), ManualContext(planes=2)
+>>> qa, qb = sim.connect(a, b, QPAttr(planes=2, ev_count=8))
+>>> src, dst = bytearray(b"hello" * 1000), bytearray(5000)
+>>> ms, md = a.reg_mr(src), b.reg_mr(dst, remote_write=True)
+>>> qa.post_write(ms, 0, len(src), md.addr, md.rkey, wr_id=7)
+>>> sim.run_until(lambda: a.poll_cq())[0].wr_id
+7
+>>> bytes(dst) == bytes(src)
+True
+"""
+
+from __future__ import annotations
+
+from mrc._dp import ffi, lib
+from mrc.core import QPAttr, QueuePair
+from mrc.errors import check
+from mrc.manual import ManualContext
+
+
+class Sim:
+    """The in-memory link: ``planes * per_plane`` paths between endpoints."""
+
+    def __init__(self, planes: int = 8, per_plane: int = 4, seed: int = 1) -> None:
+        out = ffi.new("struct mrc_sim **")
+        check(lib.mrc_sim_create(planes, per_plane, seed, out), "create simulated link")
+        self._sim = out[0]
+        self.planes, self.per_plane = planes, per_plane
+        self.eps: list[ManualContext] = []
+
+    def attach(self, ep: ManualContext) -> int:
+        """Join a context to the link; its index is the peer number the others use."""
+        idx = check(lib.mrc_sim_attach(self._sim, ep.ep), "attach endpoint")
+        self.eps.append(ep)
+        return idx
+
+    def index(self, ep: ManualContext) -> int:
+        for i, e in enumerate(self.eps):
+            if e is ep:
+                return i
+        return self.attach(ep)
+
+    def connect(self, a: ManualContext, b: ManualContext, attr: QPAttr | None = None) -> tuple[QueuePair, QueuePair]:
+        """A QP on each context, connected to each other across the link."""
+        attr = attr or QPAttr(planes=self.planes)
+        ia, ib = self.index(a), self.index(b)
+        qa, qb = a.create_qp(attr), b.create_qp(attr)
+        qa.connect(qb.qpn, ib)
+        qb.connect(qa.qpn, ia)
+        return qa, qb
+
+    def path(self, plane: int, index: int) -> int:
+        return plane * self.per_plane + index
+
+    def set_path(self, path: int, **kw) -> None:
+        p = ffi.new("struct mrc_sim_path *")
+        check(lib.mrc_sim_get_path(self._sim, path, p), f"path {path}")
+        for k, v in kw.items():
+            setattr(p, k, v)
+        check(lib.mrc_sim_set_path(self._sim, path, p), f"set path {path}")
+
+    def set_all(self, **kw) -> None:
+        for i in range(self.planes * self.per_plane):
+            self.set_path(i, **kw)
+
+    @property
+    def now(self) -> int:
+        return self.stats()["now_ns"]
+
+    def stats(self) -> dict:
+        st = ffi.new("struct mrc_sim_stats *")
+        lib.mrc_sim_stats(self._sim, st)
+        d = {name: getattr(st, name) for name, _ in ffi.typeof("struct mrc_sim_stats").fields}
+        d["per_path_tx"] = list(st.per_path_tx)[: self.planes * self.per_plane]
+        return d
+
+    def run(self, until_ns: int, stop_on_cqe: bool = False) -> bool:
+        """Advance simulated time (in C). True if it stopped for a completion."""
+        return bool(lib.mrc_sim_run(self._sim, until_ns, int(stop_on_cqe)))
+
+    def run_until(self, pred, budget_ns: int = 10_000_000_000, step_ns: int = 1_000_000):
+        """Run until ``pred()`` returns something truthy (checked between steps); return it."""
+        deadline = self.now + budget_ns
+        while True:
+            r = pred()
+            if r:
+                return r
+            if self.now >= deadline:
+                raise TimeoutError(f"simulated {budget_ns / 1e9:.3f} s without reaching the condition")
+            self.run(min(self.now + step_ns, deadline), stop_on_cqe=True)
+
+    def close(self) -> None:
+        if self._sim is not None:
+            lib.mrc_sim_destroy(self._sim)
+            self._sim = None
+
+    def __del__(self) -> None:
+        self.close()
