@@ -13,7 +13,9 @@ setup(
     extras_require={
         # scapy is GPL: only the dissector, the tools and the tests use it
         "dissect": ["scapy>=2.5"],
-        "test": ["pytest>=7", "hypothesis>=6", "scapy>=2.5"],
+        # topology files written in YAML (mrc.paths; JSON needs nothing)
+        "yaml": ["pyyaml>=6"],
+        "test": ["pytest>=7", "hypothesis>=6", "scapy>=2.5", "pyyaml>=6"],
         # bench/fault_campaign.py --plots
         "bench": ["matplotlib>=3.5"],
     },

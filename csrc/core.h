@@ -32,6 +32,7 @@
 
 #include "hdr.h"
 #include "mrc_dp.h"
+#include "wire.h"
 
 #define MRC_INF_NS UINT64_MAX
 #define MRC_AEQ_SIZE 256
@@ -247,10 +248,6 @@ static inline void cq_wait(struct mrc_ep *ep, uint8_t *flag, uint8_t on)
 }
 
 static inline struct pent *pe_at(struct qp *q, uint32_t psn) { return &q->pe[psn & (q->win - 1)]; }
-
-/* wire.c */
-int mrc_pkt_build_hdr(const struct mrc_pkt *p, uint8_t *out, size_t cap);
-int mrc_pkt_finish(uint8_t *b, uint32_t len);
 
 /* ep.c: tables, rings and posting. Calls nothing but wire.c. */
 int ep_create(const struct mrc_ep_attr *attr, struct mrc_ep **out);

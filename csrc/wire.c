@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "core.h"
+#include "wire.h"
 
 const char *mrc_dp_version(void) { return "mrc-dp 0.1.0 wire v1"; }
 

@@ -346,7 +346,7 @@ class Device:
 
     def create_cq(self, depth: int | None = None) -> CompletionQueue:
         """A new completion queue (``depth`` completions; default that of CQ 0)."""
-        depth = depth or self.cq.depth
+        depth = self.cq.depth if depth is None else depth
         cqn = ffi.new("uint32_t *")
         check(lib.mrc_cq_create(self.handle(), depth, cqn), f"create a CQ of depth {depth}")
         return CompletionQueue(self, cqn[0], depth)

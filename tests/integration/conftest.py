@@ -41,16 +41,23 @@ def pytest_configure(config):
 
 
 def wait_for_line(proc, text, timeout=20):
-    """Read proc's stderr until a line contains text; returns the lines read."""
+    """Read proc's stderr until a line contains text; returns the lines read.
+    Reads the descriptor itself: a buffered reader may hold several lines
+    that select() no longer reports."""
+    fd = proc.stderr.fileno()
     sel = selectors.DefaultSelector()
-    sel.register(proc.stderr, selectors.EVENT_READ)
-    lines, end = [], time.monotonic() + timeout
+    sel.register(fd, selectors.EVENT_READ)
+    buf, lines, end = b"", [], time.monotonic() + timeout
     while time.monotonic() < end:
-        if sel.select(timeout=0.2):
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
-            if text in line:
+        if not sel.select(timeout=0.2):
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            lines.append(line.decode(errors="replace") + "\n")
+            if text in lines[-1]:
                 return lines
-    raise AssertionError(f"{text!r} never appeared: {lines}")
+    raise AssertionError(f"{text!r} never appeared: {lines + [buf.decode(errors='replace')]}")

@@ -60,10 +60,26 @@ def test_malformed_is_an_error_not_a_crash(blob):
         wire.parse(blob)
 
 
-def test_constants_come_from_the_compiled_module():
-    assert wire.OP_SACK == lib.MRC_OP_SACK == 0xDC
-    assert wire.UDP_PORT == 4791 and wire.NACK_REMOTE_ACCESS == 0x30
-    assert wire.OPCODE_NAMES[0xCA] == "WRITE_ONLY" and wire.NACK_REASONS[0x01] == "TRIMMED"
+# protocol.md section 2, transcribed: the header must say the same
+PROTOCOL_OPCODES = {0xC6: "WRITE_FIRST", 0xC7: "WRITE_MIDDLE", 0xC8: "WRITE_LAST", 0xC9: "WRITE_LAST_IMM",
+                    0xCA: "WRITE_ONLY", 0xCB: "WRITE_ONLY_IMM", 0xD8: "ENDPOINT_REQUEST", 0xD9: "ENDPOINT_RESPONSE",
+                    0xDC: "SACK", 0xDD: "NACK", 0xDE: "RELIABILITY_PROBE"}
+PROTOCOL_NACKS = {0x01: "TRIMMED", 0x02: "TRIMMED_LASTHOP", 0x06: "NO_BITMAP", 0x0A: "NO_RESOURCE",
+                  0x0B: "PSN_OUT_OF_WINDOW", 0x19: "UNEXPECTED", 0x30: "REMOTE_ACCESS", 0x31: "ICRC"}
+PROTOCOL_SIZES = {"BTH_LEN": 12, "METH_LEN": 4, "TSETH_LEN": 4, "RETH_LEN": 16, "IMMDT_LEN": 4, "SETH_LEN": 28,
+                  "CCSTATE_LEN": 8, "NETH_LEN": 20, "PETH_LEN": 16, "ERTH_LEN": 16, "EETH_LEN": 36, "ICRC_LEN": 4}
+
+
+def test_the_header_says_what_the_protocol_doc_says():
+    assert wire.OPCODE_NAMES == PROTOCOL_OPCODES
+    assert wire.NACK_REASONS == PROTOCOL_NACKS
+    assert {k: wire.CONSTANTS[k] for k in PROTOCOL_SIZES} == PROTOCOL_SIZES
+    dscp = (wire.DSCP_DATA, wire.DSCP_RTX, wire.DSCP_CONTROL, wire.DSCP_TRIMMED)
+    assert wire.UDP_PORT == 4791 and dscp == (10, 12, 48, 46)
+    # and the C names of each (mrc_opcode_name) agree with the table
+    from mrc._dp import ffi
+
+    assert {op: ffi.string(lib.mrc_opcode_name(op)).decode() for op in PROTOCOL_OPCODES} == PROTOCOL_OPCODES
 
 
 def test_crc32c_instruction_path_equals_the_table_for_every_length():

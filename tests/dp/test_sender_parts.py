@@ -1,0 +1,133 @@
+"""The sender's EV choice (ev_pick) and its retransmit timer, each on its
+own: one context driven by hand, its QP connected to a peer that never
+answers unless the test hands it a packet. No link, no randomness: every
+packet and every timer value is exact."""
+import pytest
+
+from mrc import wire
+from mrc.core import QPAttr
+from mrc.manual import ManualContext
+
+PLANES, EVS, MTU = 4, 8, 4096
+BASE = dict(planes=PLANES, ev_count=EVS, ev_backup=2, mtu=MTU, ev_min_active=EVS)
+
+
+def lone_qp(**kw):
+    ctx = ManualContext(planes=PLANES)
+    qp = ctx.create_qp(QPAttr(**{**BASE, **kw}))
+    qp.connect(dest_qpn=9, peer=0)
+    src = bytearray(64 * MTU)
+    mr = ctx.reg_mr(src)
+    return ctx, qp, mr
+
+
+def send(ctx, qp, mr, packets, now=0, wr_id=1):
+    """Post one WRITE of ``packets`` packets; return the data packets poll_tx sends at ``now``."""
+    qp.post_write(mr, 0, packets * MTU, 0x1000, 0x100, wr_id=wr_id)
+    return data_out(ctx, now)
+
+
+def data_out(ctx, now):
+    return [(wire.parse(p), meta) for p, meta in ctx.poll_tx(now_ns=now) if meta["is_data"]]
+
+
+def evs(out):
+    return [(wire.ev_plane(m["ev"]), wire.ev_entropy(m["ev"])) for _, m in out]
+
+
+# ------------------------------------------------------------------ ev_pick
+def test_packets_go_round_the_rotation_one_plane_after_the_other():
+    ctx, qp, mr = lone_qp()
+    out = send(ctx, qp, mr, 16)
+    rotation = [(i % PLANES, i // PLANES) for i in range(EVS)]  # slot i starts with EV i
+    assert evs(out) == rotation + rotation
+    assert [p["psn"] for p, _ in out] == list(range(16))
+
+
+def test_a_denied_ev_is_never_picked_and_a_spare_of_its_plane_takes_its_slot():
+    ctx, qp, mr = lone_qp()
+    qp.set_ev_state(wire.ev_make(2, 0), wire.EV_DENIED)
+    got = evs(send(ctx, qp, mr, 16))
+    assert (2, 0) not in got
+    spare = (2, EVS // PLANES)  # the first spare of plane 2
+    assert got[2] == spare and got[10] == spare  # in the denied EV's slot: plane load stays equal
+    assert [p for p, _ in got].count(2) == 4
+
+
+def test_a_plane_that_is_down_is_passed_over():
+    ctx, qp, mr = lone_qp()
+    ctx.set_port(1, False)
+    got = evs(send(ctx, qp, mr, 12))
+    assert {p for p, _ in got} == {0, 2, 3}
+    assert [p for p, _ in got] == [0, 2, 3] * 4
+
+
+def test_an_ecn_marked_ev_is_skipped_for_skip_ns_then_used_again():
+    skip = 50_000
+    ctx, qp, mr = lone_qp(skip_ns=skip)
+    send(ctx, qp, mr, 8)
+    marked = wire.ev_make(3, 0)
+    sack = wire.build(opcode=wire.OP_SACK, dqpn=qp.qpn, cack_psn=0, sack_flags=wire.SETH_ECN, ev=marked)
+    assert ctx.input(sack, ev=marked, now_ns=1000) == 0
+    assert qp.stats()["ecn_marks"] == 1
+    during = evs(send(ctx, qp, mr, 7, now=2000, wr_id=2))
+    assert during and (3, 0) not in during
+    after = evs(send(ctx, qp, mr, 8, now=1000 + skip, wr_id=3))
+    assert (3, 0) in after
+    assert [e["state"] for e in qp.evs() if e["ev"] == marked] == ["GOOD"]  # SKIP is reported as GOOD
+
+
+def test_a_retransmission_goes_on_another_plane():
+    ctx, qp, mr = lone_qp(timeout=4)
+    (first, meta), = send(ctx, qp, mr, 1)
+    rto = 1024 << 4
+    (again, meta2), = data_out(ctx, rto)
+    assert again["psn"] == first["psn"] and again["flags"] & wire.BTH_RTX
+    assert wire.ev_plane(meta2["ev"]) != wire.ev_plane(meta["ev"])
+    assert meta2["tclass"] >> 2 == wire.DSCP_RTX
+
+
+# ------------------------------------------------------------ retransmit timer
+@pytest.mark.parametrize("linear,exp", [(2, 3), (0, 2)])
+def test_the_retry_timer_backs_off_and_ends_in_retry_exceeded(linear, exp):
+    """RTO = 1.024 us x 2^timeout for the first linear_cnt tries, then
+    doubling for exp_cnt more; then RETRY_EXC_ERR, the QP in ERROR and the
+    application told (protocol.md 3). ev_min_active = ev_count keeps every EV
+    GOOD, so no probe timer mixes in."""
+    t = 4
+    base = 1024 << t
+    ctx, qp, mr = lone_qp(timeout=t, linear_cnt=linear, exp_cnt=exp)
+    assert len(send(ctx, qp, mr, 1)) == 1
+    now, due = 0, []
+    for retry in range(linear + exp):
+        rto = base if retry < linear else base << (retry - linear + 1)
+        assert ctx.next_timer(now) == now + rto, retry
+        assert data_out(ctx, now + rto - 1) == []  # not a nanosecond early
+        now += rto
+        out = data_out(ctx, now)
+        assert len(out) == 1 and out[0][0]["flags"] & wire.BTH_RTX, retry
+        due.append(now)
+    last = now + (base << (exp + 1))  # the last wait: retries = linear + exp, past the linear ones
+    assert ctx.next_timer(now) == last
+    assert data_out(ctx, last) == []  # the budget is spent: nothing more is sent
+    wc = ctx.poll_cq()
+    assert [(w.wr_id, w.status_name) for w in wc] == [(1, "RETRY_EXC_ERR")]
+    st = qp.stats()
+    assert st["state_name"] == "ERROR" and st["timeouts"] == linear + exp + 1 and st["rtx_packets"] == linear + exp
+    assert [(e.type, e.status_name) for e in ctx.async_events()] == [("QP_FATAL", "RETRY_EXC_ERR")]
+    assert ctx.next_timer(last) is None  # nothing left to wake up for
+
+
+def test_an_acknowledgement_resets_the_backoff():
+    t = 4
+    base = 1024 << t
+    ctx, qp, mr = lone_qp(timeout=t, linear_cnt=1, exp_cnt=7)
+    send(ctx, qp, mr, 2)
+    now = 0
+    for rto in (base, base << 1, base << 2):  # the head resent three times, backing off
+        now += rto
+        assert len(data_out(ctx, now)) >= 1
+    # the peer acknowledges PSN 0: progress, so the timer starts again from the base
+    sack = wire.build(opcode=wire.OP_SACK, dqpn=qp.qpn, cack_psn=0, ev=wire.ev_make(0, 0))
+    ctx.input(sack, ev=wire.ev_make(0, 0), now_ns=now + 10)
+    assert ctx.next_timer(now + 10) == now + 10 + base
