@@ -91,6 +91,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print JSON only")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement (default 3)")
     a = ap.parse_args()
+    apply.exit_cleanly_on_sigterm()  # a killed run still removes its fabric
     t = Topology(name=f"b{os.getpid() % 100000}")
     log = (lambda *x: None) if a.json else (lambda *x: print(*x, file=sys.stderr, flush=True))
     apply.up(t)

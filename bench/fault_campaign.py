@@ -413,6 +413,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("the fault campaign builds a fabric of namespaces: run it as root", file=sys.stderr)
         return 2
+    apply.exit_cleanly_on_sigterm()  # a killed run still removes its fabric
     t = Topology(name=f"fc{os.getpid() % 10000}")
     log = lambda *x: print(*x, file=sys.stderr, flush=True)  # noqa: E731
     want = a.only.split(",") if "," in a.only or a.only in ("b0", "b1") else list(a.only)

@@ -210,6 +210,7 @@ struct mrc_ep {
     uint8_t mr_gen;
     struct qp **qps;
     struct cq cqs[MRC_MAX_CQS];
+    uint64_t cq_live;        /* bit n: CQ n exists */
     uint64_t cq_dirty;       /* bit n: completions were added to CQ n (the engine signals and clears) */
     uint32_t cq_waiters;     /* QPs whose completions wait for room in a CQ */
     uint32_t cq_polls;       /* bumped by every poll that took completions (the application's side) */
@@ -262,7 +263,7 @@ struct cq *ep_cq(struct mrc_ep *ep, uint32_t cqn);
 int ep_cq_query(struct mrc_ep *ep, uint32_t cqn, struct mrc_cq_stats *st);
 int ep_cq_poll(struct mrc_ep *ep, uint32_t cqn, struct mrc_wc *wc, uint32_t max);
 int ep_cq_push(struct mrc_ep *ep, uint32_t cqn, const struct mrc_wc *wc);
-int ep_cq_pending(struct mrc_ep *ep, int more_than_half);
+int ep_cq_pending(struct mrc_ep *ep);
 struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn);
 int ep_qp_insert(struct mrc_ep *ep, struct qp *q);
 void ep_qp_remove(struct mrc_ep *ep, struct qp *q);

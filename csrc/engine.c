@@ -366,26 +366,20 @@ int mrc_cq_fd(struct mrc_ctx *c, uint32_t cqn)
 }
 
 /* ------------------------------------------------------------ the fast path
- * Lock: none held by the caller; each takes ulock only. */
-int mrc_post_write(struct mrc_ctx *c, uint32_t qpn, const struct mrc_wr *wr, uint32_t n)
-{
-    pthread_mutex_lock(&c->ulock);
-    int rc = ep_post_write(c->ep, qpn, wr, n);
-    pthread_mutex_unlock(&c->ulock);
-    if (rc > 0)
-        doorbell(c);
-    return rc;
-}
-
-int mrc_post_recv(struct mrc_ctx *c, uint32_t qpn, const uint64_t *wr_ids, uint32_t n)
-{
-    pthread_mutex_lock(&c->ulock);
-    int rc = ep_post_recv(c->ep, qpn, wr_ids, n);
-    pthread_mutex_unlock(&c->ulock);
-    if (rc > 0)
-        doorbell(c);
-    return rc;
-}
+ * Lock: none held by the caller; each takes ulock only. A post rings the
+ * doorbell when it queued anything. */
+#define POSTING_CALL(name, core, params, args) \
+    int name params                            \
+    {                                          \
+        pthread_mutex_lock(&c->ulock);         \
+        int rc = core args;                    \
+        pthread_mutex_unlock(&c->ulock);       \
+        if (rc > 0)                            \
+            doorbell(c);                       \
+        return rc;                             \
+    }
+POSTING_CALL(mrc_post_write, ep_post_write, (struct mrc_ctx *c, uint32_t qpn, const struct mrc_wr *wr, uint32_t n), (c->ep, qpn, wr, n))
+POSTING_CALL(mrc_post_recv, ep_post_recv, (struct mrc_ctx *c, uint32_t qpn, const uint64_t *wr_ids, uint32_t n), (c->ep, qpn, wr_ids, n))
 
 int mrc_poll_cq(struct mrc_ctx *c, uint32_t cqn, struct mrc_wc *wc, uint32_t max)
 {

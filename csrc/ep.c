@@ -148,6 +148,7 @@ int ep_cq_create(struct mrc_ep *ep, uint32_t depth, uint32_t *cqn)
         if (!cq->ring)
             return -ENOMEM;
         cq->used = 1;
+        ep->cq_live |= 1ull << i;
         *cqn = i;
         return 0;
     }
@@ -163,6 +164,7 @@ int ep_cq_destroy(struct mrc_ep *ep, uint32_t cqn)
         return -EBUSY;
     free(cq->ring);
     memset(cq, 0, sizeof(*cq));
+    ep->cq_live &= ~(1ull << cqn);
     ep->cq_dirty &= ~(1ull << cqn);
     return 0;
 }
@@ -221,18 +223,20 @@ int ep_cq_poll(struct mrc_ep *ep, uint32_t cqn, struct mrc_wc *wc, uint32_t max)
     return (int)n;
 }
 
-/* 1 when some CQ holds a completion (more_than_half: is over half full). */
-int ep_cq_pending(struct mrc_ep *ep, int more_than_half)
+/* 0 when every CQ is empty, 1 when some CQ holds a completion, 2 when one
+ * is over half full. */
+int ep_cq_pending(struct mrc_ep *ep)
 {
-    for (uint32_t i = 0; i < MRC_MAX_CQS; i++) {
-        const struct cq *cq = &ep->cqs[i];
-        if (!cq->used)
-            continue;
+    int most = 0;
+    for (uint64_t live = ep->cq_live; live; live &= live - 1) {
+        const struct cq *cq = &ep->cqs[__builtin_ctzll(live)];
         uint32_t used = cq_used(cq);
-        if (more_than_half ? used > cq->size / 2 : used > 0)
-            return 1;
+        if (used > cq->size / 2)
+            return 2;
+        if (used)
+            most = 1;
     }
-    return 0;
+    return most;
 }
 
 /* ------------------------------------------------------------ the QP table */

@@ -3,7 +3,12 @@
  * that sends a batch for every port with sendmmsg, and the framing: the
  * Ethernet, IPv6 and UDP headers around each MRC packet, with the UDP
  * checksum over the final (post-uSID) destination (protocol.md 2). The peer
- * table says how to reach each peer on each plane. */
+ * table says how to reach each peer on each plane.
+ *
+ * Lock: io_open runs before the context is shared and io_close after its
+ * thread ended; every other function runs with the endpoint lock held (the
+ * engine thread's loop, or an API call), except the raw blaster's
+ * io_queue_tx/io_flush_tx on a context whose thread never started (io.h). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <linux/filter.h>

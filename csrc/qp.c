@@ -28,38 +28,30 @@ static const uint8_t may[5][5] = {
 
 void mrc_qp_attr_default(struct mrc_qp_attr *a)
 {
-    memset(a, 0, sizeof(*a));
-    a->mpr = 8;              /* 1024 PSNs */
-    a->max_wimm = 64;
-    a->timeout = 9;          /* 1.024 us x 2^9 = 524 us */
-    a->linear_cnt = 7;
-    a->exp_cnt = 7;
-    a->mtu = 4096;
-    a->planes = 8;
-    a->ev_count = 128;
-    a->ev_min_active = 8;
-    a->ev_backup = 16;
-    a->ack_bytes = 16384;
-    a->probe_k = 3;
-    a->probe_interval_ns = 100000;
-    a->skip_ns = 20000;
-    a->reorder_ns = 20000;
-    a->sq_depth = 64;
-    a->rq_depth = 64;
-    /* NSCC defaults scale from BDP = rate x base RTT (protocol.md section 5):
-     * 100 Gb/s x 10 us = 125 KB */
-    a->cc.base_rtt = 10000;
-    a->cc.target_delay = 8000;
-    a->cc.max_cwnd = 187500;
-    a->cc.fi = 256;
-    a->cc.fi_scale = 1000;
-    a->cc.eta = 128;
-    a->cc.gamma = 800;
-    a->cc.max_md_jump = 500;
-    a->cc.qa_gate = 3;
-    a->cc.qa_threshold = 40000;
-    a->cc.adjust_bytes_threshold = 32768;
-    a->cc.adjust_period_threshold = 10000;
+    *a = (struct mrc_qp_attr){
+        .mpr = 8, /* 1024 PSNs */
+        .max_wimm = 64,
+        .timeout = 9, /* 1.024 us x 2^9 = 524 us */
+        .linear_cnt = 7,
+        .exp_cnt = 7,
+        .mtu = 4096,
+        .planes = 8,
+        .ev_count = 128,
+        .ev_min_active = 8,
+        .ev_backup = 16,
+        .ack_bytes = 16384,
+        .probe_k = 3,
+        .probe_interval_ns = 100000,
+        .skip_ns = 20000,
+        .reorder_ns = 20000,
+        .sq_depth = 64,
+        .rq_depth = 64,
+        /* NSCC defaults scale from BDP = rate x base RTT (protocol.md section 5):
+         * 100 Gb/s x 10 us = 125 KB */
+        .cc = {.base_rtt = 10000, .target_delay = 8000, .max_cwnd = 187500, .fi = 256, .fi_scale = 1000, .eta = 128,
+               .gamma = 800, .max_md_jump = 500, .qa_gate = 3, .qa_threshold = 40000,
+               .adjust_bytes_threshold = 32768, .adjust_period_threshold = 10000},
+    };
 }
 
 static size_t pow2_roundup(size_t n) { size_t p = 1; while (p < n) p <<= 1; return p; }

@@ -4,7 +4,10 @@
  * probability or a 64-bit mask), duplication, trimming, a rate with a queue
  * that marks ECN above a threshold, and down/flap intervals. The run loop
  * lives in C: Python only starts it and reads the results. It drives each
- * endpoint through dispatch.c's entry points, as the engine thread does. */
+ * endpoint through dispatch.c's entry points, as the engine thread does.
+ *
+ * Lock: none; the caller drives the link and its contexts (which have no
+ * engine thread) from one thread. */
 #include "core.h"
 
 enum { SIM_MAX_EPS = 8, SIM_TXBUF = 1 << 20, SIM_TXD = 256, SIM_BUFSZ = 9216 };
@@ -268,7 +271,7 @@ int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe)
             progress++;
         }
         for (uint32_t i = 0; i < s->neps; i++)
-            if ((stop_on_cqe && ep_cq_pending(s->eps[i], 0)) || ep_cq_pending(s->eps[i], 1))
+            if (ep_cq_pending(s->eps[i]) > (stop_on_cqe ? 0 : 1))
                 return 1;
         if (progress)
             continue;

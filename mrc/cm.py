@@ -18,12 +18,13 @@ context's path resolver turns that into paths (``Context.resolve``, mrc.paths).
 from __future__ import annotations
 
 import dataclasses
+import errno
 import ipaddress
 import json
 import socket
 from dataclasses import asdict
 
-from mrc.errors import MrcError, UsageError
+from mrc.errors import ErrnoError, UsageError, errno_error
 from mrc.paths import PathResolver
 from mrc.verbs import RemoteInfo
 
@@ -48,7 +49,7 @@ class Connection:
         while b"\n" not in self._buf:
             chunk = self.sock.recv(65536)
             if not chunk:
-                raise MrcError("the peer closed the connection-setup channel")
+                raise ErrnoError(errno.ECONNRESET, "the peer closed the connection-setup channel")
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
         return json.loads(line)
@@ -99,7 +100,9 @@ class Listener:
         try:
             self.sock.bind((addr, port))
         except OSError as e:
-            raise MrcError(f"cannot listen on [{addr}]:{port}: {e.strerror} (another server running?)") from None
+            self.sock.close()
+            raise errno_error(e.errno or errno.EINVAL, f"listen on [{addr}]:{port}",
+                              "another server running? pick another --port") from None
         self.sock.listen(8)
 
     def accept(self, timeout: float | None = None) -> Connection:
@@ -125,7 +128,9 @@ def connect(addr: str, port: int, info: RemoteInfo, timeout: float = 10.0, **ext
     try:
         s = socket.create_connection((addr, port), timeout=timeout)
     except OSError as e:
-        raise MrcError(f"cannot reach the connection-setup server at [{addr}]:{port}: {e.strerror or e}") from None
+        raise errno_error(e.errno or errno.ETIMEDOUT, f"reach the connection-setup server at [{addr}]:{port}",
+                          "is `mrc perf server` (or the listener) running there, and the management network up?"
+                          ) from None
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     c = Connection(s)
     c.send({"info": info_to_json(info), **extra})

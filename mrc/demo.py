@@ -60,6 +60,7 @@ def transfer(t: Topology, total: int = 3 << 30, out=sys.stdout) -> dict:
 
 def main(name: str | None = None) -> int:
     name = name or f"demo{os.getpid() % 100000}"
+    apply.exit_cleanly_on_sigterm()  # a killed demo still removes its fabric
     t = Topology(name=name)
     print(f"== building fabric {name}: {t.planes} planes x ({t.spines} T1 spines, {t.leaves} T0 leaves), "
           f"{t.hosts} hosts, one port per plane", flush=True)

@@ -77,6 +77,7 @@ HINTS = {
     errno.EPERM: "this needs root or CAP_NET_ADMIN",
     errno.EACCES: "this needs root or CAP_NET_RAW",
     errno.ENOTCONN: "the engine thread is not running",
+    errno.ECONNRESET: "the other side went away",
 }
 
 

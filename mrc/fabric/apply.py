@@ -24,6 +24,15 @@ from mrc.fabric.topology import NS_PREFIX, Topology
 STATE_DIR = os.environ.get("MRC_STATE_DIR", "/run/mrc/fabrics")
 
 
+def exit_cleanly_on_sigterm() -> None:
+    """Make SIGTERM (kill, a CI timeout) end the process like Ctrl-C, so that
+    every ``finally`` runs and what a command built is torn down."""
+    import signal
+    import sys
+
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def require_root(what: str) -> None:
     if os.geteuid() != 0:
         raise PrivilegeError(

@@ -220,6 +220,7 @@ def _tcp_send(t, plane, nbytes):
 
     def serve():
         c, _ = srv.accept()
+        c.settimeout(30)  # a sender that stops without closing fails the test, not hangs it
         n = 0
         while b := c.recv(1 << 20):
             n += len(b)

@@ -173,7 +173,7 @@ def sample_pcap(tmp_path):
     t = SMALL
     pkts, order = [], [0, 1, 2, 4, 5, 3, 6, 7]
     for psn in order:
-        ev = (psn % 2) << 16 | psn
+        ev = wire.ev_make(psn % 2, psn)
         raw = wire.build(bytes([psn]) * 64, opcode=wire.OP_WRITE_MIDDLE, dqpn=5, psn=psn, va=0x1000 + 64 * psn,
                          rkey=0x100, dma_len=512)
         pkts.append(frame(t, 0, 1, psn % 2, 0, ev, raw))

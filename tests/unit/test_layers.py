@@ -1,0 +1,135 @@
+"""The layout's rules, checked on the source (docs/architecture.md): no call
+cycle among the C files and none among the Python modules, the C layers in
+their order, the stack never importing the fabric, no source file over 700
+lines."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CSRC = ROOT / "csrc"
+MAX_LINES = 700
+
+# lowest first: a file may call only files of its own layer or below
+C_LAYERS = [
+    ["crc32c.c", "wire.c"],
+    ["ep.c"],
+    ["ev.c", "cc_nscc.c"],
+    ["qp.c"],
+    ["requester.c", "completer.c", "responder.c", "evprobe.c"],
+    ["dispatch.c"],
+    ["simlink.c", "io_packet.c", "link_watch.c"],
+    ["engine.c"],
+    ["bench/blast.c"],
+]
+#: the stack: these never import mrc.fabric (they take a path resolver)
+STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/errors.py", "mrc/paths.py",
+         "mrc/verbs.py", "mrc/cm.py", "mrc/perf.py", "mrc/dissect.py", "mrc/decode.py", "mrc/ctl/__init__.py",
+         "mrc/ctl/profiles.py", "mrc/ctl/endpoint.py", "mrc/ctl/cli.py"]
+
+DEF = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([a-z_]\w*)\s*\([^;]*?\)\s*\{", re.M | re.S)
+CALL = re.compile(r"\b([a-z_]\w*)\s*\(")
+
+
+def _strip(text: str) -> str:
+    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    text = re.sub(r"//[^\n]*", " ", text)
+    return re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+
+
+def c_calls() -> dict[str, set[str]]:
+    """file -> the other C files whose functions it calls (static ones excluded)."""
+    files = sorted(p.relative_to(CSRC).as_posix() for p in CSRC.rglob("*.c"))
+    texts = {f: _strip((CSRC / f).read_text()) for f in files}
+    owner = {}
+    for f, text in texts.items():
+        for m in DEF.finditer(text):
+            if not m.group(0).lstrip().startswith("static"):
+                owner.setdefault(m.group(1), f)
+    return {f: {owner[name] for name in CALL.findall(text) if name in owner and owner[name] != f}
+            for f, text in texts.items()}
+
+
+def py_imports() -> dict[str, set[str]]:
+    """module file -> the module files of mrc/ it imports (at any depth of the code)."""
+    files = {p.relative_to(ROOT).as_posix(): p for p in (ROOT / "mrc").rglob("*.py")}
+    mods = {f[:-3].replace("/", ".").removesuffix(".__init__"): f for f in files}
+    out = {}
+    for f, p in files.items():
+        deps = set()
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for n in names:
+                while n and n not in mods:
+                    n = n.rpartition(".")[0]
+                if n and mods[n] != f and not mods[n].endswith("__init__.py"):
+                    deps.add(mods[n])
+        out[f] = deps
+    return out
+
+
+def cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if not state.get(m):
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if not state.get(n):
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_the_c_files_call_each_other_without_a_cycle_and_only_downwards():
+    calls = c_calls()
+    assert calls["requester.c"] and calls["dispatch.c"]  # the parse sees calls at all
+    assert cycle(calls) is None, " -> ".join(cycle(calls))
+    layer = {f: i for i, files in enumerate(C_LAYERS) for f in files}
+    assert set(layer) == set(calls), set(calls) ^ set(layer)
+    upward = [(f, g) for f, gs in calls.items() for g in gs if layer[g] > layer[f]]
+    assert not upward, upward
+    # the roles never call each other: they share state (core.h), not functions
+    roles = set(C_LAYERS[4])
+    assert not [(f, g) for f in roles for g in calls[f] if g in roles]
+
+
+def test_the_python_modules_import_each_other_without_a_cycle():
+    imports = py_imports()
+    assert "mrc/core.py" in imports["mrc/verbs.py"]  # the parse sees imports at all
+    assert cycle(imports) is None, " -> ".join(cycle(imports))
+
+
+@pytest.mark.parametrize("module", STACK)
+def test_the_stack_never_imports_the_fabric(module):
+    assert not [m for m in py_imports()[module] if m.startswith("mrc/fabric/")]
+
+
+def test_no_source_file_is_over_700_lines():
+    long = []
+    for p in list((ROOT / "mrc").rglob("*.py")) + list(CSRC.rglob("*.[ch]")) + list((ROOT / "bench").glob("*.py")):
+        n = len(p.read_text().splitlines())
+        if n > MAX_LINES:
+            long.append((p.relative_to(ROOT).as_posix(), n))
+    assert not long, long
