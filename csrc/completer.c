@@ -40,6 +40,7 @@ void comp_complete(struct mrc_ep *ep, struct qp *q)
         }
         if (w->wr.opcode == MRC_WR_WRITE_IMM)
             q->wimm_out--;
+        ep_wqe_release(ep, w);
         w->done = 1;
         STORE_REL(q->sq_head, ring_next(q->sq_head, q->sq_size));
     }
@@ -139,14 +140,17 @@ static void detect_losses(struct mrc_ep *ep, struct qp *q, uint64_t rack, uint64
 
 void comp_on_sack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, uint64_t now)
 {
-    q->st.sacks_rx++;
-    if (p->sack_flags & MRC_SETH_PR)
-        ev_on_probe_response(ep, q, p->ev, now);
     uint32_t cack = p->cack_psn;
+    /* a cumulative PSN at or after next_psn acknowledges what was never sent
+     * (next_psn - 1 is every PSN so far); an older one is a late SACK, whose
+     * bitmap still counts */
     if (!psn_lt(cack, q->next_psn) && cack != psn_add(q->next_psn, MRC_PSN_MASK)) {
-        ep_drop(ep, MRC_DROP_STALE_ACK); /* acknowledges what was never sent */
+        ep_drop(ep, MRC_DROP_STALE_ACK);
         return;
     }
+    q->st.sacks_rx++;
+    if (p->sack_flags & MRC_SETH_PR) /* only now: a probe answer must be a valid SACK first */
+        ev_on_probe_response(ep, q, p->ev, now);
     uint32_t trig = psn_add(cack, (uint32_t)(int32_t)p->ack_psn_offset);
     struct tally t = {.rack = q->rack_sent_ns};
     /* the cumulative part, then the bitmap, then the triggering PSN
@@ -193,13 +197,17 @@ static void fail_at(struct mrc_ep *ep, struct qp *q, uint32_t bad, uint8_t statu
     qp_to_error(ep, q, status);
 }
 
+/* A NACK acts only on a PSN that is out: sent, and neither acknowledged nor
+ * forgotten (protocol.md 3, "Trust"). */
 void comp_on_nack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, uint64_t now)
 {
-    q->st.nacks_rx++;
     uint32_t psn = p->nack_psn;
-    if (psn_lt(psn, q->una_psn) || !psn_lt(psn, q->next_psn))
-        return;
     struct pent *pe = pe_at(q, psn);
+    if (psn_lt(psn, q->una_psn) || !psn_lt(psn, q->next_psn) || (pe->st != PE_INFLIGHT && pe->st != PE_LOST)) {
+        ep_drop(ep, MRC_DROP_STALE_ACK);
+        return;
+    }
+    q->st.nacks_rx++;
     switch (p->nack_reason) {
     case MRC_NACK_TRIMMED:
     case MRC_NACK_TRIMMED_LASTHOP:
@@ -211,6 +219,13 @@ void comp_on_nack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, uint
         break;
     case MRC_NACK_ICRC:
         mark_lost(ep, q, pe, now, 0);
+        break;
+    case MRC_NACK_NO_RESOURCE:
+        /* the receiver had no receive for this WRITE_IMM: it placed nothing;
+         * the retransmit timer sends it again (a receiver-not-ready retry, in
+         * the retry budget), and its path is not at fault */
+        pe->rnr = 1;
+        q->st.rnr_naks++;
         break;
     case MRC_NACK_REMOTE_ACCESS:
         comp_complete(ep, q);
@@ -225,7 +240,7 @@ void comp_on_nack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, uint
 /* ------------------------------------------------------------ the retransmit timer */
 void comp_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
 {
-    if (q->una_psn == q->next_psn)
+    if (q->una_psn == q->next_psn && !qp_send_blocked(ep, q))
         return;
     if (now < q->last_progress_ns + rto_ns(q))
         return;
@@ -248,16 +263,17 @@ void comp_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
     for (uint32_t psn = q->una_psn; psn != q->next_psn; psn = psn_add(psn, 1)) {
         struct pent *pe = pe_at(q, psn);
         if (pe->st == PE_INFLIGHT && (psn == q->una_psn || pe->sent_ns + rto <= now))
-            mark_lost(ep, q, pe, now, psn == q->una_psn);
+            mark_lost(ep, q, pe, now, psn == q->una_psn && !pe->rnr);
     }
     q->cc->on_loss(q, now);
     q->last_progress_ns = now;
 }
 
-/* When the retransmit timer of q fires (never while nothing is out). */
-uint64_t comp_next_timer(struct qp *q, uint64_t now)
+/* When the retransmit timer of q fires (never while nothing is out and
+ * nothing is kept from going out). */
+uint64_t comp_next_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
 {
-    if (q->una_psn == q->next_psn)
+    if (q->una_psn == q->next_psn && !qp_send_blocked(ep, q))
         return MRC_INF_NS;
     uint64_t x = q->last_progress_ns + rto_ns(q);
     return x < now ? now : x;

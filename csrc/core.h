@@ -56,9 +56,13 @@ struct mr {
     uint8_t *addr;
     uint64_t len;
     uint32_t access;
-    uint32_t key;   /* lkey == rkey: (index + 1) << 8 | generation */
+    uint32_t key;   /* lkey == rkey: a keyed permutation of the registration count << 10 | slot */
+    uint32_t pd;
+    uint32_t users; /* queued WRs that read from it (atomic: posted by the application, released by the engine) */
     int used;
 };
+
+enum { MR_SLOT_BITS = 10, MR_SEQ_BITS = 22 }; /* mr_cap = 1 << MR_SLOT_BITS */
 
 /* A completion queue: an SPSC ring (engine -> application). */
 struct cq {
@@ -76,6 +80,7 @@ struct wqe {
     uint32_t psn_first;
     uint32_t npkts;
     uint16_t msn;
+    uint16_t msn_rq;         /* WRITE_IMMs this QP sent before this message (METH) */
     uint8_t done;
     uint8_t status;
 };
@@ -91,6 +96,7 @@ struct pent {
     uint16_t len;
     uint8_t st;
     uint8_t nrtx;
+    uint8_t rnr;    /* the receiver had no receive for it (NACK NO_RESOURCE): its timer resend is no path failure */
 };
 
 /* One EV of a QP's set: its value, its state (written by ev_transition()
@@ -108,7 +114,15 @@ struct ev_entry {
     uint8_t probe_shift;     /* probe interval = probe_interval_ns << probe_shift */
 };
 
-struct pimm { uint32_t psn; uint32_t imm; uint32_t len; uint8_t valid; };
+/* What the responder keeps of a received PSN until the cumulative PSN passes it. */
+struct rxent {
+    uint32_t psn;
+    uint32_t imm;
+    uint32_t dma_len;        /* the message's length as the packet's RETH says */
+    uint16_t plen;           /* payload bytes it placed */
+    uint8_t last;            /* the last packet of a message */
+    uint8_t imm_valid;       /* a WRITE_IMM's last packet: completes a receive */
+};
 
 struct qp;
 struct cc_ops {
@@ -139,6 +153,7 @@ struct qp {
     struct mrc_qp_attr a;
     uint16_t ev_paths[MRC_MAX_PLANES]; /* per plane: EVs with equal entropy mod this share a path (0: unknown) */
     uint32_t win;            /* mpr * 128 */
+    uint32_t pd;
     uint32_t scq, rcq;       /* send and receive CQ numbers */
     uint8_t scq_wait;        /* acknowledged WRs wait for room in the send CQ */
     uint8_t rcq_wait;        /* a placed WRITE_IMM waits for room in the receive CQ */
@@ -146,6 +161,7 @@ struct qp {
     struct wqe *sq;
     uint32_t sq_size, sq_head, sq_tail, sq_cur, cur_off;
     uint16_t next_msn;
+    uint16_t imm_sent;       /* WRITE_IMM messages started (METH's RQ message number) */
     uint32_t next_psn, una_psn;
     struct pent *pe;
     uint32_t nlost;
@@ -173,13 +189,17 @@ struct qp {
     /* responder */
     uint32_t epsn;
     uint64_t *rbits;
-    struct pimm *pimm;
+    struct rxent *rx;
     uint64_t *rq;
     uint32_t rq_size, rq_head, rq_tail;
+    uint16_t rq_taken;       /* receives consumed (WRITE_IMMs completed), mod 2^16 */
+    uint64_t msg_bytes;      /* bytes placed of the message the cumulative PSN is in */
     uint32_t bytes_unacked;
     uint32_t rcv_bytes;
     uint32_t ooo;
     uint32_t last_rx_ev;     /* the EV the last data packet came on */
+    uint8_t last_rx_port;    /* and the plane */
+    uint32_t sack_slot;      /* 1 + the control-ring slot of this QP's plain SACK not sent yet (0: none) */
     struct mrc_qp_stats st;
 };
 
@@ -191,6 +211,7 @@ struct ctrl {
     uint32_t ev;
     uint8_t tclass;
     uint32_t probe_id;       /* an EV probe request: stamp its send time when it leaves */
+    uint32_t sack_qpn;       /* a plain SACK of this QP, which a newer one may bring up to date */
 };
 
 struct probe {
@@ -205,10 +226,16 @@ enum { PROBE_FREE = 0, PROBE_PENDING = 1, PROBE_ANSWERED = 2 };
 
 struct mrc_ep {
     struct mrc_ep_attr a;
+    uint64_t key[2];         /* the secret behind rkeys and QP numbers (SipHash key) */
     struct mr *mrs;
     uint32_t mr_cap;
-    uint8_t mr_gen;
+    uint32_t mr_seq;         /* registrations so far */
+    uint32_t pd_users[MRC_MAX_PDS]; /* regions and QPs of each PD */
+    uint64_t pd_live;        /* bit n: PD n exists */
     struct qp **qps;
+    uint32_t qp_bits;        /* the low bits of a QP number are its slot */
+    uint32_t qp_seq;
+    uint16_t peer_host[MRC_MAX_PEERS]; /* peer index -> the first index of the same host (its addresses) */
     struct cq cqs[MRC_MAX_CQS];
     uint64_t cq_live;        /* bit n: CQ n exists */
     uint64_t cq_dirty;       /* bit n: completions were added to CQ n (the engine signals and clears) */
@@ -250,11 +277,28 @@ static inline void cq_wait(struct mrc_ep *ep, uint8_t *flag, uint8_t on)
 
 static inline struct pent *pe_at(struct qp *q, uint32_t psn) { return &q->pe[psn & (q->win - 1)]; }
 
+/* Work is queued but no plane is usable by both ends (the peer reported no
+ * port we have, or ours are all down): the retry timer runs, so the QP ends
+ * in RETRY_EXC_ERR instead of waiting for ever. */
+static inline int qp_send_blocked(const struct mrc_ep *ep, const struct qp *q)
+{
+    uint32_t planes = q->a.planes >= 32 ? ~0u : (1u << q->a.planes) - 1;
+    return !(qp_usable_ports(ep, q) & planes) && (q->sq_cur != LOAD_ACQ(q->sq_tail) || q->cur_off);
+}
+
 /* ep.c: tables, rings and posting. Calls nothing but wire.c. */
-int ep_create(const struct mrc_ep_attr *attr, struct mrc_ep **out);
+int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_ep **out);
+uint64_t ep_prf(const struct mrc_ep *ep, uint64_t domain, uint64_t x);
+int ep_pd_alloc(struct mrc_ep *ep, uint32_t *pdn);
+int ep_pd_dealloc(struct mrc_ep *ep, uint32_t pdn);
+int ep_pd_hold(struct mrc_ep *ep, uint32_t pdn, int hold);
+void ep_set_peer_host(struct mrc_ep *ep, uint16_t peer, uint16_t host);
+int ep_same_host(const struct mrc_ep *ep, uint16_t a, uint16_t b);
+void ep_wqe_release(struct mrc_ep *ep, const struct wqe *w);
 void ep_destroy(struct mrc_ep *ep);
 void ep_drop(struct mrc_ep *ep, int why);
-int ep_mr_reg(struct mrc_ep *ep, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey);
+int ep_mr_reg(struct mrc_ep *ep, uint32_t pdn, void *addr, uint64_t length, uint32_t access, uint32_t *lkey,
+              uint32_t *rkey);
 int ep_mr_dereg(struct mrc_ep *ep, uint32_t lkey);
 struct mr *ep_mr(struct mrc_ep *ep, uint32_t key);
 int ep_cq_create(struct mrc_ep *ep, uint32_t depth, uint32_t *cqn);
@@ -270,6 +314,9 @@ void ep_qp_remove(struct mrc_ep *ep, struct qp *q);
 void ep_set_active(struct mrc_ep *ep, struct qp *q, int on);
 struct ctrl *ep_ctrl_to(struct mrc_ep *ep, uint16_t peer, uint32_t ev);
 int ctrl_put(struct mrc_ep *ep, struct ctrl *c, const struct mrc_pkt *p);
+int ctrl_rebuild(struct mrc_ep *ep, struct ctrl *c, const struct mrc_pkt *p);
+struct ctrl *ep_ctrl_pending(struct mrc_ep *ep, struct qp *q);
+void ep_ctrl_mark_pending(struct mrc_ep *ep, struct ctrl *c, struct qp *q);
 struct ctrl *ep_ctrl_peek(struct mrc_ep *ep);
 void ep_ctrl_pop(struct mrc_ep *ep);
 void ep_ev_event(struct mrc_ep *ep, const struct mrc_ev_event *e);
@@ -303,7 +350,7 @@ size_t qp_state_bytes(const struct mrc_qp_attr *a);
 int qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *attr, uint32_t *qpn);
 int qp_destroy(struct mrc_ep *ep, uint32_t qpn);
 void qp_destroy_all(struct mrc_ep *ep);
-int qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer);
+int qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, const struct mrc_qp_conn *conn);
 int qp_query(struct mrc_ep *ep, uint32_t qpn, struct mrc_qp_stats *st);
 void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
 int qp_flush(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
@@ -318,7 +365,7 @@ uint64_t req_next_tx(struct mrc_ep *ep, struct qp *q, uint64_t now);
 void comp_on_sack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, uint64_t now);
 void comp_on_nack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, uint64_t now);
 void comp_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now);
-uint64_t comp_next_timer(struct qp *q, uint64_t now);
+uint64_t comp_next_timer(struct mrc_ep *ep, struct qp *q, uint64_t now);
 void comp_complete(struct mrc_ep *ep, struct qp *q);
 
 /* responder.c: validate, place, answer. Calls ep.c. */

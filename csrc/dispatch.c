@@ -19,15 +19,29 @@ static void on_port_status(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt
     q->remote_ports = p->port_bitmap;
 }
 
+/* The packet comes from q's connected peer (its host's addresses: the I/O
+ * layer names the peer by source address), and a SACK or NACK names this
+ * connection (its connection ids: the low 16 bits of both QP numbers). */
+static int from_peer(const struct mrc_ep *ep, const struct qp *q, const struct mrc_pkt *p, const struct mrc_meta *m)
+{
+    if (!ep_same_host(ep, m->peer, q->peer))
+        return 0;
+    if (p->opcode == MRC_OP_SACK || p->opcode == MRC_OP_NACK)
+        return p->scid == (uint16_t)q->dqpn && p->dcid == (uint16_t)q->qpn;
+    return 1;
+}
+
 int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const struct mrc_meta *m, uint64_t now)
 {
     struct mrc_pkt p;
-    int rc = mrc_pkt_parse(pkt, len, m->trimmed, &p);
+    /* only a data packet can be trimmed: any other packet is whole, ICRC and all */
+    int trimmed = m->trimmed && len && mrc_opcode_is_data(pkt[0]);
+    int rc = mrc_pkt_parse(pkt, len, trimmed, &p);
     if (rc < 0) {
         ep_drop(ep, MRC_DROP_MALFORMED);
         return rc;
     }
-    if (!m->trimmed && !mrc_pkt_icrc_ok(pkt, len)) {
+    if (!trimmed && !mrc_pkt_icrc_ok(pkt, len)) {
         ep_drop(ep, MRC_DROP_ICRC);
         return -EBADMSG;
     }
@@ -42,13 +56,15 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
         ep_drop(ep, MRC_DROP_QP_STATE);
         return -EINVAL;
     }
+    if (!from_peer(ep, q, &p, m)) {
+        ep_drop(ep, MRC_DROP_WRONG_PEER);
+        return -EPERM;
+    }
     if (mrc_opcode_is_data(p.opcode)) {
-        resp_on_data(ep, q, pkt, len, &p, m, now);
+        struct mrc_meta mm = *m;
+        mm.trimmed = (uint8_t)trimmed;
+        resp_on_data(ep, q, pkt, len, &p, &mm, now);
     } else if (p.opcode == MRC_OP_SACK) {
-        if (m->trimmed) {
-            ep_drop(ep, MRC_DROP_TRIMMED);
-            return -EBADMSG;
-        }
         comp_on_sack(ep, q, &p, now);
     } else if (p.opcode == MRC_OP_NACK) {
         comp_on_nack(ep, q, &p, now);
@@ -99,6 +115,10 @@ int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t bufle
     /* control packets first: they unblock the peer */
     struct ctrl *c;
     while (n < max && (c = ep_ctrl_peek(ep)) != NULL) {
+        if (!c->len) { /* a SACK whose update could not be built: nothing to send */
+            ep_ctrl_pop(ep);
+            continue;
+        }
         if (used + c->len > buflen)
             return (int)n;
         memcpy(buf + used, c->buf, c->len);
@@ -135,7 +155,7 @@ uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now)
         struct qp *q = ep->qps[ep->act[i]];
         if (!q || q->state != MRC_QPS_RTS)
             continue;
-        uint64_t x = ev_next_timer(q, now), y = comp_next_timer(q, now), z = req_next_tx(ep, q, now);
+        uint64_t x = ev_next_timer(q, now), y = comp_next_timer(ep, q, now), z = req_next_tx(ep, q, now);
         x = x < y ? x : y;
         x = x < z ? x : z;
         if (x < t)

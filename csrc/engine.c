@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -49,6 +50,8 @@ struct mrc_ctx {
     int wake_fd, async_fd;
     int cq_fd[MRC_MAX_CQS];  /* each CQ's completion channel (-1: none) */
     uint32_t aeq_signalled;  /* aeq_tail when async_fd was last written */
+    uint32_t blocked;        /* callers blocked in a call that waits (batch_send_wait): destroy waits for them */
+    uint32_t closing;        /* destroy began: blocked callers return -ECANCELED */
     uint8_t *txbuf;
     struct mrc_txdesc txd[IO_BATCH];
 };
@@ -168,13 +171,18 @@ int mrc_ctx_port_stats(struct mrc_ctx *c, uint32_t port, struct mrc_port_stats *
     return rc;
 }
 
-/* Lock: none held; takes both. */
+/* A peer: its paths go to the I/O layer; the core learns which earlier peer
+ * index is the same host (the same addresses), so that a QP connected
+ * through one index hears its host's packets, whichever index they map to.
+ * Lock: none held; takes both. */
 int mrc_ctx_add_peer(struct mrc_ctx *c, const struct mrc_peer_cfg *peer)
 {
     if (!c->io)
         return -EOPNOTSUPP;
     ctx_lock(c);
     int rc = io_add_peer(c->io, peer);
+    if (rc >= 0)
+        ep_set_peer_host(c->ep, (uint16_t)rc, (uint16_t)io_peer_host(c->io, (uint16_t)rc));
     ctx_unlock(c);
     return rc;
 }
@@ -222,7 +230,17 @@ int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *po
     c->spin_ns = SPIN_NS;
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->ulock, NULL);
-    int rc = ep_create(attr, &c->ep);
+    /* the secret behind rkeys and QP numbers: the kernel's randomness, or
+     * (tests) derived from the seed */
+    uint64_t key[2];
+    if (attr->seed) {
+        key[0] = attr->seed * 0x9E3779B97F4A7C15ull ^ 0xA0761D6478BD642Full;
+        key[1] = (attr->seed + 1) * 0xBF58476D1CE4E5B9ull ^ 0xE7037ED1A0B428DBull;
+    } else if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key)) {
+        free(c);
+        return -EIO;
+    }
+    int rc = ep_create(attr, key, &c->ep);
     if (rc == 0 && nports)
         rc = open_ports(c, ports, nports);
     if (rc < 0) {
@@ -238,6 +256,9 @@ void mrc_ctx_destroy(struct mrc_ctx *c)
 {
     if (!c)
         return;
+    __atomic_store_n(&c->closing, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&c->blocked, __ATOMIC_SEQ_CST)) /* a blocked caller leaves within 20 us */
+        sched_yield();
     if (c->started) {
         ctx_lock(c);
         c->running = 0;
@@ -297,12 +318,14 @@ int mrc_ctx_populate(void *addr, uint64_t len)
         ctx_unlock(c);                        \
         return rc;                            \
     }
-LOCKED_CALL(mrc_mr_reg, ep_mr_reg, (struct mrc_ctx *c, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey), (c->ep, addr, length, access, lkey, rkey))
+LOCKED_CALL(mrc_pd_alloc, ep_pd_alloc, (struct mrc_ctx *c, uint32_t *pdn), (c->ep, pdn))
+LOCKED_CALL(mrc_pd_dealloc, ep_pd_dealloc, (struct mrc_ctx *c, uint32_t pdn), (c->ep, pdn))
+LOCKED_CALL(mrc_mr_reg, ep_mr_reg, (struct mrc_ctx *c, uint32_t pdn, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey), (c->ep, pdn, addr, length, access, lkey, rkey))
 LOCKED_CALL(mrc_mr_dereg, ep_mr_dereg, (struct mrc_ctx *c, uint32_t lkey), (c->ep, lkey))
 LOCKED_CALL(mrc_cq_query, ep_cq_query, (struct mrc_ctx *c, uint32_t cqn, struct mrc_cq_stats *st), (c->ep, cqn, st))
 LOCKED_CALL(mrc_qp_create, qp_create, (struct mrc_ctx *c, const struct mrc_qp_attr *attr, uint32_t *qpn), (c->ep, attr, qpn))
 LOCKED_CALL(mrc_qp_destroy, qp_destroy, (struct mrc_ctx *c, uint32_t qpn), (c->ep, qpn))
-LOCKED_CALL(mrc_qp_modify, qp_modify, (struct mrc_ctx *c, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer), (c->ep, qpn, state, dest_qpn, peer))
+LOCKED_CALL(mrc_qp_modify, qp_modify, (struct mrc_ctx *c, uint32_t qpn, uint32_t state, const struct mrc_qp_conn *conn), (c->ep, qpn, state, conn))
 LOCKED_CALL(mrc_qp_query, qp_query, (struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st), (c->ep, qpn, st))
 LOCKED_CALL(mrc_ctx_drops, ep_drops, (struct mrc_ctx *c, uint64_t *counts, uint32_t n), (c->ep, counts, n))
 LOCKED_CALL(mrc_ev_list, ev_ctl_list, (struct mrc_ctx *c, uint32_t qpn, struct mrc_ev_info *out, uint32_t max), (c->ep, qpn, out, max))
@@ -510,9 +533,23 @@ int mrc_ctx_start(struct mrc_ctx *c)
 }
 
 /* ------------------------------------------------------------ EV probes for the controller */
-/* Lock: none held by the caller (it blocks); takes both for each look. */
+static int probe_wait(struct mrc_ctx *c, const struct mrc_probe_req *req, uint32_t n, uint64_t timeout_ns,
+                      struct mrc_probe_resp *out);
+
+/* Lock: none held by the caller (it blocks); takes both for each look. A
+ * context being destroyed meanwhile waits for it, and it returns
+ * -ECANCELED. */
 int mrc_ctx_ep_batch_send_wait(struct mrc_ctx *c, const struct mrc_probe_req *req, uint32_t n, uint64_t timeout_ns,
                                struct mrc_probe_resp *out)
+{
+    __atomic_add_fetch(&c->blocked, 1, __ATOMIC_SEQ_CST);
+    int rc = __atomic_load_n(&c->closing, __ATOMIC_SEQ_CST) ? -ECANCELED : probe_wait(c, req, n, timeout_ns, out);
+    __atomic_sub_fetch(&c->blocked, 1, __ATOMIC_SEQ_CST);
+    return rc;
+}
+
+static int probe_wait(struct mrc_ctx *c, const struct mrc_probe_req *req, uint32_t n, uint64_t timeout_ns,
+                      struct mrc_probe_resp *out)
 {
     if (n > MRC_PROBE_MAX || (n && (!req || !out)))
         return -EINVAL;
@@ -572,7 +609,7 @@ int mrc_ctx_ep_batch_send_wait(struct mrc_ctx *c, const struct mrc_probe_req *re
             ctx_unlock(c);
             continue;
         }
-        if (now >= deadline)
+        if (now >= deadline || __atomic_load_n(&c->closing, __ATOMIC_SEQ_CST))
             break;
         struct timespec ts = {0, 20000}; /* 20 us: probes answer in tens of us */
         nanosleep(&ts, NULL);

@@ -14,20 +14,71 @@ static const char *const wc_status_names[] = {"SUCCESS", "LOC_LEN_ERR", "LOC_PRO
 static const char *const event_names[] = {NULL, "QP_FATAL", "PORT_ERR", "PORT_ACTIVE", "PEER_PORTS", "CQ_ERR"};
 static const char *const drop_names[MRC_DROP_NREASONS] = {
     "malformed", "icrc", "unknown_qp", "qp_state", "psn_window", "rkey", "range", "duplicate", "no_recv", "trimmed",
-    "stale_ack", "stale_probe"};
+    "stale_ack", "stale_probe", "wrong_peer"};
 
 #define NAME_OF(table, v) ((v) < sizeof(table) / sizeof((table)[0]) ? (table)[v] : NULL)
 const char *mrc_wc_status_name(uint32_t s) { return NAME_OF(wc_status_names, s); }
 const char *mrc_event_name(uint32_t t) { return NAME_OF(event_names, t); }
 const char *mrc_drop_name(uint32_t r) { return NAME_OF(drop_names, r); }
 
-/* Lock: none (the endpoint is not shared yet). */
-int ep_create(const struct mrc_ep_attr *attr, struct mrc_ep **out)
+/* ---------------------------------------------------------- a keyed PRF
+ * SipHash-2-4 of one 64-bit word under the endpoint's secret: rkeys and QP
+ * numbers come from it, so a peer that sees some cannot compute others. */
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                                                            \
+    do {                                                                                                     \
+        v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32); v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;      \
+        v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0; v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);     \
+    } while (0)
+
+static uint64_t siphash_u64(const uint64_t k[2], uint64_t m)
+{
+    uint64_t v0 = 0x736f6d6570736575ull ^ k[0], v1 = 0x646f72616e646f6dull ^ k[1];
+    uint64_t v2 = 0x6c7967656e657261ull ^ k[0], v3 = 0x7465646279746573ull ^ k[1];
+    const uint64_t b = 8ull << 56; /* an 8-byte message */
+    v3 ^= m;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= m;
+    v3 ^= b;
+    SIPROUND;
+    SIPROUND;
+    v0 ^= b;
+    v2 ^= 0xff;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    SIPROUND;
+    return v0 ^ v1 ^ v2 ^ v3;
+}
+
+uint64_t ep_prf(const struct mrc_ep *ep, uint64_t domain, uint64_t x) { return siphash_u64(ep->key, domain << 56 ^ x); }
+
+enum { PRF_RKEY = 1, PRF_QPN = 2 };
+
+/* A bijection of the 22-bit registration count (a 4-round Feistel network):
+ * every count gives another key until the count wraps, 2^22 registrations on. */
+static uint32_t key_perm(const struct mrc_ep *ep, uint32_t x)
+{
+    uint32_t half = MR_SEQ_BITS / 2, mask = (1u << half) - 1, l = x >> half & mask, r = x & mask;
+    for (uint32_t round = 0; round < 4; round++) {
+        uint32_t f = (uint32_t)ep_prf(ep, PRF_RKEY, (uint64_t)round << 32 | r) & mask;
+        uint32_t t = r;
+        r = l ^ f;
+        l = t;
+    }
+    return l << half | r;
+}
+
+/* Lock: none (the endpoint is not shared yet). key: the PRF's secret. */
+int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_ep **out)
 {
     struct mrc_ep *ep = calloc(1, sizeof(*ep));
     if (!ep)
         return -ENOMEM;
     ep->a = *attr;
+    ep->key[0] = key[0];
+    ep->key[1] = key[1];
     if (!ep->a.max_qps)
         ep->a.max_qps = 1024;
     if (!ep->a.cq_depth)
@@ -44,7 +95,12 @@ int ep_create(const struct mrc_ep_attr *attr, struct mrc_ep **out)
     if (!ep->a.port_bitmap)
         ep->a.port_bitmap = (uint32_t)((1ull << ep->a.planes) - 1);
     ep->port_up = ep->a.port_bitmap;
-    ep->mr_cap = 1024;
+    ep->mr_cap = 1u << MR_SLOT_BITS;
+    while ((1u << ep->qp_bits) < ep->a.max_qps)
+        ep->qp_bits++;
+    for (uint32_t i = 0; i < MRC_MAX_PEERS; i++)
+        ep->peer_host[i] = (uint16_t)i; /* each peer its own host until told otherwise */
+    ep->pd_live = 1; /* PD 0 */
     ep->mrs = calloc(ep->mr_cap, sizeof(*ep->mrs));
     ep->qps = calloc(ep->a.max_qps, sizeof(*ep->qps));
     ep->act = calloc(ep->a.max_qps, sizeof(*ep->act));
@@ -88,24 +144,57 @@ int ep_drops(struct mrc_ep *ep, uint64_t *counts, uint32_t n)
     return MRC_DROP_NREASONS;
 }
 
-/* ------------------------------------------------------------ memory */
-int ep_mr_reg(struct mrc_ep *ep, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey)
+/* ------------------------------------------------------------ protection domains */
+int ep_pd_alloc(struct mrc_ep *ep, uint32_t *pdn)
 {
-    if (!addr && length)
-        return -EINVAL;
-    if ((uintptr_t)addr + length < (uintptr_t)addr)
+    for (uint32_t i = 0; i < MRC_MAX_PDS; i++) {
+        if (!(ep->pd_live >> i & 1)) {
+            ep->pd_live |= 1ull << i;
+            ep->pd_users[i] = 0;
+            *pdn = i;
+            return 0;
+        }
+    }
+    return -ENOSPC;
+}
+
+int ep_pd_dealloc(struct mrc_ep *ep, uint32_t pdn)
+{
+    if (pdn >= MRC_MAX_PDS || !(ep->pd_live >> pdn & 1))
+        return -ENOENT;
+    if (pdn == 0 || ep->pd_users[pdn])
+        return -EBUSY; /* PD 0 lives as long as its context */
+    ep->pd_live &= ~(1ull << pdn);
+    return 0;
+}
+
+/* A region or QP takes (hold) or gives back a place in PD pdn. */
+int ep_pd_hold(struct mrc_ep *ep, uint32_t pdn, int hold)
+{
+    if (pdn >= MRC_MAX_PDS || !(ep->pd_live >> pdn & 1))
+        return -ENOENT;
+    ep->pd_users[pdn] += hold ? 1 : (uint32_t)-1;
+    return 0;
+}
+
+/* ------------------------------------------------------------ memory */
+int ep_mr_reg(struct mrc_ep *ep, uint32_t pdn, void *addr, uint64_t length, uint32_t access, uint32_t *lkey,
+              uint32_t *rkey)
+{
+    if ((!addr && length) || (uintptr_t)addr + length < (uintptr_t)addr || (access & ~3u))
         return -EINVAL;
     for (uint32_t i = 0; i < ep->mr_cap; i++) {
         if (ep->mrs[i].used)
             continue;
-        ep->mr_gen++;
-        struct mr *m = &ep->mrs[i];
-        m->addr = addr;
-        m->len = length;
-        m->access = access;
-        m->key = ((i + 1) << 8) | ep->mr_gen;
-        m->used = 1;
-        *lkey = *rkey = m->key;
+        int rc = ep_pd_hold(ep, pdn, 1);
+        if (rc < 0)
+            return rc;
+        uint32_t key;
+        do { /* a fresh count for every registration: the key 0 is never handed out */
+            key = key_perm(ep, ep->mr_seq++ & ((1u << MR_SEQ_BITS) - 1)) << MR_SLOT_BITS | i;
+        } while (key == 0);
+        ep->mrs[i] = (struct mr){.addr = addr, .len = length, .access = access, .key = key, .pd = pdn, .used = 1};
+        *lkey = *rkey = key;
         return 0;
     }
     return -ENOSPC;
@@ -113,10 +202,7 @@ int ep_mr_reg(struct mrc_ep *ep, void *addr, uint64_t length, uint32_t access, u
 
 struct mr *ep_mr(struct mrc_ep *ep, uint32_t key)
 {
-    uint32_t i = (key >> 8);
-    if (i == 0 || i > ep->mr_cap)
-        return NULL;
-    struct mr *m = &ep->mrs[i - 1];
+    struct mr *m = &ep->mrs[key & (ep->mr_cap - 1)];
     return (m->used && m->key == key) ? m : NULL;
 }
 
@@ -125,8 +211,35 @@ int ep_mr_dereg(struct mrc_ep *ep, uint32_t lkey)
     struct mr *m = ep_mr(ep, lkey);
     if (!m)
         return -ENOENT;
+    if (__atomic_load_n(&m->users, __ATOMIC_ACQUIRE))
+        return -EBUSY; /* a queued WR still reads from it */
+    ep_pd_hold(ep, m->pd, 0);
     memset(m, 0, sizeof(*m));
     return 0;
+}
+
+/* A WR left its send queue (completed, flushed or discarded): its regions
+ * may go. */
+void ep_wqe_release(struct mrc_ep *ep, const struct wqe *w)
+{
+    for (uint32_t i = 0; i < w->wr.num_sge && i < MRC_MAX_SGE; i++) {
+        struct mr *m = ep_mr(ep, w->wr.sg_list[i].lkey);
+        if (m)
+            __atomic_sub_fetch(&m->users, 1, __ATOMIC_RELEASE);
+    }
+}
+
+/* ------------------------------------------------------------ peers */
+void ep_set_peer_host(struct mrc_ep *ep, uint16_t peer, uint16_t host)
+{
+    if (peer < MRC_MAX_PEERS && host < MRC_MAX_PEERS)
+        ep->peer_host[peer] = host;
+}
+
+/* Peer indices a and b are the same host (its addresses). */
+int ep_same_host(const struct mrc_ep *ep, uint16_t a, uint16_t b)
+{
+    return a < MRC_MAX_PEERS && b < MRC_MAX_PEERS && ep->peer_host[a] == ep->peer_host[b];
 }
 
 /* ------------------------------------------------------------ completion queues */
@@ -186,12 +299,14 @@ int ep_cq_query(struct mrc_ep *ep, uint32_t cqn, struct mrc_cq_stats *st)
 
 /* A completion into CQ cqn. A full CQ takes nothing: the caller keeps the
  * completion (in its QP) and offers it again after the application polled;
- * the CQ counts it and raises MRC_EVENT_CQ_ERR once per filling. */
+ * the CQ counts it and raises MRC_EVENT_CQ_ERR once per filling (again only
+ * after it drained below half: an application that polls one completion at
+ * a time keeps it full without a new event each time). */
 int ep_cq_push(struct mrc_ep *ep, uint32_t cqn, const struct mrc_wc *wc)
 {
     struct cq *cq = &ep->cqs[cqn];
-    uint32_t nt = ring_next(cq->tail, cq->size);
-    if (nt == LOAD_ACQ(cq->head)) {
+    uint32_t nt = ring_next(cq->tail, cq->size), head = LOAD_ACQ(cq->head);
+    if (nt == head) {
         cq->overflow++;
         ep->st.cq_overflow++;
         if (!cq->full)
@@ -199,7 +314,8 @@ int ep_cq_push(struct mrc_ep *ep, uint32_t cqn, const struct mrc_wc *wc)
         cq->full = 1;
         return -ENOSPC;
     }
-    cq->full = 0;
+    if (cq->full && (nt + cq->size - head) % cq->size < cq->size / 2)
+        cq->full = 0;
     cq->ring[cq->tail] = *wc;
     STORE_REL(cq->tail, nt);
     ep->cq_dirty |= 1ull << cqn;
@@ -240,22 +356,32 @@ int ep_cq_pending(struct mrc_ep *ep)
 }
 
 /* ------------------------------------------------------------ the QP table */
+/* A QP number's low qp_bits are its slot in the table, the bits above
+ * come from the PRF: QP numbers are not handed out in turn. */
+static uint32_t qp_slot(const struct mrc_ep *ep, uint32_t qpn) { return qpn & ((1u << ep->qp_bits) - 1); }
+
 struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn)
 {
-    if (qpn == 0 || qpn > ep->a.max_qps)
+    uint32_t idx = qp_slot(ep, qpn);
+    if (qpn == 0 || idx >= ep->a.max_qps)
         return NULL;
-    return ep->qps[qpn - 1];
+    struct qp *q = ep->qps[idx];
+    return q && q->qpn == qpn ? q : NULL;
 }
 
-/* Give q a number (its slot + 1) and a place in the table. */
+/* Give q a number and a place in the table. */
 int ep_qp_insert(struct mrc_ep *ep, struct qp *q)
 {
     for (uint32_t idx = 0; idx < ep->a.max_qps; idx++) {
-        if (!ep->qps[idx]) {
-            q->qpn = idx + 1;
-            ep->qps[idx] = q;
-            return 0;
-        }
+        if (ep->qps[idx])
+            continue;
+        uint32_t qpn;
+        do {
+            qpn = ((uint32_t)ep_prf(ep, PRF_QPN, ep->qp_seq++) << ep->qp_bits | idx) & MRC_PSN_MASK;
+        } while (qpn == 0);
+        q->qpn = qpn;
+        ep->qps[idx] = q;
+        return 0;
     }
     return -ENOSPC;
 }
@@ -263,13 +389,13 @@ int ep_qp_insert(struct mrc_ep *ep, struct qp *q)
 void ep_qp_remove(struct mrc_ep *ep, struct qp *q)
 {
     ep_set_active(ep, q, 0);
-    ep->qps[q->qpn - 1] = NULL;
+    ep->qps[qp_slot(ep, q->qpn)] = NULL;
 }
 
 /* The active list: the QPs the tx path visits. */
 void ep_set_active(struct mrc_ep *ep, struct qp *q, int on)
 {
-    uint32_t idx = q->qpn - 1;
+    uint32_t idx = qp_slot(ep, q->qpn);
     for (uint32_t i = 0; i < ep->nact; i++) {
         if (ep->act[i] == idx) {
             if (!on)
@@ -296,6 +422,7 @@ struct ctrl *ep_ctrl_to(struct mrc_ep *ep, uint16_t peer, uint32_t ev)
     c->ev = ev;
     c->tclass = MRC_DSCP_CONTROL << 2;
     c->probe_id = 0;
+    c->sack_qpn = 0;
     return c;
 }
 
@@ -311,6 +438,35 @@ int ctrl_put(struct mrc_ep *ep, struct ctrl *c, const struct mrc_pkt *p)
     c->len = (uint16_t)len;
     ep->ctl_tail = ring_next(ep->ctl_tail, ep->ctl_size);
     return 0;
+}
+
+/* Build p again into a queued slot (a SACK brought up to date). */
+int ctrl_rebuild(struct mrc_ep *ep, struct ctrl *c, const struct mrc_pkt *p)
+{
+    int len = mrc_pkt_build(p, NULL, c->buf, sizeof(c->buf));
+    if (len <= 0) {
+        ep->st.ctrl_build_errors++;
+        c->len = 0; /* never sent: ep_ctrl_peek skips an empty slot */
+        return len < 0 ? len : -EINVAL;
+    }
+    c->len = (uint16_t)len;
+    return 0;
+}
+
+/* q's plain SACK still in the ring (queued, not sent), or NULL. */
+struct ctrl *ep_ctrl_pending(struct mrc_ep *ep, struct qp *q)
+{
+    if (!q->sack_slot)
+        return NULL;
+    uint32_t i = q->sack_slot - 1, size = ep->ctl_size;
+    uint32_t queued = (ep->ctl_tail + size - ep->ctl_head) % size, at = (i + size - ep->ctl_head) % size;
+    return at < queued && ep->ctl[i].sack_qpn == q->qpn ? &ep->ctl[i] : NULL;
+}
+
+void ep_ctrl_mark_pending(struct mrc_ep *ep, struct ctrl *c, struct qp *q)
+{
+    c->sack_qpn = q->qpn;
+    q->sack_slot = (uint32_t)(c - ep->ctl) + 1;
 }
 
 struct ctrl *ep_ctrl_peek(struct mrc_ep *ep) { return ep->ctl_head != ep->ctl_tail ? &ep->ctl[ep->ctl_head] : NULL; }
@@ -367,10 +523,11 @@ int ep_async_events(struct mrc_ep *ep, struct mrc_async_event *out, uint32_t max
 }
 
 /* ------------------------------------------------------------ posting */
-static int sge_ok(struct mrc_ep *ep, const struct mrc_sge *s)
+/* The entry lies inside a region of the QP's protection domain. */
+static int sge_ok(struct mrc_ep *ep, const struct qp *q, const struct mrc_sge *s)
 {
     struct mr *m = ep_mr(ep, s->lkey);
-    if (!m)
+    if (!m || m->pd != q->pd)
         return 0;
     uint64_t a = s->addr, base = (uint64_t)(uintptr_t)m->addr;
     return a >= base && s->length <= m->len && a - base <= m->len - s->length;
@@ -394,7 +551,7 @@ int ep_post_write(struct mrc_ep *ep, uint32_t qpn, const struct mrc_wr *wrs, uin
         }
         uint64_t total = 0;
         for (uint32_t i = 0; i < wr->num_sge && !err; i++) {
-            if (!sge_ok(ep, &wr->sg_list[i]))
+            if (!sge_ok(ep, q, &wr->sg_list[i]))
                 err = -EFAULT;
             total += wr->sg_list[i].length;
         }
@@ -405,6 +562,8 @@ int ep_post_write(struct mrc_ep *ep, uint32_t qpn, const struct mrc_wr *wrs, uin
             err = -ENOSPC;
         if (err)
             break;
+        for (uint32_t i = 0; i < wr->num_sge; i++) /* the regions stay until the WR is done */
+            __atomic_add_fetch(&ep_mr(ep, wr->sg_list[i].lkey)->users, 1, __ATOMIC_ACQ_REL);
         struct wqe *w = &q->sq[q->sq_tail];
         memset(w, 0, sizeof(*w));
         w->wr = *wr;

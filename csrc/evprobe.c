@@ -66,7 +66,8 @@ void evprobe_left(struct mrc_ep *ep, uint32_t id, uint64_t now)
 int evprobe_on_packet(struct mrc_ep *ep, const struct mrc_pkt *p, const struct mrc_meta *m, uint64_t now)
 {
     if (p->opcode == MRC_OP_ENDPOINT_REQUEST) {
-        struct ctrl *c = ep_ctrl_to(ep, m->peer, m->ev);
+        /* back on the plane it came on (one of our paths there), echoing its EV */
+        struct ctrl *c = ep_ctrl_to(ep, m->peer, ev_make(m->port, ev_entropy(m->ev)));
         if (!c)
             return -ENOSPC; /* the prober times out, as on a congested path */
         return ctrl_put(ep, c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_RESPONSE, .dqpn = 0,

@@ -212,6 +212,23 @@ int io_add_peer(struct io *io, const struct mrc_peer_cfg *peer)
 
 int io_npeers(const struct io *io) { return (int)io->npeers; }
 
+/* The first peer index with the same final address on every plane: the
+ * same host (several indices differ only in their paths). */
+int io_peer_host(const struct io *io, uint16_t peer)
+{
+    const struct mrc_peer_cfg *p = &io->peers[peer];
+    for (uint32_t i = 0; i < peer; i++) {
+        const struct mrc_peer_cfg *o = &io->peers[i];
+        int same = 1;
+        for (uint32_t pl = 0; pl < MRC_MAX_PLANES && same; pl++)
+            same = (o->plane[pl].npaths > 0) == (p->plane[pl].npaths > 0) &&
+                   (!p->plane[pl].npaths || !memcmp(o->plane[pl].final_addr, p->plane[pl].final_addr, 16));
+        if (same)
+            return (int)i;
+    }
+    return peer;
+}
+
 int io_has_path(const struct io *io, uint16_t peer, uint32_t plane)
 {
     return peer < io->npeers && plane < MRC_MAX_PLANES && io->peers[peer].plane[plane].npaths > 0;

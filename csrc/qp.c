@@ -62,7 +62,7 @@ size_t qp_state_bytes(const struct mrc_qp_attr *a)
     size_t nevs = a->ev_count + (size_t)a->ev_backup * a->planes;
     return sizeof(struct qp) + (a->sq_depth + 1) * sizeof(struct wqe) + win * sizeof(struct pent) +
            nevs * sizeof(struct ev_entry) + a->ev_count * sizeof(uint16_t) + pow2_roundup(win) / 8 +
-           win * sizeof(struct pimm) + (a->rq_depth + 1) * sizeof(uint64_t);
+           win * sizeof(struct rxent) + (a->rq_depth + 1) * sizeof(uint64_t);
 }
 
 size_t mrc_qp_state_bytes(const struct mrc_qp_attr *a) { return qp_state_bytes(a); }
@@ -88,7 +88,7 @@ static void qp_free(struct qp *q)
     free(q->evs);
     free(q->slot);
     free(q->rbits);
-    free(q->pimm);
+    free(q->rx);
     free(q->rq);
     free(q);
 }
@@ -98,13 +98,14 @@ int qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *a, uint32_t *qpn)
     if (!attr_ok(ep, a))
         return -EINVAL;
     struct cq *scq = ep_cq(ep, a->send_cq), *rcq = ep_cq(ep, a->recv_cq);
-    if (!scq || !rcq)
+    if (!scq || !rcq || a->pd >= MRC_MAX_PDS || !(ep->pd_live >> a->pd & 1))
         return -ENOENT;
     struct qp *q = calloc(1, sizeof(*q));
     if (!q)
         return -ENOMEM;
     q->a = *a;
     q->win = a->mpr * MRC_MPR_UNIT;
+    q->pd = a->pd;
     q->reo_ns = a->reorder_ns;
     q->scq = a->send_cq;
     q->rcq = a->recv_cq;
@@ -112,12 +113,12 @@ int qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *a, uint32_t *qpn)
     q->sq = calloc(q->sq_size, sizeof(*q->sq));
     q->pe = calloc(q->win, sizeof(*q->pe));
     q->rbits = calloc(pow2_roundup(q->win) / 64 + 1, sizeof(uint64_t));
-    q->pimm = calloc(q->win, sizeof(*q->pimm));
+    q->rx = calloc(q->win, sizeof(*q->rx));
     q->rq_size = a->rq_depth + 1;
     q->rq = calloc(q->rq_size, sizeof(*q->rq));
     q->remote_ports = 0xFFFFFFFFu;
     q->cc = a->cc.algorithm == 1 ? &mrc_cc_fixed : &mrc_cc_nscc;
-    if (!q->sq || !q->pe || !q->rbits || !q->pimm || !q->rq || ev_init(q) < 0) {
+    if (!q->sq || !q->pe || !q->rbits || !q->rx || !q->rq || ev_init(q) < 0) {
         qp_free(q);
         return -ENOMEM;
     }
@@ -130,6 +131,7 @@ int qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *a, uint32_t *qpn)
     }
     scq->users++;
     rcq->users++;
+    ep_pd_hold(ep, q->pd, 1);
     *qpn = q->qpn;
     return 0;
 }
@@ -142,6 +144,10 @@ int qp_destroy(struct mrc_ep *ep, uint32_t qpn)
     ep_qp_remove(ep, q);
     ep->cqs[q->scq].users--;
     ep->cqs[q->rcq].users--;
+    ep_pd_hold(ep, q->pd, 0);
+    for (uint32_t i = q->sq_head, tail = LOAD_ACQ(q->sq_tail); i != tail; i = ring_next(i, q->sq_size))
+        if (!q->sq[i].done)
+            ep_wqe_release(ep, &q->sq[i]); /* its regions may go */
     cq_wait(ep, &q->scq_wait, 0);
     cq_wait(ep, &q->rcq_wait, 0);
     qp_free(q);
@@ -175,6 +181,7 @@ int qp_flush(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
             cq_wait(ep, &q->scq_wait, 1);
             return -ENOSPC;
         }
+        ep_wqe_release(ep, w);
         w->done = 1;
         first_status = MRC_WC_WR_FLUSH_ERR;
     }
@@ -195,6 +202,43 @@ int qp_flush(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
     return 0;
 }
 
+/* RESET: nothing of the old connection is left. Queued WRs and receives are
+ * discarded without completions (as verbs does), the windows, PSNs, message
+ * counts, EV states and congestion state start again. */
+static void qp_reset(struct mrc_ep *ep, struct qp *q)
+{
+    uint32_t tail = LOAD_ACQ(q->sq_tail);
+    for (uint32_t i = q->sq_head; i != tail; i = ring_next(i, q->sq_size))
+        if (!q->sq[i].done)
+            ep_wqe_release(ep, &q->sq[i]);
+    q->sq_cur = tail;
+    STORE_REL(q->sq_head, tail);
+    STORE_REL(q->rq_head, LOAD_ACQ(q->rq_tail));
+    memset(q->pe, 0, q->win * sizeof(*q->pe));
+    memset(q->rx, 0, q->win * sizeof(*q->rx));
+    memset(q->rbits, 0, (q->win / 64 + 1) * sizeof(*q->rbits));
+    q->cur_off = 0;
+    q->next_msn = q->imm_sent = q->rq_taken = 0;
+    q->next_psn = q->una_psn = q->epsn = 0;
+    q->nlost = q->wimm_out = q->retries = 0;
+    q->inflight = q->since_ackreq = q->last_progress_ns = q->loss_sent_ns = 0;
+    q->srtt = q->min_rtt = q->rack_sent_ns = q->last_spurious_ns = 0;
+    q->reo_ns = q->a.reorder_ns;
+    q->msg_bytes = 0;
+    q->bytes_unacked = q->rcv_bytes = q->ooo = 0;
+    q->remote_ports = 0xFFFFFFFFu;
+    q->nbad = q->rr = 0;
+    free(q->evs);
+    free(q->slot);
+    q->evs = NULL;
+    q->slot = NULL;
+    if (ev_init(q) < 0) /* a QP that cannot have its EVs back stays in ERROR */
+        qp_to_error(ep, q, MRC_WC_WR_FLUSH_ERR);
+    q->cc->init(q);
+    cq_wait(ep, &q->scq_wait, 0);
+    cq_wait(ep, &q->rcq_wait, 0);
+}
+
 /* Enter state st (the only writer of q->state) and do what entering it means. */
 static void qp_transition(struct mrc_ep *ep, struct qp *q, uint32_t st, uint8_t first_status)
 {
@@ -205,6 +249,7 @@ static void qp_transition(struct mrc_ep *ep, struct qp *q, uint32_t st, uint8_t 
         break;
     case MRC_QPS_RESET:
         ep_set_active(ep, q, 0);
+        qp_reset(ep, q);
         break;
     case MRC_QPS_ERROR:
         ep_set_active(ep, q, 0);
@@ -224,8 +269,10 @@ void qp_to_error(struct mrc_ep *ep, struct qp *q, uint8_t first_status)
     qp_transition(ep, q, MRC_QPS_ERROR, first_status);
 }
 
-/* The application's modify. Its own move to ERROR is no asynchronous event. */
-int qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer)
+/* The application's modify. Its own move to ERROR is no asynchronous event.
+ * RTR takes the peer, its QP and the PSN of its first packet; RTS the PSN of
+ * this QP's first packet. */
+int qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, const struct mrc_qp_conn *conn)
 {
     struct qp *q = ep_qp(ep, qpn);
     if (!q)
@@ -235,10 +282,16 @@ int qp_modify(struct mrc_ep *ep, uint32_t qpn, uint32_t state, uint32_t dest_qpn
     if (state == q->state)
         return 0;
     if (state == MRC_QPS_RTR) {
-        if (dest_qpn == 0 || dest_qpn > MRC_PSN_MASK)
+        if (!conn || conn->dest_qpn == 0 || conn->dest_qpn > MRC_PSN_MASK || conn->peer >= MRC_MAX_PEERS ||
+            conn->rq_psn > MRC_PSN_MASK)
             return -EINVAL;
-        q->dqpn = dest_qpn;
-        q->peer = peer;
+        q->dqpn = conn->dest_qpn;
+        q->peer = conn->peer;
+        q->epsn = conn->rq_psn;
+    } else if (state == MRC_QPS_RTS) {
+        if (!conn || conn->sq_psn > MRC_PSN_MASK)
+            return -EINVAL;
+        q->next_psn = q->una_psn = conn->sq_psn;
     }
     qp_transition(ep, q, state, MRC_WC_WR_FLUSH_ERR);
     return 0;

@@ -44,6 +44,7 @@ static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int ack
     p.dqpn = q->dqpn;
     p.psn = psn;
     p.msn = w->msn;
+    p.msn_rq = w->msn_rq;
     p.va = w->wr.remote_addr + pe->off;
     p.rkey = w->wr.rkey;
     p.dma_len = (uint32_t)w->total;
@@ -103,6 +104,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         emit(&d[n++], *used, len, ev, q, MRC_DSCP_RTX << 2 | MRC_ECN_ECT0, 1);
         *used += (uint32_t)len;
         pe->st = PE_INFLIGHT;
+        pe->rnr = 0;
         pe->nrtx++;
         if (psn == q->una_psn && pe->nrtx > q->st.head_rtx_max)
             q->st.head_rtx_max = pe->nrtx;
@@ -142,8 +144,11 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         if (q->cur_off == 0) {
             w->psn_first = q->next_psn;
             w->msn = q->next_msn++;
-            if (w->wr.opcode == MRC_WR_WRITE_IMM)
+            w->msn_rq = q->imm_sent; /* the receive this message will take, if it is a WRITE_IMM */
+            if (w->wr.opcode == MRC_WR_WRITE_IMM) {
                 q->wimm_out++;
+                q->imm_sent++;
+            }
         }
         struct pent *pe = pe_at(q, q->next_psn);
         *pe = (struct pent){.sent_ns = now, .wqe = q->sq_cur, .off = q->cur_off, .ev = ev, .len = (uint16_t)len,

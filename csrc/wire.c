@@ -8,12 +8,16 @@
 const char *mrc_dp_version(void) { return "mrc-dp 0.1.0 wire v1"; }
 
 /* Serial-number compare over 24-bit PSNs: <0 if a is before b, 0 if equal,
- * >0 if after. Every PSN comparison in the engine goes through this. */
+ * >0 if after. Every PSN comparison in the engine goes through this. Two
+ * PSNs exactly half the space apart are ordered by value, so that
+ * cmp(a, b) == -cmp(b, a) always holds. */
 int mrc_psn_cmp(uint32_t a, uint32_t b)
 {
     uint32_t d = (a - b) & MRC_PSN_MASK;
     if (d == 0)
         return 0;
+    if (d == 1u << (MRC_PSN_BITS - 1))
+        return (a & MRC_PSN_MASK) > (b & MRC_PSN_MASK) ? 1 : -1;
     return d < (1u << (MRC_PSN_BITS - 1)) ? 1 : -1;
 }
 
@@ -190,8 +194,9 @@ int mrc_pkt_icrc_ok(const uint8_t *buf, size_t len)
 }
 
 /* Parse BTH..end into *p. A trimmed packet (the switch cut its payload and
- * ICRC) carries headers only. Returns 0 or -EBADMSG (malformed), -EPROTO
- * (unknown opcode or version). The ICRC is checked separately. */
+ * ICRC) carries headers only. Returns 0 or -EBADMSG (malformed: lengths, or
+ * a payload that disagrees with its RETH), -EPROTO (unknown opcode or
+ * version). The ICRC is checked separately. */
 int mrc_pkt_parse(const uint8_t *buf, size_t len, int trimmed, struct mrc_pkt *p)
 {
     memset(p, 0, sizeof(*p));
@@ -232,6 +237,13 @@ int mrc_pkt_parse(const uint8_t *buf, size_t len, int trimmed, struct mrc_pkt *p
         }
         p->payload_off = (uint32_t)(x - buf);
         p->payload_len = trimmed ? 0 : (uint32_t)(len - need);
+        /* RETH and payload agree (protocol.md 2): a packet writes exactly its
+         * payload; an ONLY packet is its whole message; any other stays
+         * inside its message. A trimmed packet has lost its payload. */
+        if (!trimmed && ((p->opcode == MRC_OP_WRITE_ONLY || p->opcode == MRC_OP_WRITE_ONLY_IMM)
+                             ? p->payload_len != p->dma_len
+                             : p->payload_len > p->dma_len))
+            return -EBADMSG;
     } else if (p->opcode == MRC_OP_SACK) {
         p->sack_flags = get16(x);
         p->ack_psn_offset = (int16_t)get16(x + 2);

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import errno
 import os
+import random
+import secrets
 import select
 import threading
 import time
@@ -128,23 +130,44 @@ def _as_dict(cdata, ctype: str) -> dict:
     return {name: getattr(cdata, name) for name, _ in ffi.typeof(ctype).fields}
 
 
-class MemoryRegion:
-    """A registered buffer; keeps the buffer alive while registered."""
+class ProtectionDomain:
+    """A protection domain: its regions are reachable only through its QPs."""
 
-    def __init__(self, dev: Device, buf, remote_write: bool) -> None:
+    def __init__(self, dev: Device, pdn: int) -> None:
+        self.dev, self.pdn = dev, pdn
+
+    def reg_mr(self, buf, access: int | None = None, remote_write: bool = False) -> MemoryRegion:
+        """Register a bytearray, mmap or any buffer in this PD (writable for remote write:
+        ``access=ACCESS_REMOTE_WRITE`` or ``remote_write=True``)."""
+        if access is not None:
+            remote_write = bool(access & lib.MRC_ACCESS_REMOTE_WRITE)
+        return self.dev.reg_mr(buf, remote_write, pd=self)
+
+    def dealloc(self) -> None:
+        """Free the PD (EBUSY while a region or QP is in it)."""
+        check(lib.mrc_pd_dealloc(self.dev.handle(), self.pdn), f"free protection domain {self.pdn}")
+
+
+class MemoryRegion:
+    """A registered buffer; keeps the buffer alive while registered. Closing it
+    while a queued WR still reads from it is refused (EBUSY)."""
+
+    def __init__(self, dev: Device, buf, remote_write: bool, pd: ProtectionDomain) -> None:
         self.dev = dev
         self.buf = buf
+        self.pd = pd
         self._cbuf = ffi.from_buffer(buf, require_writable=remote_write)
         self.addr = int(ffi.cast("uintptr_t", self._cbuf))
         self.length = len(self._cbuf)
         lkey, rkey = ffi.new("uint32_t *"), ffi.new("uint32_t *")
         access = lib.MRC_ACCESS_LOCAL_WRITE | (lib.MRC_ACCESS_REMOTE_WRITE if remote_write else 0)
-        check(lib.mrc_mr_reg(dev.handle(), self._cbuf, self.length, access, lkey, rkey), "register memory")
+        check(lib.mrc_mr_reg(dev.handle(), pd.pdn, self._cbuf, self.length, access, lkey, rkey), "register memory")
         self.lkey, self.rkey = lkey[0], rkey[0]
 
     def close(self) -> None:
         if self._cbuf is not None and dev_open(self.dev):
-            lib.mrc_mr_dereg(self.dev.handle(), self.lkey)
+            check(lib.mrc_mr_dereg(self.dev.handle(), self.lkey), "close a memory region",
+                  "a queued work request still reads from it: poll its completion first")
         self._cbuf = None
 
 
@@ -210,29 +233,41 @@ class CompletionQueue:
 
 
 class QueuePair:
-    """A queue pair of a :class:`Device`."""
+    """A queue pair of a :class:`Device`. ``sq_psn`` is the PSN of its first
+    packet: random, unless given (connection setup tells the peer)."""
 
-    def __init__(self, dev: Device, attr: QPAttr, send_cq: CompletionQueue, recv_cq: CompletionQueue) -> None:
+    def __init__(self, dev: Device, attr: QPAttr, send_cq: CompletionQueue, recv_cq: CompletionQueue,
+                 pd: ProtectionDomain) -> None:
         self.dev = dev
         self.attr = attr
-        self.send_cq, self.recv_cq = send_cq, recv_cq
+        self.send_cq, self.recv_cq, self.pd = send_cq, recv_cq, pd
+        self.sq_psn = dev.random_psn()
         a = attr.to_c()
-        a.send_cq, a.recv_cq = send_cq.cqn, recv_cq.cqn
+        a.send_cq, a.recv_cq, a.pd = send_cq.cqn, recv_cq.cqn, pd.pdn
         self._nevs = a.ev_count + a.ev_backup * a.planes  # the rotation and the spares
         qpn = ffi.new("uint32_t *")
         check(lib.mrc_qp_create(dev.handle(), a, qpn), "create QP")
         self.qpn = qpn[0]
         self.destroyed = False
 
-    def modify(self, state: int, dest_qpn: int = 0, peer: int = 0) -> None:
-        check(lib.mrc_qp_modify(self.dev.handle(), self.qpn, state, dest_qpn, peer),
+    def modify(self, state: int, dest_qpn: int = 0, peer: int = 0, rq_psn: int = 0, sq_psn: int | None = None
+               ) -> None:
+        """Move the QP to ``state``. RTR takes the peer, its QP (``dest_qpn``)
+        and the PSN of its first packet (``rq_psn``); RTS the PSN of this
+        QP's first packet (``sq_psn``, by default ``self.sq_psn``)."""
+        if sq_psn is not None:
+            self.sq_psn = sq_psn
+        conn = ffi.new("struct mrc_qp_conn *", {"dest_qpn": dest_qpn, "peer": peer, "rq_psn": rq_psn,
+                                                 "sq_psn": self.sq_psn})
+        check(lib.mrc_qp_modify(self.dev.handle(), self.qpn, state, conn),
               f"modify QP {self.qpn} to {QP_STATES.get(state, state)}")
 
-    def connect(self, dest_qpn: int, peer: int) -> None:
-        """RESET -> INIT -> RTR -> RTS in one call, toward QP ``dest_qpn`` of ``peer``."""
+    def connect(self, dest_qpn: int, peer: int, rq_psn: int = 0, sq_psn: int | None = None) -> None:
+        """RESET -> INIT -> RTR -> RTS in one call, toward QP ``dest_qpn`` of
+        ``peer``, whose first packet carries ``rq_psn``."""
         self.modify(lib.MRC_QPS_INIT)
-        self.modify(lib.MRC_QPS_RTR, dest_qpn, peer)
-        self.modify(lib.MRC_QPS_RTS)
+        self.modify(lib.MRC_QPS_RTR, dest_qpn, peer, rq_psn)
+        self.modify(lib.MRC_QPS_RTS, sq_psn=sq_psn)
 
     def post_write(self, mr: MemoryRegion | None, offset: int, length: int, remote_addr: int, rkey: int,
                    wr_id: int = 0, imm: int | None = None, sges: list[tuple[MemoryRegion, int, int]] | None = None
@@ -312,17 +347,24 @@ class Device:
     _h = None
 
     def __init__(self, planes: int = 8, max_qps: int = 1024, cq_depth: int = 65536, ports=None, nports: int = 0,
-                 what: str = "create the MRC context", hint: str | None = None) -> None:
-        attr = ffi.new("struct mrc_ep_attr *", {"planes": planes, "max_qps": max_qps, "cq_depth": cq_depth})
+                 what: str = "create the MRC context", hint: str | None = None, seed: int = 0,
+                 ev_event_depth: int = 0) -> None:
+        if not all(isinstance(v, int) and 0 <= v < 1 << 32 for v in (planes, max_qps, cq_depth, ev_event_depth)):
+            raise ErrnoError(errno.EINVAL, f"{what}: sizes are integers from 0 to 2^32 - 1")
+        attr = ffi.new("struct mrc_ep_attr *", {"planes": planes, "max_qps": max_qps, "cq_depth": cq_depth,
+                                                 "ev_event_depth": ev_event_depth, "seed": seed & (2**64 - 1)})
         out = ffi.new("struct mrc_ctx **")
         check(lib.mrc_ctx_create(attr, ports if nports else ffi.NULL, nports, out), what, hint)
         self._h = out[0]
         self.planes = planes
         self.max_qps = max_qps
+        # initial PSNs: unpredictable, or (a seed: tests) reproducible
+        self._rng = random.Random(seed) if seed else secrets.SystemRandom()
         self._mrs: list[MemoryRegion] = []
         self._tls = threading.local()
-        #: CQ 0: every context has it; QPs created without CQs use it
+        #: CQ 0 and PD 0: every context has them; objects created without one use them
         self.cq = CompletionQueue(self, 0, cq_depth)
+        self.pd = ProtectionDomain(self, 0)
 
     def handle(self):
         """The C context; EBADF once closed."""
@@ -338,9 +380,18 @@ class Device:
             buf = self._tls.wc = ffi.new("struct mrc_wc[]", POLL_BATCH)
         return buf
 
+    def random_psn(self) -> int:
+        return self._rng.getrandbits(24)
+
     # objects -------------------------------------------------------------
-    def reg_mr(self, buf, remote_write: bool = False) -> MemoryRegion:
-        mr = MemoryRegion(self, buf, remote_write)
+    def alloc_pd(self) -> ProtectionDomain:
+        """A new protection domain (``self.pd`` is PD 0)."""
+        pdn = ffi.new("uint32_t *")
+        check(lib.mrc_pd_alloc(self.handle(), pdn), "allocate a protection domain")
+        return ProtectionDomain(self, pdn[0])
+
+    def reg_mr(self, buf, remote_write: bool = False, pd: ProtectionDomain | None = None) -> MemoryRegion:
+        mr = MemoryRegion(self, buf, remote_write, pd or self.pd)
         self._mrs.append(mr)
         return mr
 
@@ -352,8 +403,9 @@ class Device:
         return CompletionQueue(self, cqn[0], depth)
 
     def create_qp(self, attr: QPAttr | None = None, send_cq: CompletionQueue | None = None,
-                  recv_cq: CompletionQueue | None = None) -> QueuePair:
-        return self.qp_class(self, attr or QPAttr(), send_cq or self.cq, recv_cq or send_cq or self.cq)
+                  recv_cq: CompletionQueue | None = None, pd: ProtectionDomain | None = None) -> QueuePair:
+        return self.qp_class(self, attr or QPAttr(), send_cq or self.cq, recv_cq or send_cq or self.cq,
+                             pd or self.pd)
 
     def poll_cq(self, max_entries: int = POLL_BATCH) -> list[WorkCompletion]:
         """Poll CQ 0."""

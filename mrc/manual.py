@@ -25,8 +25,11 @@ TX_BUF = 1 << 20
 class ManualContext(Device):
     """A context whose endpoint the caller drives (``mrc_ep_*`` driver calls)."""
 
-    def __init__(self, planes: int = 8, max_qps: int = 1024, cq_depth: int = 65536) -> None:
-        super().__init__(planes=planes, max_qps=max_qps, cq_depth=cq_depth)
+    def __init__(self, planes: int = 8, max_qps: int = 1024, cq_depth: int = 65536, seed: int = 0,
+                 ev_event_depth: int = 0) -> None:
+        """``seed``: 0 makes keys, QP numbers and initial PSNs unpredictable;
+        another value makes them the same in every run (tests)."""
+        super().__init__(planes=planes, max_qps=max_qps, cq_depth=cq_depth, seed=seed, ev_event_depth=ev_event_depth)
         #: the endpoint, as the in-memory link attaches it
         self.ep = lib.mrc_ctx_ep(self._h)
 

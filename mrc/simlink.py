@@ -53,8 +53,8 @@ class Sim:
         attr = attr or QPAttr(planes=self.planes)
         ia, ib = self.index(a), self.index(b)
         qa, qb = a.create_qp(attr), b.create_qp(attr)
-        qa.connect(qb.qpn, ib)
-        qb.connect(qa.qpn, ia)
+        qa.connect(qb.qpn, ib, rq_psn=qb.sq_psn)  # as connection setup exchanges them
+        qb.connect(qa.qpn, ia, rq_psn=qa.sq_psn)
         return qa, qb
 
     def path(self, plane: int, index: int) -> int:

@@ -37,6 +37,7 @@ from mrc.core import (  # noqa: F401 (re-exported: the verbs nouns)
     CompletionQueue,
     Device,
     MemoryRegion,
+    ProtectionDomain,
     QPAttr,
     QueuePair,
     WorkCompletion,
@@ -115,6 +116,7 @@ class RemoteInfo:
 
     qpn: int
     ports: dict[int, str]                       # plane -> port address
+    psn: int = 0                                # the PSN of the QP's first packet
     paths: dict[int, list[str]] = field(default_factory=dict)  # plane -> destination addresses
     addr: int = 0
     rkey: int = 0
@@ -184,15 +186,6 @@ def discover_ports(ports: list[tuple[str, int]] | list[str]) -> list[Port]:
             mac = _next_hop_mac(ipr, idx, name)
             out.append(Port(name, plane, idx, link.get("IFLA_ADDRESS"), glob[0], mac, link.get("IFLA_MTU") or 1500))
     return out
-
-
-class ProtectionDomain:
-    def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-
-    def reg_mr(self, buf, access: int = ACCESS_LOCAL_WRITE) -> MemoryRegion:
-        """Register a bytearray, mmap or any buffer (writable for remote write)."""
-        return self.ctx.reg_mr(buf, remote_write=bool(access & ACCESS_REMOTE_WRITE))
 
 
 class EngineThread:
@@ -298,8 +291,8 @@ class Context(Device):
         if start:
             self.engine.start()
 
-    def reg_mr(self, buf, remote_write: bool = False) -> MemoryRegion:
-        mr = super().reg_mr(buf, remote_write)
+    def reg_mr(self, buf, remote_write: bool = False, pd: ProtectionDomain | None = None) -> MemoryRegion:
+        mr = super().reg_mr(buf, remote_write, pd)
         if remote_write:
             # fault the pages in now, as a NIC's registration pins them: else the
             # first pass of packets pays a page fault per 4 KiB in the engine
@@ -343,14 +336,12 @@ class Context(Device):
                     pass
 
     # verbs nouns -----------------------------------------------------------
-    def alloc_pd(self) -> ProtectionDomain:
-        return ProtectionDomain(self)
-
     def create_qp(self, pd: ProtectionDomain | None = None, cq: CompletionQueue | None = None,
                   attr: QPAttr | None = None, *, recv_cq: CompletionQueue | None = None,
                   ev_profile_id: int | None = None, cc_profile_id: int | None = None) -> ConnectedQP:
-        """A QP whose completions go to ``cq`` (receive completions to
-        ``recv_cq``, by default the same; both default to CQ 0). With
+        """A QP in protection domain ``pd`` (default PD 0) whose completions go
+        to ``cq`` (receive completions to ``recv_cq``, by default the same;
+        both default to CQ 0). With
         ``cc_profile_id`` it runs that ONLINE CC profile's NSCC parameters,
         with ``ev_profile_id`` (an SRV6 profile) it sprays over that
         profile's paths and follows its denials. The QP holds both profiles
@@ -380,7 +371,7 @@ class Context(Device):
                 if getattr(attr, k) is None:
                     setattr(attr, k, val)
             send = cq or self.cq
-            qp = ConnectedQP(self, attr, send, recv_cq or send)
+            qp = ConnectedQP(self, attr, send, recv_cq or send, pd or self.pd)
         except BaseException:
             for prof in held:
                 self.profiles.release(prof)
@@ -439,7 +430,7 @@ class Context(Device):
 
     def local_info(self, qp: QueuePair, mr: MemoryRegion | None = None) -> RemoteInfo:
         """What to send a peer so it can connect to ``qp`` (and write into ``mr``)."""
-        return RemoteInfo(qpn=qp.qpn, ports={p.plane: p.address for p in self.ports},
+        return RemoteInfo(qpn=qp.qpn, ports={p.plane: p.address for p in self.ports}, psn=qp.sq_psn,
                           addr=mr.addr if mr else 0, rkey=mr.rkey if mr else 0, length=mr.length if mr else 0,
                           topology=self.resolver.name, host=self.resolver.host)
 
@@ -512,7 +503,7 @@ class ConnectedQP(QueuePair):
         # the engine sends EV e of plane p to paths[p][e % len]: tell the QP which EVs alias
         paths = self.dev._peer_paths[peer]
         self.set_ev_paths([len(paths.get(p, [])) for p in range(self.dev.planes)])
-        super().connect(remote.qpn, peer)
+        super().connect(remote.qpn, peer, rq_psn=remote.psn)
         self.peer = peer
         if prof is not None:
             # what the profile denies, and planes it has no path on, start DENIED

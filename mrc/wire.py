@@ -80,7 +80,8 @@ PKT_FIELDS = [name for name, _ in ffi.typeof("struct mrc_pkt").fields]
 
 
 def build(payload: bytes = b"", **fields) -> bytes:
-    """Build a packet from BTH to ICRC. ``fields`` are ``struct mrc_pkt`` members.
+    """Build a packet from BTH to ICRC. ``fields`` are ``struct mrc_pkt``
+    members; ``dma_len`` defaults to the payload's length.
 
     >>> len(build(opcode=OP_NACK, nack_reason=NACK_TRIMMED))
     36
@@ -90,6 +91,8 @@ def build(payload: bytes = b"", **fields) -> bytes:
         setattr(p, k, v)
     if payload:
         p.payload_len = len(payload)
+    if "dma_len" not in fields:
+        p.dma_len = len(payload)  # a message of this one packet, unless told otherwise
     out = ffi.new("uint8_t[]", len(payload) + 256)
     n = lib.mrc_pkt_build(p, payload, out, len(out))
     if n < 0:

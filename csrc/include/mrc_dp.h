@@ -188,6 +188,7 @@ enum {
     MRC_MAX_PROBE_K = 255,
     MRC_MAX_QPS = 1048576,
     MRC_MAX_CQS = 64,
+    MRC_MAX_PDS = 64,
     MRC_MAX_CQ_DEPTH = 4194304,
     MRC_MAX_RQ_DEPTH = 65535,
     MRC_MAX_EV_EVENT_DEPTH = 1048576,
@@ -234,7 +235,8 @@ enum mrc_drop {
     MRC_DROP_TRIMMED = 9,
     MRC_DROP_STALE_ACK = 10,
     MRC_DROP_STALE_PROBE = 11, /* an EV probe response nobody waits for (late, or never asked) */
-    MRC_DROP_NREASONS = 12,
+    MRC_DROP_WRONG_PEER = 12,  /* not from the QP's connected peer, or for another connection */
+    MRC_DROP_NREASONS = 13,
 };
 
 /* The names of the values above (NULL for a value out of range). */
@@ -303,8 +305,16 @@ struct mrc_qp_attr {
     uint32_t rq_depth;
     uint32_t send_cq;        /* the CQ of this QP's WRITE completions (0: the context's first CQ) */
     uint32_t recv_cq;        /* the CQ of its receive (WRITE_IMM) completions */
+    uint32_t pd;             /* its protection domain: it reaches only regions of this PD (0: the first) */
     struct mrc_cc_params cc;
 };
+
+/* What connection setup decides (mrc_qp_modify): at RTR the peer (index of
+ * mrc_ctx_add_peer, or of the in-memory link), its QP and the PSN its first
+ * packet will carry; at RTS the PSN of this QP's first packet. Initial PSNs
+ * may be anything (the application picks them at random and exchanges them,
+ * as it does the QP numbers). */
+struct mrc_qp_conn { uint32_t dest_qpn; uint16_t peer; uint32_t rq_psn; uint32_t sq_psn; };
 
 /* A context: its endpoint's sizes, and the ports it opens. */
 struct mrc_ep_attr {
@@ -313,6 +323,7 @@ struct mrc_ep_attr {
     uint32_t planes;
     uint32_t port_bitmap;    /* local planes up */
     uint32_t ev_event_depth;
+    uint64_t seed;           /* 0: rkeys and QP numbers from the kernel's randomness; else from this (tests) */
 };
 
 struct mrc_qp_stats {
@@ -326,6 +337,7 @@ struct mrc_qp_stats {
      * times the oldest unacknowledged packet was sent again: when a QP
      * stalls, they tell resends that went unanswered from resends never made */
     uint32_t retries_max, head_rtx_max;
+    uint64_t rnr_naks;       /* NACK NO_RESOURCE: a WRITE_IMM found no receive posted (retried on the timer) */
 };
 
 /* A CQ: its depth, completions waiting, and how many times a completion
@@ -340,6 +352,7 @@ struct mrc_ep_stats {
     uint64_t ev_events_dropped;  /* EV events lost to a full EV event queue */
     uint64_t async_events_dropped;
     uint64_t cq_overflow;        /* completions that found their CQ full (all CQs) */
+    uint64_t msg_len_mismatch;   /* messages whose packets placed another length than their RETH said */
 };
 
 struct mrc_device_attr {
@@ -393,8 +406,15 @@ int mrc_ctx_query_device(struct mrc_ctx *c, struct mrc_device_attr *out);
 int mrc_ctx_stats(struct mrc_ctx *c, struct mrc_ep_stats *st);
 int mrc_ctx_drops(struct mrc_ctx *c, uint64_t *counts, uint32_t n);
 
-int mrc_mr_reg(struct mrc_ctx *c, void *addr, uint64_t length, uint32_t access, uint32_t *lkey, uint32_t *rkey);
-int mrc_mr_dereg(struct mrc_ctx *c, uint32_t lkey);
+/* Protection domains: a region and a QP belong to one; a QP reaches only the
+ * regions of its own (PD 0 exists from the start). */
+int mrc_pd_alloc(struct mrc_ctx *c, uint32_t *pdn);
+int mrc_pd_dealloc(struct mrc_ctx *c, uint32_t pdn);  /* -EBUSY while a region or QP uses it */
+/* Keys are unpredictable (a keyed permutation of a registration counter, and
+ * the slot) and a deregistered key is not valid again for 2^22 registrations. */
+int mrc_mr_reg(struct mrc_ctx *c, uint32_t pdn, void *addr, uint64_t length, uint32_t access, uint32_t *lkey,
+               uint32_t *rkey);
+int mrc_mr_dereg(struct mrc_ctx *c, uint32_t lkey);  /* -EBUSY while a queued WR reads from it */
 int mrc_cq_create(struct mrc_ctx *c, uint32_t depth, uint32_t *cqn);
 int mrc_cq_destroy(struct mrc_ctx *c, uint32_t cqn);  /* -EBUSY while a QP uses it */
 int mrc_cq_query(struct mrc_ctx *c, uint32_t cqn, struct mrc_cq_stats *st);
@@ -403,8 +423,9 @@ int mrc_cq_query(struct mrc_ctx *c, uint32_t cqn, struct mrc_cq_stats *st);
 int mrc_cq_fd(struct mrc_ctx *c, uint32_t cqn);
 int mrc_qp_create(struct mrc_ctx *c, const struct mrc_qp_attr *attr, uint32_t *qpn);
 int mrc_qp_destroy(struct mrc_ctx *c, uint32_t qpn);
-/* RESET -> INIT -> RTR (dest_qpn and peer are set here) -> RTS; any -> ERROR; any -> RESET. */
-int mrc_qp_modify(struct mrc_ctx *c, uint32_t qpn, uint32_t state, uint32_t dest_qpn, uint16_t peer);
+/* RESET -> INIT -> RTR (conn: peer, dest_qpn, rq_psn) -> RTS (conn: sq_psn);
+ * any -> ERROR; any -> RESET (the QP starts afresh). QP numbers are random. */
+int mrc_qp_modify(struct mrc_ctx *c, uint32_t qpn, uint32_t state, const struct mrc_qp_conn *conn);
 int mrc_qp_query(struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st);
 /* The fast path: posting and polling never wait for the engine thread. */
 int mrc_post_write(struct mrc_ctx *c, uint32_t qpn, const struct mrc_wr *wr, uint32_t n);

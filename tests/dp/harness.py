@@ -23,7 +23,9 @@ def attr(**kw) -> QPAttr:
 class Pair:
     def __init__(self, seed=1, qp_attr: QPAttr | None = None, **path):
         self.sim = Sim(PLANES, PER_PLANE, seed=seed)
-        self.a, self.b = ManualContext(planes=PLANES), ManualContext(planes=PLANES)
+        # the same seed, the same keys, QP numbers and PSNs: a run repeats exactly
+        self.a = ManualContext(planes=PLANES, seed=2 * seed + 1)
+        self.b = ManualContext(planes=PLANES, seed=2 * seed + 2)
         self.qa, self.qb = self.sim.connect(self.a, self.b, qp_attr or attr())
         self.sim.set_all(delay_ns=5000, **path)
         self.rng = random.Random(seed)

@@ -18,8 +18,8 @@ def test_each_qp_completes_into_its_own_cq():
     r1, r2 = b.create_qp(attr()), b.create_qp(attr())
     ia, ib = sim.index(a), sim.index(b)
     for q, r in ((q1, r1), (q2, r2)):
-        q.connect(r.qpn, ib)
-        r.connect(q.qpn, ia)
+        q.connect(r.qpn, ib, rq_psn=r.sq_psn)
+        r.connect(q.qpn, ia, rq_psn=q.sq_psn)
     src, dst = bytearray(pair.rng.randbytes(64 << 10)), bytearray(64 << 10)
     ms, md = a.reg_mr(src), b.reg_mr(dst, remote_write=True)
     q1.post_write(ms, 0, 4096, md.addr, md.rkey, wr_id=11)
@@ -73,8 +73,8 @@ def test_a_full_cq_loses_nothing_and_says_so(imm):
     small = (b if imm else a).create_cq(2)
     qa = a.create_qp(attr(), send_cq=None if imm else small)
     qb = b.create_qp(attr(rq_depth=64), recv_cq=small if imm else None)
-    qa.connect(qb.qpn, sim.index(b))
-    qb.connect(qa.qpn, sim.index(a))
+    qa.connect(qb.qpn, sim.index(b), rq_psn=qb.sq_psn)
+    qb.connect(qa.qpn, sim.index(a), rq_psn=qa.sq_psn)
     n = 12
     if imm:
         qb.post_recv(list(range(100, 100 + n)))

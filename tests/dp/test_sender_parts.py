@@ -15,7 +15,7 @@ BASE = dict(planes=PLANES, ev_count=EVS, ev_backup=2, mtu=MTU, ev_min_active=EVS
 def lone_qp(**kw):
     ctx = ManualContext(planes=PLANES)
     qp = ctx.create_qp(QPAttr(**{**BASE, **kw}))
-    qp.connect(dest_qpn=9, peer=0)
+    qp.connect(dest_qpn=9, peer=0, rq_psn=0, sq_psn=0)
     src = bytearray(64 * MTU)
     mr = ctx.reg_mr(src)
     return ctx, qp, mr
@@ -67,7 +67,8 @@ def test_an_ecn_marked_ev_is_skipped_for_skip_ns_then_used_again():
     ctx, qp, mr = lone_qp(skip_ns=skip)
     send(ctx, qp, mr, 8)
     marked = wire.ev_make(3, 0)
-    sack = wire.build(opcode=wire.OP_SACK, dqpn=qp.qpn, cack_psn=0, sack_flags=wire.SETH_ECN, ev=marked)
+    sack = wire.build(opcode=wire.OP_SACK, dqpn=qp.qpn, cack_psn=0, sack_flags=wire.SETH_ECN, ev=marked, scid=9,
+                      dcid=qp.qpn & 0xFFFF)
     assert ctx.input(sack, ev=marked, now_ns=1000) == 0
     assert qp.stats()["ecn_marks"] == 1
     during = evs(send(ctx, qp, mr, 7, now=2000, wr_id=2))
@@ -128,6 +129,7 @@ def test_an_acknowledgement_resets_the_backoff():
         now += rto
         assert len(data_out(ctx, now)) >= 1
     # the peer acknowledges PSN 0: progress, so the timer starts again from the base
-    sack = wire.build(opcode=wire.OP_SACK, dqpn=qp.qpn, cack_psn=0, ev=wire.ev_make(0, 0))
+    sack = wire.build(opcode=wire.OP_SACK, dqpn=qp.qpn, cack_psn=0, ev=wire.ev_make(0, 0), scid=9,
+                      dcid=qp.qpn & 0xFFFF)
     ctx.input(sack, ev=wire.ev_make(0, 0), now_ns=now + 10)
     assert ctx.next_timer(now + 10) == now + 10 + base

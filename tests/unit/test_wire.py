@@ -9,7 +9,7 @@ CASES = {
                         rkey=0xDEADBEEF, dma_len=123456, msn=7, msn_rq=3),
     "WRITE_LAST_IMM_TS": dict(opcode=wire.OP_WRITE_LAST_IMM, dqpn=5, psn=9, va=64, rkey=1, dma_len=9000,
                               imm=0xCAFEBABE, flags=wire.BTH_TS | wire.BTH_RTX, ts=0x1234),
-    "WRITE_ONLY_IMM": dict(opcode=wire.OP_WRITE_ONLY_IMM, dqpn=1, psn=0, va=0, rkey=2, dma_len=4, imm=1),
+    "WRITE_ONLY_IMM": dict(opcode=wire.OP_WRITE_ONLY_IMM, dqpn=1, psn=0, va=0, rkey=2, dma_len=24, imm=1),
     "SACK": dict(opcode=wire.OP_SACK, dqpn=3, sack_flags=wire.SETH_PR | wire.SETH_ECN, ack_psn_offset=-5,
                  ev=0x30007, scid=1, dcid=2, cack_psn=0x00FFFF, mpr=8, sack_base_off=2,
                  bitmap=0x8000000000000001, ts_echo=77, ooo_cnt=3, cc_flags=0x81, rcv_bytes=0xABCDE),
@@ -46,6 +46,19 @@ def test_icrc_is_crc32c_and_catches_corruption():
     assert wire.parse(bytes(pkt))["icrc_ok"]
     pkt[-6] ^= 1
     assert not wire.parse(bytes(pkt))["icrc_ok"]
+
+
+def test_a_payload_that_disagrees_with_its_reth_is_malformed():
+    """protocol.md 2: an ONLY packet carries its whole message; any other
+    data packet stays inside its message."""
+    with pytest.raises(ValueError):
+        wire.parse(wire.build(b"x" * 28, opcode=wire.OP_WRITE_ONLY_IMM, dma_len=64))
+    with pytest.raises(ValueError):
+        wire.parse(wire.build(b"x" * 28, opcode=wire.OP_WRITE_MIDDLE, dma_len=20))
+    assert wire.parse(wire.build(b"x" * 28, opcode=wire.OP_WRITE_MIDDLE, dma_len=4096))["payload_len"] == 28
+    # a trimmed packet has lost its payload: its RETH still says the message's length
+    t = wire.build(b"x" * 28, opcode=wire.OP_WRITE_ONLY)
+    assert wire.parse(t[:12 + 4 + 16], trimmed=True)["dma_len"] == 28
 
 
 def test_trimmed_packet_parses_without_payload_or_icrc():

@@ -1,0 +1,224 @@
+"""Trust boundaries (protocol.md section 3, "Trust"): a QP hears only its
+peer; control packets act only on what is outstanding; protection domains;
+unguessable, unreusable keys; no freed memory read; every attribute
+bounded. Each test names the finding of issue 15 it covers."""
+import errno
+
+import pytest
+from mrc._dp import ffi, lib
+
+from mrc import wire
+from mrc.core import QPAttr
+from mrc.errors import ErrnoError
+from mrc.manual import ManualContext
+
+from .handdriven import DEST_QPN, PEER, HandDriven
+
+OTHER = PEER + 1  # a third host the context also knows
+
+
+def sent_data(h, n_bytes=64 << 10, wr_id=1):
+    """Post one write on h's QP and let its packets leave (nobody answers)."""
+    src = bytearray(n_bytes)
+    mr = h.ctx.reg_mr(src)
+    h.qp.post_write(mr, 0, n_bytes, 0x1000, 1, wr_id=wr_id)
+    out = [p for p, d in h.out() if d["is_data"]]
+    return mr, out
+
+
+# ------------------------------------ 6. only the peer, only its own QP
+def test_data_from_a_host_that_is_not_the_peer_writes_nothing():
+    """Finding 6: a third host's packet to our QP, with the right rkey and a
+    valid range, is dropped and counted; nothing is written or answered."""
+    h = HandDriven()
+    h.deliver(h.data(0, b"evil" * 16, flags=wire.BTH_ACKREQ), peer=OTHER)
+    assert h.payload(0, 64) == bytes(64) and h.out() == []
+    assert h.ctx.drops()["wrong_peer"] == 1
+    h.deliver(h.data(0, b"good" * 16, flags=wire.BTH_ACKREQ), peer=PEER)
+    assert h.payload(0, 64) == b"good" * 16
+
+
+def test_a_forged_sack_completes_nothing():
+    """Finding 6: one SACK with cack = next_psn - 1 from a third host, or
+    from the peer's host for another connection, completes nothing."""
+    h = HandDriven()
+    _, out = sent_data(h)
+    last = len(out) - 1
+    h.deliver(h.sack(last), peer=OTHER)
+    h.deliver(h.sack(last, scid=(DEST_QPN + 1) & 0xFFFF), peer=PEER)  # another QP of the peer
+    h.deliver(h.sack(last, dcid=(h.qp.qpn + 1) & 0xFFFF), peer=PEER)  # meant for another QP here
+    assert h.ctx.poll_cq() == [] and h.qp.stats()["una_psn"] == h.psn
+    assert h.ctx.drops()["wrong_peer"] == 3
+    h.deliver(h.sack(last), peer=PEER)
+    assert [w.status_name for w in h.ctx.poll_cq()] == ["SUCCESS"]
+
+
+def test_a_qp_reaches_only_regions_of_its_protection_domain():
+    """Finding 6: a region registered in another PD is out of reach of the
+    QP's peer (NACK REMOTE_ACCESS, nothing written) and of the QP's own
+    work requests (refused at post)."""
+    h = HandDriven()
+    pd = h.ctx.alloc_pd()
+    other = bytearray(4096)
+    mr = pd.reg_mr(other, remote_write=True)
+    pkt = wire.build(b"x" * 64, opcode=wire.OP_WRITE_ONLY, dqpn=h.qp.qpn, psn=h.psn, va=mr.addr, rkey=mr.rkey,
+                     dma_len=64, flags=wire.BTH_ACKREQ)
+    h.deliver(pkt)
+    nacks = [p for p, _ in h.out() if p["opcode"] == wire.OP_NACK]
+    assert [n["nack_reason"] for n in nacks] == [wire.NACK_REMOTE_ACCESS] and other == bytearray(4096)
+    with pytest.raises(ErrnoError) as e:
+        h.qp.post_write(mr, 0, 64, 0x1000, 1)
+    assert e.value.errno == errno.EFAULT
+    with pytest.raises(ErrnoError) as e:
+        pd.dealloc()  # a region still uses it
+    assert e.value.errno == errno.EBUSY
+
+
+# ------------------------------------ 7. control packets act on what is outstanding
+def test_a_remote_access_nack_for_an_acknowledged_psn_changes_nothing():
+    """Finding 7: NACK REMOTE_ACCESS ends a QP only for a PSN still out, and
+    only from the peer."""
+    h = HandDriven()
+    _, out = sent_data(h)
+    h.deliver(h.sack(0, bitmap=1))  # PSN 0 cumulatively, PSN 2 by the bitmap (base = cack + 2)
+    h.deliver(h.nack(2, wire.NACK_REMOTE_ACCESS))
+    assert h.qp.state == "RTS"
+    h.deliver(h.nack(3, wire.NACK_REMOTE_ACCESS), peer=OTHER)
+    assert h.qp.state == "RTS"
+    h.deliver(h.nack(len(out) + 5, wire.NACK_REMOTE_ACCESS))  # never sent
+    assert h.qp.state == "RTS"
+    h.deliver(h.nack(3, wire.NACK_REMOTE_ACCESS))  # still out: the peer refuses it
+    assert h.qp.state == "ERROR"
+
+
+def test_a_port_status_of_no_ports_does_not_stall_a_qp_for_ever():
+    """Finding 7: a peer saying it has no usable port leaves nothing to send
+    on; queued work then ends in RETRY_EXC_ERR within the retry budget
+    instead of waiting for ever. A third host's port status is ignored."""
+    h = HandDriven(timeout=4, linear_cnt=1, exp_cnt=1)
+    status = wire.build(opcode=wire.OP_ENDPOINT_REQUEST, dqpn=h.qp.qpn, ep_op=wire.EP_PORT_STATUS, port_bitmap=0)
+    h.deliver(status, peer=OTHER)
+    assert h.ctx.drops()["wrong_peer"] == 1
+    h.deliver(status)
+    src = bytearray(4096)
+    mr = h.ctx.reg_mr(src)
+    h.qp.post_write(mr, 0, 4096, 0x1000, 1, wr_id=3)
+    assert [p for p, d in h.out() if d["is_data"]] == []  # nowhere to send
+    t = h.now
+    for _ in range(50):
+        nxt = h.ctx.next_timer(t)
+        assert nxt is not None, "the QP waits for ever"
+        t = max(nxt, t + 1)
+        h.out(at=t)
+        wc = h.ctx.poll_cq()
+        if wc:
+            break
+    assert [(w.wr_id, w.status_name) for w in wc] == [(3, "RETRY_EXC_ERR")]
+
+
+def test_probe_responses_count_only_after_the_sack_is_checked():
+    """Finding 7: a SACK flagged as a probe response that acknowledges what
+    was never sent is dropped before it can bring a retired EV back."""
+    h = HandDriven(ev_min_active=1, timeout=4, probe_k=1)
+    _, out = sent_data(h, 4096)
+    first_ev = [d["ev"] for p, d in h.out(at=h.now + (1024 << 4) + 1) if d["is_data"]]  # the timer resends
+    bad = [e["ev"] for e in h.qp.evs() if e["state"] == "ASSUMED_BAD"]
+    assert bad, (first_ev, h.qp.evs())
+    h.out(at=h.now + 1)  # its probe leaves
+    for _ in range(5):
+        h.deliver(h.sack(1000, flags=wire.SETH_PR, ev=bad[0]))  # stale: acknowledges PSNs never sent
+    assert {e["ev"]: e["state"] for e in h.qp.evs()}[bad[0]] == "ASSUMED_BAD"
+    assert h.ctx.drops()["stale_ack"] == 5
+
+
+def test_the_trimmed_class_does_not_excuse_a_control_packet_from_its_icrc():
+    """Finding 7: only data packets can be trimmed; a NACK marked trimmed
+    with a broken ICRC is dropped, not acted on."""
+    h = HandDriven()
+    sent_data(h)
+    nack = bytearray(h.nack(0, wire.NACK_TRIMMED))
+    nack[-1] ^= 0xFF
+    h.deliver(bytes(nack), trimmed=True)
+    assert h.qp.stats()["trims"] == 0 and h.qp.stats()["nacks_rx"] == 0
+    assert h.ctx.drops()["malformed"] + h.ctx.drops()["icrc"] == 1
+
+
+# ------------------------------------ 8. keys nobody can guess or reuse
+def test_rkeys_are_unpredictable_and_a_dead_key_stays_dead_for_2_to_the_20_registrations():
+    """Finding 8: a fresh context's rkeys are not (slot + 1) << 8 | counter;
+    two contexts differ; a deregistered key is not valid again within 2^20
+    registrations, and a late packet with it writes nothing."""
+    keys = [[ctx.reg_mr(bytearray(64)).rkey for _ in range(4)] for ctx in (ManualContext(planes=2),
+                                                                            ManualContext(planes=2))]
+    assert keys[0] != keys[1] and len(set(keys[0])) == 4
+    assert not set(keys[0]) & {0x101, 0x202, 0x303, 0x404}  # not slot and counter
+    h = HandDriven()
+    old = h.mr.rkey
+    h.mr.close()
+    buf = ffi.new("uint8_t[]", 64)
+    lkey, rkey = ffi.new("uint32_t *"), ffi.new("uint32_t *")
+    seen_old = 0
+    dev = h.ctx.handle()
+    for _ in range(1 << 20):
+        assert lib.mrc_mr_reg(dev, 0, buf, 64, lib.MRC_ACCESS_REMOTE_WRITE, lkey, rkey) == 0
+        seen_old += rkey[0] == old
+        assert lib.mrc_mr_dereg(dev, lkey[0]) == 0
+    assert seen_old == 0
+    fresh = h.ctx.reg_mr(memoryview(h.region)[256:256 + 4096], remote_write=True)
+    h.deliver(h.data(0, b"late" * 16, rkey=old, flags=wire.BTH_ACKREQ))
+    assert h.payload(0, 64) == bytes(64) and fresh.rkey != old
+    assert [p["nack_reason"] for p, _ in h.out() if p["opcode"] == wire.OP_NACK] == [wire.NACK_REMOTE_ACCESS]
+
+
+# ------------------------------------ 11. no freed memory read
+def test_closing_a_region_with_work_queued_is_refused():
+    """Finding 11: a region a queued write reads from cannot be closed
+    (EBUSY) until that write completed; then it can."""
+    h = HandDriven()
+    mr, _ = sent_data(h)
+    with pytest.raises(ErrnoError) as e:
+        mr.close()
+    assert e.value.errno == errno.EBUSY
+    h.qp.modify(lib.MRC_QPS_ERROR)
+    assert [w.status_name for w in h.ctx.poll_cq()] == ["WR_FLUSH_ERR"]
+    mr.close()
+
+
+# ------------------------------------ 12. every attribute bounded
+@pytest.mark.parametrize("bad", [dict(ev_backup=0x40000000), dict(rq_depth=0xFFFFFFFF), dict(sq_depth=0x10000),
+                                 dict(max_wimm=0), dict(mtu=9000), dict(ev_count=3)])
+def test_qp_attributes_out_of_bounds_are_refused(bad):
+    with pytest.raises(ErrnoError) as e:
+        ManualContext(planes=4).create_qp(QPAttr(**{"planes": 4, "ev_count": 8, **bad}))
+    assert e.value.errno == errno.EINVAL
+
+
+@pytest.mark.parametrize("kw", [dict(cq_depth=0xFFFFFFFF), dict(ev_event_depth=0xFFFFFFFF), dict(planes=17),
+                                dict(max_qps=1 << 21)])
+def test_context_attributes_out_of_bounds_are_refused(kw):
+    with pytest.raises(ErrnoError) as e:
+        ManualContext(**kw)
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(ErrnoError):
+        ManualContext(planes=2).create_cq(0xFFFFFFFF)
+
+
+def test_error_then_reset_starts_the_qp_afresh_and_a_late_sack_is_harmless():
+    """Finding 12: ERROR -> RESET -> RTS with new PSNs keeps nothing of the
+    old window; a late SACK for the old PSNs neither completes nor
+    underflows anything, and the QP sends again."""
+    h = HandDriven()
+    sent_data(h)
+    h.qp.modify(lib.MRC_QPS_ERROR)
+    h.ctx.poll_cq()
+    for st in (lib.MRC_QPS_RESET, lib.MRC_QPS_INIT):
+        h.qp.modify(st)
+    h.qp.modify(lib.MRC_QPS_RTR, DEST_QPN, PEER, rq_psn=0x500000)
+    h.qp.modify(lib.MRC_QPS_RTS, sq_psn=0x500000)
+    st = h.qp.stats()
+    assert (st["inflight"], st["next_psn"], st["una_psn"], st["epsn"]) == (0, 0x500000, 0x500000, 0x500000)
+    h.deliver(h.sack(10))  # for the old window
+    assert h.qp.stats()["inflight"] == 0 and h.ctx.poll_cq() == []
+    _, out = sent_data(h, 8192, wr_id=9)
+    assert [p["psn"] for p in out] == [0x500000, 0x500001]
+    assert h.qp.stats()["inflight"] == 8192
