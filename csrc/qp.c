@@ -154,11 +154,12 @@ int qp_destroy(struct mrc_ep *ep, uint32_t qpn)
     return 0;
 }
 
+/* Every QP (by its number: numbers are random, not slot + 1). */
 void qp_destroy_all(struct mrc_ep *ep)
 {
     for (uint32_t i = 0; i < ep->a.max_qps; i++)
         if (ep->qps[i])
-            qp_destroy(ep, i + 1);
+            qp_destroy(ep, ep->qps[i]->qpn);
 }
 
 /* Complete every WR still queued on q: the first with first_status, the rest

@@ -180,13 +180,28 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
     return (int)n;
 }
 
+/* A retransmission may go now: the oldest lost packet is the head (which
+ * always may) or fits the congestion window (req_poll_tx's rule). */
+static int rtx_ready(struct qp *q)
+{
+    if (!q->nlost)
+        return 0;
+    for (uint32_t psn = q->una_psn; psn != q->next_psn; psn = psn_add(psn, 1)) {
+        const struct pent *pe = pe_at(q, psn);
+        if (pe->st == PE_LOST)
+            return psn == q->una_psn || cwnd_allows(q, pe->len);
+    }
+    return 0;
+}
+
 /* When q next wants the tx path: now if it has something to send and an EV
  * to send it on, else when the first SKIP ends; never (MRC_INF_NS) when it
- * has nothing to send or the windows hold it back. */
+ * has nothing to send or the windows hold it back (lost packets the window
+ * holds back included: else the engine would spin until an ACK opens it). */
 uint64_t req_next_tx(struct mrc_ep *ep, struct qp *q, uint64_t now)
 {
     int64_t len = next_data_len(q);
-    if (!(q->nlost > 0 || (len >= 0 && cwnd_allows(q, (uint32_t)len))))
+    if (!(rtx_ready(q) || (len >= 0 && cwnd_allows(q, (uint32_t)len))))
         return MRC_INF_NS;
     uint32_t usable = qp_usable_ports(ep, q);
     uint64_t skip_end = MRC_INF_NS;

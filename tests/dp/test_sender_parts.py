@@ -133,3 +133,29 @@ def test_an_acknowledgement_resets_the_backoff():
                       dcid=qp.qpn & 0xFFFF)
     ctx.input(sack, ev=wire.ev_make(0, 0), now_ns=now + 10)
     assert ctx.next_timer(now + 10) == now + 10 + base
+
+
+def test_lost_packets_the_window_holds_back_do_not_keep_the_timer_at_now():
+    """Found by the requester fuzzer: after a timeout the head is resent and
+    fills the congestion window; the other lost packets wait for it. The
+    context must then say "call me at the next RTO", not "now": "now" for
+    ever is an engine thread spinning at 100% and a hand-driven loop that
+    never reaches the timeout that fails the QP."""
+    ctx, qp, mr = lone_qp(timeout=6, linear_cnt=2, exp_cnt=3)
+    for i, n in enumerate([2, 2, 1, 4]):
+        qp.post_write(mr, 0, n * MTU, 0x1000, 0x100, wr_id=i)
+    now, spins, done = 0, 0, []
+    for _ in range(1000):
+        ctx.poll_tx(now_ns=now)
+        done += ctx.poll_cq()
+        if len(done) == 4:
+            break
+        t = ctx.next_timer(now)
+        assert t is not None
+        if t <= now:
+            spins += 1
+            assert spins < 50, f"next_timer stays at now ({now} ns) with {qp.stats()['inflight']} B in flight"
+        now = max(t, now + 1)
+    assert [w.wr_id for w in done] == [0, 1, 2, 3]
+    assert [w.status_name for w in done] == ["RETRY_EXC_ERR"] + ["WR_FLUSH_ERR"] * 3
+    assert qp.state == "ERROR"
