@@ -293,6 +293,7 @@ int ep_pd_alloc(struct mrc_ep *ep, uint32_t *pdn);
 int ep_pd_dealloc(struct mrc_ep *ep, uint32_t pdn);
 int ep_pd_hold(struct mrc_ep *ep, uint32_t pdn, int hold);
 void ep_set_peer_host(struct mrc_ep *ep, uint16_t peer, uint16_t host);
+int ep_peer_in_use(const struct mrc_ep *ep, uint16_t p);
 int ep_same_host(const struct mrc_ep *ep, uint16_t a, uint16_t b);
 void ep_wqe_release(struct mrc_ep *ep, const struct wqe *w);
 void ep_destroy(struct mrc_ep *ep);

@@ -187,6 +187,25 @@ int mrc_ctx_add_peer(struct mrc_ctx *c, const struct mrc_peer_cfg *peer)
     return rc;
 }
 
+/* Lock: none held; takes both. Every index's host is worked out again: the
+ * deleted one may have been the first of its host. */
+int mrc_ctx_del_peer(struct mrc_ctx *c, uint32_t peer)
+{
+    if (!c->io)
+        return -EOPNOTSUPP;
+    if (peer >= MRC_MAX_PEERS)
+        return -ENOENT;
+    ctx_lock(c);
+    int rc = ep_peer_in_use(c->ep, (uint16_t)peer) ? -EBUSY : io_del_peer(c->io, (uint16_t)peer);
+    if (rc == 0) {
+        ep_set_peer_host(c->ep, (uint16_t)peer, (uint16_t)peer);
+        for (int i = 0; i < io_npeers(c->io); i++)
+            ep_set_peer_host(c->ep, (uint16_t)i, (uint16_t)io_peer_host(c->io, (uint16_t)i));
+    }
+    ctx_unlock(c);
+    return rc;
+}
+
 /* ------------------------------------------------------------ create, destroy */
 static int new_eventfd(void) { return eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
 
@@ -249,6 +268,15 @@ int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *po
     }
     *out = c;
     return 0;
+}
+
+/* Lock: none. Callers blocked in a waiting call return -ECANCELED at once,
+ * and new ones are refused: the first step of closing a context that other
+ * threads may still be calling into. */
+void mrc_ctx_cancel(struct mrc_ctx *c)
+{
+    if (c)
+        __atomic_store_n(&c->closing, 1, __ATOMIC_SEQ_CST);
 }
 
 /* Lock: none held; the caller is the context's last user. */
@@ -620,5 +648,7 @@ static int probe_wait(struct mrc_ctx *c, const struct mrc_probe_req *req, uint32
             mrc_ep_probe_cancel(c->ep, ids[i]); /* a late answer is now STALE_PROBE */
     ctx_unlock(c);
     free(ids);
+    if (left && __atomic_load_n(&c->closing, __ATOMIC_SEQ_CST))
+        return -ECANCELED; /* cut short: the context is closing */
     return (int)answered;
 }

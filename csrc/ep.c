@@ -236,6 +236,15 @@ void ep_set_peer_host(struct mrc_ep *ep, uint16_t peer, uint16_t host)
         ep->peer_host[peer] = host;
 }
 
+/* A QP out of RESET is connected through peer index p. */
+int ep_peer_in_use(const struct mrc_ep *ep, uint16_t p)
+{
+    for (uint32_t i = 0; i < ep->a.max_qps; i++)
+        if (ep->qps[i] && ep->qps[i]->peer == p && ep->qps[i]->state != MRC_QPS_RESET)
+            return 1;
+    return 0;
+}
+
 /* Peer indices a and b are the same host (its addresses). */
 int ep_same_host(const struct mrc_ep *ep, uint16_t a, uint16_t b)
 {

@@ -50,6 +50,7 @@ uint32_t io_nports(const struct io *io);
 struct io_port *io_port(struct io *io, uint32_t i);
 struct io_port *io_plane_port(struct io *io, uint32_t plane);
 int io_add_peer(struct io *io, const struct mrc_peer_cfg *peer);
+int io_del_peer(struct io *io, uint16_t peer);
 int io_npeers(const struct io *io);
 int io_peer_host(const struct io *io, uint16_t peer);
 int io_has_path(const struct io *io, uint16_t peer, uint32_t plane);

@@ -40,7 +40,8 @@ struct io {
     uint32_t nports;
     int plane_port[MRC_MAX_PLANES]; /* plane -> index into ports, -1 if none */
     struct mrc_peer_cfg *peers;
-    uint32_t npeers;
+    uint8_t live[MRC_MAX_PEERS]; /* slot in use (a deleted peer's slot is reused) */
+    uint32_t npeers;             /* one past the highest slot in use */
     struct txq tx;
 };
 
@@ -201,25 +202,45 @@ uint32_t io_pollfds(struct io *io, struct pollfd *pf)
 /* ------------------------------------------------------------------ peers */
 int io_add_peer(struct io *io, const struct mrc_peer_cfg *peer)
 {
-    if (io->npeers >= MRC_MAX_PEERS || peer->nplanes > MRC_MAX_PLANES)
-        return -ENOSPC;
+    if (peer->nplanes > MRC_MAX_PLANES)
+        return -EINVAL;
     for (uint32_t p = 0; p < MRC_MAX_PLANES; p++)
         if (peer->plane[p].npaths > MRC_MAX_PATHS)
             return -EINVAL;
-    io->peers[io->npeers] = *peer;
-    return (int)io->npeers++;
+    uint32_t i = 0;
+    while (i < io->npeers && io->live[i])
+        i++;
+    if (i >= MRC_MAX_PEERS)
+        return -ENOSPC;
+    io->peers[i] = *peer;
+    io->live[i] = 1;
+    if (i == io->npeers)
+        io->npeers++;
+    return (int)i;
+}
+
+/* Free a peer's slot (the next add may reuse it). */
+int io_del_peer(struct io *io, uint16_t peer)
+{
+    if (peer >= io->npeers || !io->live[peer])
+        return -ENOENT;
+    memset(&io->peers[peer], 0, sizeof(io->peers[peer]));
+    io->live[peer] = 0;
+    while (io->npeers && !io->live[io->npeers - 1])
+        io->npeers--;
+    return 0;
 }
 
 int io_npeers(const struct io *io) { return (int)io->npeers; }
 
-/* The first peer index with the same final address on every plane: the
- * same host (several indices differ only in their paths). */
+/* The first live peer index with the same final address on every plane:
+ * the same host (several indices differ only in their paths). */
 int io_peer_host(const struct io *io, uint16_t peer)
 {
     const struct mrc_peer_cfg *p = &io->peers[peer];
     for (uint32_t i = 0; i < peer; i++) {
         const struct mrc_peer_cfg *o = &io->peers[i];
-        int same = 1;
+        int same = io->live[i];
         for (uint32_t pl = 0; pl < MRC_MAX_PLANES && same; pl++)
             same = (o->plane[pl].npaths > 0) == (p->plane[pl].npaths > 0) &&
                    (!p->plane[pl].npaths || !memcmp(o->plane[pl].final_addr, p->plane[pl].final_addr, 16));
@@ -231,7 +252,7 @@ int io_peer_host(const struct io *io, uint16_t peer)
 
 int io_has_path(const struct io *io, uint16_t peer, uint32_t plane)
 {
-    return peer < io->npeers && plane < MRC_MAX_PLANES && io->peers[peer].plane[plane].npaths > 0;
+    return peer < io->npeers && io->live[peer] && plane < MRC_MAX_PLANES && io->peers[peer].plane[plane].npaths > 0;
 }
 
 /* ------------------------------------------------------------------ tx */
@@ -308,7 +329,7 @@ void io_queue_tx(struct io *io, const struct mrc_txdesc *d, const uint8_t *pkt)
 {
     uint32_t plane = ev_plane(d->ev) & (MRC_MAX_PLANES - 1), entropy = ev_entropy(d->ev);
     int pi = io->plane_port[plane];
-    if (pi < 0 || d->peer >= io->npeers || io->peers[d->peer].plane[plane].npaths == 0 || d->len + IO_HDRS > IO_FRAME) {
+    if (pi < 0 || d->peer >= io->npeers || !io->live[d->peer] || io->peers[d->peer].plane[plane].npaths == 0 || d->len + IO_HDRS > IO_FRAME) {
         if (pi >= 0)
             io->ports[pi].st.tx_no_path++;
         return;
@@ -357,7 +378,7 @@ void io_queue_tx(struct io *io, const struct mrc_txdesc *d, const uint8_t *pkt)
 static int peer_of(const struct io *io, const uint8_t *src, uint32_t plane)
 {
     for (uint32_t i = 0; i < io->npeers; i++)
-        if (!memcmp(io->peers[i].plane[plane].final_addr, src, 16))
+        if (io->live[i] && io->peers[i].plane[plane].npaths && !memcmp(io->peers[i].plane[plane].final_addr, src, 16))
             return (int)i;
     return -1;
 }

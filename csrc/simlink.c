@@ -38,6 +38,8 @@ struct mrc_sim {
     struct mrc_sim_stats st;
     uint8_t *txbuf;
     struct mrc_txdesc *txd;
+    uint8_t *rec;        /* mrc_sim_record: where delivered packets are copied */
+    uint32_t rec_cap, rec_len;
 };
 
 static uint64_t rnd(struct mrc_sim *s)
@@ -51,6 +53,34 @@ static uint64_t rnd(struct mrc_sim *s)
 }
 
 static int chance(struct mrc_sim *s, uint32_t ppm) { return ppm && (rnd(s) % 1000000) < ppm; }
+
+/* One delivered packet into the recording: 8 bytes of header (length,
+ * destination, plane | 0x10 CE | 0x20 trimmed, EV; little endian), then the
+ * packet. */
+static void record(struct mrc_sim *s, const struct sim_pkt *p)
+{
+    if (s->rec_len + 8 + p->len > s->rec_cap)
+        return;
+    uint8_t *r = s->rec + s->rec_len;
+    r[0] = (uint8_t)p->len;
+    r[1] = (uint8_t)(p->len >> 8);
+    r[2] = (uint8_t)p->dst;
+    r[3] = (uint8_t)((p->m.port & 0xF) | (p->m.ecn_ce ? 0x10 : 0) | (p->m.trimmed ? 0x20 : 0));
+    for (int i = 0; i < 4; i++)
+        r[4 + i] = (uint8_t)(p->m.ev >> (8 * i));
+    memcpy(r + 8, p->data, p->len);
+    s->rec_len += 8 + p->len;
+}
+
+int mrc_sim_record(struct mrc_sim *s, uint8_t *buf, uint32_t cap)
+{
+    s->rec = buf;
+    s->rec_cap = buf ? cap : 0;
+    s->rec_len = 0;
+    return 0;
+}
+
+uint32_t mrc_sim_recorded(const struct mrc_sim *s) { return s->rec_len; }
 
 int mrc_sim_create(uint32_t planes, uint32_t per_plane, uint64_t seed, struct mrc_sim **out)
 {
@@ -264,6 +294,8 @@ int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe)
         }
         while (s->hn && s->heap[0].t <= s->now) {
             struct sim_pkt p = heap_pop(s);
+            if (s->rec)
+                record(s, &p);
             mrc_ep_input(s->eps[p.dst], p.data, p.len, &p.m, s->now);
             buf_put(s, p.data);
             s->st.delivered++;

@@ -12,6 +12,7 @@
     mrc capture NODE -w FILE       tcpdump of MRC packets inside a namespace
     mrc decode FILE [--json]       per-QP summary of a capture (scapy)
     mrc ctl ev|events|port|cc ...  controller API of a running MRC process
+    mrc soak [--seconds S | --packets N]   writes over a misbehaving in-memory link, every byte checked
 
 Every error prints one line saying what is wrong and what to do, and exits 2.
 """
@@ -63,6 +64,29 @@ def _ports(spec: str | None) -> list | None:
     return out
 
 
+def _psk(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--psk-file", metavar="FILE", help=f"a pre-shared key (at least 16 bytes, e.g. `head -c 32 "
+                                                      f"/dev/urandom | base64 > key`): {what}")
+
+
+def _read_psk(a: argparse.Namespace) -> bytes | None:
+    from mrc import cm
+
+    return cm.read_psk(a.psk_file) if a.psk_file else None
+
+
+def _size_arg(text: str) -> int:
+    from mrc.perf import parse_size
+
+    try:
+        n = parse_size(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"a size must be positive, not {text}")
+    return n
+
+
 def _resolver(a: argparse.Namespace):
     from mrc.paths import from_environment
 
@@ -91,7 +115,17 @@ def build_parser() -> argparse.ArgumentParser:
     psub = perf.add_subparsers(dest="pcmd")
     ps = psub.add_parser("server", help="wait for a client and receive its writes")
     ps.add_argument("--port", type=int, default=18515, help="connection-setup TCP port (default 18515)")
-    ps.add_argument("--forever", action="store_true", help="serve one client after another")
+    ps.add_argument("--forever", action="store_true", help="serve one client after another (default: exit after "
+                                                           "the first client that gets through setup)")
+    ps.add_argument("--bind", metavar="ADDR", help="listen on this address (default: this host's management address "
+                                                   "from the topology, else all addresses)")
+    ps.add_argument("--max-size", type=_size_arg, default="1G", metavar="SIZE",
+                    help="the most remote-writable memory one client may ask for (default 1G)")
+    ps.add_argument("--max-qps", type=int, default=64, metavar="N", help="the most QPs one client may ask for "
+                                                                         "(default 64)")
+    ps.add_argument("--idle-timeout", type=float, default=60.0, metavar="S",
+                    help="drop a connected client silent this long (default 60 s; clients tick every 10 s)")
+    _psk(ps, "only clients that prove they hold this key (challenge-response, HMAC-SHA256) get a QP")
     _where(ps)
     pc = psub.add_parser("client", help="write to a server and measure")
     pc.add_argument("server", help="the server: a host of the topology (h2) or its management address")
@@ -102,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--imm", action="store_true", help="RDMA WRITE with immediate instead of WRITE")
     pc.add_argument("--verify", action="store_true", help="check the received data by hash")
     pc.add_argument("--qps", type=int, default=1, help="queue pairs, messages spread round robin (default 1)")
+    _psk(pc, "prove to the server that we hold this key (and check that it does)")
     _where(pc)
     _json(pc)
 
@@ -128,6 +163,19 @@ def build_parser() -> argparse.ArgumentParser:
     dec.add_argument("file", help="a pcap or pcapng file")
     _where(dec, ports=False)
     _json(dec)
+
+    soak = sub.add_parser("soak", help="many writes over a misbehaving in-memory link, every byte checked (rootless)",
+                          description="Two contexts with QPs both ways keep random writes (1 B to 1 MiB, WRITE and "
+                                      "WRITE_IMM) in flight over the in-memory link while its 16 paths lose, "
+                                      "reorder, duplicate, trim and mark packets and flap; every landed byte, every "
+                                      "gap between writes, every immediate and the order of completions are "
+                                      "checked. Prints packets, bytes, retransmits, qp_errors and corrupt_bytes; "
+                                      "exits 1 on any error. Example: `mrc soak --seconds 10 --json`.")
+    soak.add_argument("--seconds", type=float, help="stop after this much wall-clock time (default 10 unless "
+                                                    "--packets is given)")
+    soak.add_argument("--packets", type=int, help="stop once the endpoints have sent this many packets")
+    soak.add_argument("--seed", type=int, default=1, help="the link's and the writes' randomness (default 1)")
+    _json(soak)
 
     from mrc.ctl import cli as ctl_cli
 
@@ -358,12 +406,14 @@ def main(argv: list[str] | None = None) -> int:
             from mrc import perf
 
             if a.pcmd == "server":
-                return perf.server(a.port, once=not a.forever, resolver=_resolver(a), ports=_ports(a.ports))
+                return perf.server(a.port, once=not a.forever, resolver=_resolver(a), ports=_ports(a.ports),
+                                   bind=a.bind, max_size=a.max_size, max_qps=a.max_qps, psk=_read_psk(a),
+                                   idle_timeout=a.idle_timeout)
             if a.pcmd == "client":
                 sizes = [perf.parse_size(x) for x in a.sizes.split(",") if x]
                 res = perf.client(a.server, sizes, a.iters, a.imm, a.verify, a.depth, a.port,
                                   progress=sys.stderr.isatty() or not a.json, qps=a.qps, resolver=_resolver(a),
-                                  ports=_ports(a.ports))
+                                  ports=_ports(a.ports), psk=_read_psk(a))
                 perf.main_json(res) if a.json else perf.print_table(res)
                 return 0 if all(r["verified"] is not False for r in res) else 1
             parser.parse_args(["perf", "--help"])
@@ -376,6 +426,12 @@ def main(argv: list[str] | None = None) -> int:
 
             return capture.capture_main(a.name, a.node, a.write, a.port, a.interface, a.seconds, a.count,
                                         a.snaplen)
+        if a.cmd == "soak":
+            from mrc import soak
+
+            if (a.seconds is not None and a.seconds <= 0) or (a.packets is not None and a.packets <= 0):
+                raise UsageError("--seconds and --packets must be positive")
+            return soak.main(a.seconds, a.packets, a.seed, a.json)
         if a.cmd == "decode":
             from mrc import decode
 

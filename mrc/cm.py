@@ -1,9 +1,16 @@
 """Out-of-band connection setup over TCP (the management network).
 
-One JSON object per line. The connecting side sends its ``RemoteInfo``; the
-listening side creates and connects its QP, then answers with its own, so by
-the time the connector connects, the listener is already at RTS and no first
-packet is lost.
+One JSON object per line, each at most ``MAX_LINE`` bytes. The listener
+speaks first: a greeting with a fresh 32-byte challenge and whether it
+wants proof of a pre-shared key. The connecting side sends its ``RemoteInfo``
+(with, under a key, ``auth`` = HMAC-SHA256(key, challenge + the hello's
+canonical JSON)); the listener checks the message and every field, creates
+and connects its QP, then answers with its own (under a key, proven the
+same way with ``b"answer"`` after the challenge, so the connector knows the
+answer comes from a holder too), so by the time the
+connector connects, the listener is already at RTS and no first packet is
+lost. A bad or silent peer gets an error line (or nothing) and costs the
+listener one bounded wait, never more.
 
     # server (host b)                       # client (host a)
     lst = cm.listen(port=18515)             addr = cm.setup_address("b", resolver)
@@ -17,11 +24,14 @@ context's path resolver turns that into paths (``Context.resolve``, mrc.paths).
 
 from __future__ import annotations
 
-import dataclasses
 import errno
+import hashlib
+import hmac
 import ipaddress
 import json
+import os
 import socket
+import time
 from dataclasses import asdict
 
 from mrc.errors import ErrnoError, UsageError, errno_error
@@ -29,10 +39,44 @@ from mrc.paths import PathResolver
 from mrc.verbs import RemoteInfo
 
 DEFAULT_PORT = 18515
+MAX_LINE = 64 << 10          # bytes in one message
+SETUP_TIMEOUT = 10.0         # seconds a peer has for each step of setup
+MAX_NAME = 64                # characters of a host or topology name
+DRAIN = 1 << 20              # bytes read and dropped from a refused peer before closing
+PROTOCOL = 1
 
 
-def _send(sock: socket.socket, obj: dict) -> None:
-    sock.sendall((json.dumps(obj) + "\n").encode())
+def _bad(what: str) -> ErrnoError:
+    return ErrnoError(errno.EPROTO, f"bad connection-setup message: {what}")
+
+
+def _canonical(obj: dict) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _proof(key: bytes, challenge: bytes, msg: dict, role: bytes = b"") -> str:
+    """HMAC-SHA256 of the challenge, the role and the message without its proof."""
+    body = _canonical({k: v for k, v in msg.items() if k != "auth"})
+    return hmac.new(key, challenge + role + body, hashlib.sha256).hexdigest()
+
+
+def _check_proof(key: bytes, challenge: bytes, msg: dict, role: bytes, who: str) -> None:
+    proof = msg.get("auth")
+    if not isinstance(proof, str) or not hmac.compare_digest(proof, _proof(key, challenge, msg, role)):
+        raise ErrnoError(errno.EACCES, f"the {who} did not prove it holds the pre-shared key")
+
+
+def read_psk(path: str) -> bytes:
+    """A pre-shared key from a file (its bytes, surrounding white space removed)."""
+    try:
+        with open(path, "rb") as f:
+            key = f.read().strip()
+    except OSError as e:
+        raise UsageError(f"cannot read the pre-shared key file {path}: {e.strerror}") from None
+    if len(key) < 16:
+        raise UsageError(f"the pre-shared key in {path} is {len(key)} bytes: use at least 16 (e.g. `head -c 32 "
+                         f"/dev/urandom | base64 > {path}`)")
+    return key
 
 
 class Connection:
@@ -40,22 +84,71 @@ class Connection:
         self.sock = sock
         self._buf = b""
         self.peer: RemoteInfo | None = None
+        self.hello: dict = {}      # the connector's hello (listener side)
+        self.answer: dict = {}     # the listener's answer (connector side)
+        self._key: tuple[bytes, bytes] | None = None  # (pre-shared key, challenge) when the setup is authenticated
+        self.addr = ""             # the other end's address (listener side)
 
     def send(self, obj: dict) -> None:
-        _send(self.sock, obj)
+        self.sock.sendall((json.dumps(obj) + "\n").encode())
 
-    def recv(self, timeout: float | None = 60.0) -> dict:
-        self.sock.settimeout(timeout)
+    def recv(self, timeout: float | None = SETUP_TIMEOUT) -> dict:
+        """One message, within ``timeout`` seconds in all (None: wait for ever)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self._buf:
-            chunk = self.sock.recv(65536)
+            if len(self._buf) > MAX_LINE:
+                raise ErrnoError(errno.EMSGSIZE, f"a connection-setup message over {MAX_LINE} bytes")
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise ErrnoError(errno.ETIMEDOUT, f"the peer sent no complete message within {timeout} s")
+            self.sock.settimeout(left)
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                raise ErrnoError(errno.ETIMEDOUT, f"the peer sent no complete message within {timeout} s") from None
+            except OSError as e:
+                raise errno_error(e.errno or errno.EIO, "read the connection-setup channel") from None
             if not chunk:
                 raise ErrnoError(errno.ECONNRESET, "the peer closed the connection-setup channel")
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
-        return json.loads(line)
+        if len(line) > MAX_LINE:
+            raise ErrnoError(errno.EMSGSIZE, f"a connection-setup message over {MAX_LINE} bytes")
+        try:
+            msg = json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+        except (ValueError, RecursionError) as e:
+            raise _bad(f"not JSON ({str(e)[:60]})") from None
+        if not isinstance(msg, dict):
+            raise _bad("not a JSON object")
+        if "error" in msg:
+            raise ErrnoError(int(msg.get("errno", errno.EPROTO)) if str(msg.get("errno", "")).isdigit()
+                             else errno.EPROTO, f"the peer refused: {str(msg['error'])[:200]}")
+        return msg
 
     def reply(self, info: RemoteInfo, **extra) -> None:
-        self.send({"info": info_to_json(info), **extra})
+        ans = {"info": info_to_json(info), **extra}
+        if self._key is not None:
+            ans["auth"] = _proof(*self._key, ans, b"answer")
+        self.send(ans)
+
+    def refuse(self, err: Exception) -> None:
+        """Tell the peer why (best effort), then close. What the peer still
+        sends is read and dropped for a moment (at most DRAIN bytes), so
+        that the close does not reset the connection before it reads why."""
+        try:
+            self.sock.settimeout(1.0)
+            self.send({"error": str(err)[:200], "errno": getattr(err, "errno", None) or errno.EPROTO})
+            self.sock.shutdown(socket.SHUT_WR)
+            deadline, left = time.monotonic() + 0.5, DRAIN
+            while left > 0 and (t := deadline - time.monotonic()) > 0:
+                self.sock.settimeout(t)
+                chunk = self.sock.recv(min(left, 65536))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except OSError:
+            pass
+        self.close()
 
     def close(self) -> None:
         self.sock.close()
@@ -68,14 +161,57 @@ def info_to_json(info: RemoteInfo) -> dict:
     return d
 
 
-_INFO_FIELDS = {f.name for f in dataclasses.fields(RemoteInfo)}
+def _int(d: dict, key: str, lo: int, hi: int, default: int | None = None) -> int:
+    v = d.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise _bad(f"{key} must be an integer from {lo} to {hi}, not {str(v)[:40]!r}")
+    return v
 
 
-def info_from_json(d: dict) -> RemoteInfo:
-    d = {k: v for k, v in dict(d).items() if k in _INFO_FIELDS}
-    d["ports"] = {int(k): v for k, v in d["ports"].items()}
-    d["paths"] = {int(k): v for k, v in (d.get("paths") or {}).items()}
-    return RemoteInfo(**d)
+def _plane(k) -> int:
+    try:
+        p = int(k)
+    except (TypeError, ValueError):
+        raise _bad(f"plane {str(k)[:20]!r} is not a number") from None
+    if not 0 <= p < 16:
+        raise _bad(f"plane {p} is not 0..15")
+    return p
+
+
+def _address(a) -> str:
+    if not isinstance(a, str) or len(a) > 64:
+        raise _bad("an address must be an IPv6 address")
+    try:
+        return str(ipaddress.IPv6Address(a))
+    except ValueError:
+        raise _bad(f"{a[:40]!r} is not an IPv6 address") from None
+
+
+def _name(d: dict, key: str) -> str | None:
+    v = d.get(key)
+    if v is not None and (not isinstance(v, str) or len(v) > MAX_NAME):
+        raise _bad(f"{key} must be a name of at most {MAX_NAME} characters")
+    return v
+
+
+def info_from_json(d) -> RemoteInfo:
+    """A peer's RemoteInfo, every field checked (ErrnoError EPROTO otherwise)."""
+    if not isinstance(d, dict):
+        raise _bad("info is not an object")
+    ports, paths = d.get("ports"), d.get("paths") or {}
+    if not isinstance(ports, dict) or not 1 <= len(ports) <= 16:
+        raise _bad("ports must map 1 to 16 planes to addresses")
+    if not isinstance(paths, dict) or len(paths) > 16:
+        raise _bad("paths must map at most 16 planes to address lists")
+    out_paths = {}
+    for k, v in paths.items():
+        if not isinstance(v, list) or len(v) > 16:
+            raise _bad("a plane's paths are a list of at most 16 addresses")
+        out_paths[_plane(k)] = [_address(a) for a in v]
+    return RemoteInfo(qpn=_int(d, "qpn", 1, 0xFFFFFF), ports={_plane(k): _address(v) for k, v in ports.items()},
+                      psn=_int(d, "psn", 0, 0xFFFFFF, 0), paths=out_paths, addr=_int(d, "addr", 0, 2**64 - 1, 0),
+                      rkey=_int(d, "rkey", 0, 2**32 - 1, 0), length=_int(d, "length", 0, 2**64 - 1, 0),
+                      topology=_name(d, "topology"), host=_name(d, "host"))
 
 
 def setup_address(server: str, resolver: PathResolver) -> str:
@@ -94,7 +230,11 @@ def setup_address(server: str, resolver: PathResolver) -> str:
 
 
 class Listener:
-    def __init__(self, addr: str = "::", port: int = DEFAULT_PORT) -> None:
+    """Takes connection setups on [addr]:port. With ``psk``, only peers that
+    prove they hold the key get past the hello."""
+
+    def __init__(self, addr: str = "::", port: int = DEFAULT_PORT, psk: bytes | None = None) -> None:
+        self.psk = psk
         self.sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -105,26 +245,42 @@ class Listener:
                               "another server running? pick another --port") from None
         self.sock.listen(8)
 
-    def accept(self, timeout: float | None = None) -> Connection:
+    def accept(self, timeout: float | None = None, setup_timeout: float = SETUP_TIMEOUT) -> Connection:
+        """The next connection whose hello is well formed (and authenticated).
+        A bad one is refused and raises ErrnoError; the listener goes on."""
         self.sock.settimeout(timeout)
-        s, _ = self.sock.accept()
+        s, where = self.sock.accept()
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         c = Connection(s)
-        hello = c.recv()
-        c.peer = info_from_json(hello["info"])
-        c.hello = hello
-        return c
+        c.addr = where[0]
+        try:
+            challenge = os.urandom(32)
+            s.settimeout(setup_timeout)
+            c.send({"mrc": PROTOCOL, "challenge": challenge.hex(), "auth": self.psk is not None})
+            hello = c.recv(setup_timeout)
+            if self.psk is not None:
+                _check_proof(self.psk, challenge, hello, b"", "client")
+                c._key = (self.psk, challenge)
+            c.peer = info_from_json(hello.get("info"))
+            c.hello = hello
+            return c
+        except (ErrnoError, OSError) as e:
+            c.refuse(e)
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise ErrnoError(getattr(e, "errno", None) or errno.EPROTO, f"client [{c.addr}]: {why}") from None
 
     def close(self) -> None:
         self.sock.close()
 
 
-def listen(addr: str = "::", port: int = DEFAULT_PORT) -> Listener:
-    return Listener(addr, port)
+def listen(addr: str = "::", port: int = DEFAULT_PORT, psk: bytes | None = None) -> Listener:
+    return Listener(addr, port, psk)
 
 
-def connect(addr: str, port: int, info: RemoteInfo, timeout: float = 10.0, **extra) -> Connection:
-    """Send our info, wait for the peer's (it is at RTS when it answers)."""
+def connect(addr: str, port: int, info: RemoteInfo, timeout: float = SETUP_TIMEOUT, psk: bytes | None = None,
+            **extra) -> Connection:
+    """Send our info (with proof of ``psk`` when the listener asks), wait for
+    the peer's (it is at RTS when it answers)."""
     try:
         s = socket.create_connection((addr, port), timeout=timeout)
     except OSError as e:
@@ -133,8 +289,31 @@ def connect(addr: str, port: int, info: RemoteInfo, timeout: float = 10.0, **ext
                           ) from None
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     c = Connection(s)
-    c.send({"info": info_to_json(info), **extra})
-    ans = c.recv()
-    c.peer = info_from_json(ans["info"])
-    c.answer = ans
-    return c
+    try:
+        greeting = c.recv(timeout)
+        if greeting.get("mrc") != PROTOCOL or not isinstance(greeting.get("challenge"), str):
+            raise _bad("the server does not speak this connection setup (an older mrc?)")
+        hello = {"info": info_to_json(info), **extra}
+        if psk is not None and not greeting.get("auth"):
+            raise ErrnoError(errno.EACCES, "we hold a pre-shared key but the server does not ask for one: is it "
+                                           "the server you meant (started with --psk-file)?")
+        if greeting.get("auth"):
+            if psk is None:
+                raise ErrnoError(errno.EACCES, "the server wants a pre-shared key: give --psk-file")
+            try:
+                challenge = bytes.fromhex(greeting["challenge"])
+            except ValueError:
+                raise _bad("the greeting's challenge is not hex") from None
+            if len(challenge) < 16:
+                raise _bad("the greeting's challenge is too short")
+            hello["auth"] = _proof(psk, challenge, hello)
+        c.send(hello)
+        ans = c.recv(timeout)
+        if greeting.get("auth"):
+            _check_proof(psk, challenge, ans, b"answer", "server")
+        c.peer = info_from_json(ans.get("info"))
+        c.answer = ans
+        return c
+    except BaseException:
+        c.close()
+        raise

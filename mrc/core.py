@@ -18,6 +18,7 @@ and the engine thread that plays the NIC) and ``mrc.manual.ManualContext``
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
@@ -169,6 +170,8 @@ class MemoryRegion:
             check(lib.mrc_mr_dereg(self.dev.handle(), self.lkey), "close a memory region",
                   "a queued work request still reads from it: poll its completion first")
         self._cbuf = None
+        if self in self.dev._mrs:  # the device no longer keeps the buffer alive
+            self.dev._mrs.remove(self)
 
 
 class CompletionQueue:
@@ -354,6 +357,8 @@ class Device:
         attr = ffi.new("struct mrc_ep_attr *", {"planes": planes, "max_qps": max_qps, "cq_depth": cq_depth,
                                                  "ev_event_depth": ev_event_depth, "seed": seed & (2**64 - 1)})
         out = ffi.new("struct mrc_ctx **")
+        self._calls = threading.Condition()  # guards _h and _waiting
+        self._waiting = 0                    # threads inside a call that blocks (waiting_call)
         check(lib.mrc_ctx_create(attr, ports if nports else ffi.NULL, nports, out), what, hint)
         self._h = out[0]
         self.planes = planes
@@ -372,6 +377,21 @@ class Device:
         if h is None:
             raise ErrnoError(errno.EBADF, "the context is closed: open a new one")
         return h
+
+    @contextlib.contextmanager
+    def waiting_call(self):
+        """The C context for a call that blocks (EV probes): close() from
+        another thread cancels the call (it returns ECANCELED) and waits for it
+        to leave before it frees anything."""
+        with self._calls:
+            h = self.handle()
+            self._waiting += 1
+        try:
+            yield h
+        finally:
+            with self._calls:
+                self._waiting -= 1
+                self._calls.notify_all()
 
     def wc_buffer(self):
         """A completion buffer for the calling thread."""
@@ -394,6 +414,10 @@ class Device:
         mr = MemoryRegion(self, buf, remote_write, pd or self.pd)
         self._mrs.append(mr)
         return mr
+
+    def live_regions(self) -> int:
+        """Memory regions registered and not closed."""
+        return len(self._mrs)
 
     def create_cq(self, depth: int | None = None) -> CompletionQueue:
         """A new completion queue (``depth`` completions; default that of CQ 0)."""
@@ -450,9 +474,17 @@ class Device:
 
     # lifetime ------------------------------------------------------------
     def close(self) -> None:
-        h, self._h = self._h, None
-        if h is not None:
-            lib.mrc_ctx_destroy(h)
+        calls = getattr(self, "_calls", None)
+        if calls is None:  # __init__ failed early
+            return
+        with calls:
+            h, self._h = self._h, None
+        if h is None:
+            return
+        lib.mrc_ctx_cancel(h)  # callers blocked in C return at once, new ones are refused
+        with calls:
+            calls.wait_for(lambda: self._waiting == 0)
+        lib.mrc_ctx_destroy(h)
 
     def __enter__(self):
         return self

@@ -12,6 +12,7 @@ server to hash what landed and compares it with its own source.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ import time
 
 from mrc import cm
 from mrc.ctl import endpoint
-from mrc.errors import UsageError
+from mrc.errors import ErrnoError, MrcError, UsageError
 from mrc.paths import PathResolver, from_environment
 from mrc.verbs import Context, QPAttr
 
@@ -80,50 +81,126 @@ class _Receiver(threading.Thread):
             return self.cv.wait_for(lambda: self.count >= n, timeout)
 
 
+SERVER_MAX_SIZE = 1 << 30    # bytes of remote-writable memory one client may ask for
+SERVER_MAX_QPS = 64          # QPs one client may ask for
+IDLE_TIMEOUT = 60.0          # seconds a connected client may stay silent
+TICK = 10.0                  # the client says it is alive this often during a run
+
+
+def _client_params(hello: dict, max_size: int, max_qps: int) -> tuple[int, bool, list]:
+    """The size, WRITE_IMM flag and extra QPs a client asks for, within this
+    server's bounds (ErrnoError otherwise: the client is told why)."""
+    params = hello.get("params", {})
+    if not isinstance(params, dict):
+        raise ErrnoError(errno.EPROTO, "params must be an object")
+    size = params.get("max_size", 1 << 20)
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ErrnoError(errno.EINVAL, f"max_size must be a positive integer, not {str(size)[:40]!r}")
+    if size > max_size:
+        raise ErrnoError(errno.EMSGSIZE, f"the client asks for {size} bytes of memory; this server allows at most "
+                                         f"{max_size} (its --max-size)")
+    extra = hello.get("qps", [])
+    if not isinstance(extra, list):
+        raise ErrnoError(errno.EPROTO, "qps must be a list")
+    if 1 + len(extra) > max_qps:
+        raise ErrnoError(errno.E2BIG, f"the client asks for {1 + len(extra)} QPs; this server allows at most "
+                                      f"{max_qps} (its --max-qps)")
+    return size, bool(params.get("imm")), [cm.info_from_json(i) for i in extra]
+
+
+def _serve_client(ctx: Context, conn: cm.Connection, max_size: int, max_qps: int, idle_timeout: float) -> None:
+    """One client from hello to bye; everything it was given is freed on the
+    way out, whatever happens."""
+    size, imm, extra = _client_params(conn.hello, max_size, max_qps)
+    qps: list = []
+    rx = mr = cq = None
+    try:
+        buf = bytearray(size)
+        mr = ctx.reg_mr(buf, remote_write=True)
+        cq = ctx.create_cq()
+        for peer in [conn.peer, *extra]:  # one QP per client QP (--qps), all writing into the same buffer
+            qp = ctx.create_qp(cq=cq, attr=QPAttr(rq_depth=1024) if imm else QPAttr())
+            qps.append(qp)
+            qp.connect(peer)
+        if imm:
+            rx = _Receiver(ctx, cq, qps, 512)
+            rx.start()
+        conn.reply(ctx.local_info(qps[0], mr), qps=[cm.info_to_json(ctx.local_info(q, mr)) for q in qps[1:]])
+        conn.replied = True
+        base = 0
+        while True:
+            msg = conn.recv(timeout=idle_timeout)
+            if "check" in msg:
+                n, length, want = msg.get("iters"), msg.get("check"), msg.get("sha256")
+                if not (isinstance(n, int) and isinstance(length, int) and 0 <= length <= size and 0 <= n < 1 << 40
+                        and isinstance(want, str)):
+                    raise ErrnoError(errno.EPROTO, "a check needs iters, check (at most the buffer) and sha256")
+                if rx:
+                    rx.wait_for(base + n, 30)
+                    base = rx.count
+                got = hashlib.sha256(memoryview(buf)[:length]).hexdigest()
+                conn.send({"verified": got == want, "recv_completions": rx.count if rx else 0})
+            elif "bye" in msg:
+                return
+    finally:
+        if rx:
+            rx.stop.set()
+            rx.join()
+        for qp in qps:
+            qp.destroy()
+        if cq is not None:
+            cq.destroy()
+        if mr is not None:
+            mr.close()
+
+
+def default_bind(resolver: PathResolver) -> str | None:
+    """This host's management address, if the topology names it."""
+    host = getattr(resolver, "host", None)
+    return resolver.mgmt_address(host) if host else None
+
+
 def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resolver: PathResolver | None = None,
-           ports=None) -> int:
-    ctx = Context(ports, resolver=resolver or from_environment())
+           ports=None, bind: str | None = None, max_size: int = SERVER_MAX_SIZE, max_qps: int = SERVER_MAX_QPS,
+           psk: bytes | None = None, idle_timeout: float = IDLE_TIMEOUT) -> int:
+    """Serve clients one after the other (``once``: until one got through
+    setup). A client that breaks the rules is told why, logged in a line and
+    dropped; the server goes on. Returns 0, or 1 when ``once`` and its client
+    failed after setup."""
+    resolver = resolver or from_environment()
+    ctx = Context(ports, resolver=resolver)
     ctl = endpoint.serve(ctx, out)
-    lst = cm.listen(port=port)
-    print(f"mrc perf server: {len(ctx.ports)} ports, waiting on port {port}"
+    where = bind or default_bind(resolver)
+    try:
+        lst = cm.listen(where or "::", port, psk)
+    except BaseException:
+        if ctl:
+            ctl.close()
+        ctx.close()
+        raise
+    note = "" if where else " (all addresses: no topology names this host's management address; give --bind)"
+    print(f"mrc perf server: {len(ctx.ports)} ports, waiting on [{where or '::'}]:{port}{note}"
+          f"{'; clients must hold the pre-shared key' if psk else ''}"
           f"{f'; control endpoint {ctl.path}' if ctl else ''}", file=out, flush=True)
     try:
         while True:
-            conn = lst.accept()
-            params = conn.hello.get("params", {})
-            size = int(params.get("max_size", 1 << 20))
-            buf = bytearray(size)
-            mr = ctx.reg_mr(buf, remote_write=True)
-            peers = [conn.peer] + [cm.info_from_json(i) for i in conn.hello.get("qps", [])]
-            qps = []
-            cq = ctx.create_cq()
-            for peer in peers:  # one QP per client QP (--qps), all writing into the same buffer
-                qp = ctx.create_qp(cq=cq, attr=QPAttr(rq_depth=1024) if params.get("imm") else QPAttr())
-                qp.connect(peer)
-                qps.append(qp)
-            rx = _Receiver(ctx, cq, qps, 512) if params.get("imm") else None
-            if rx:
-                rx.start()
-            conn.reply(ctx.local_info(qps[0], mr), qps=[cm.info_to_json(ctx.local_info(q, mr)) for q in qps[1:]])
-            base = 0
-            while True:
-                msg = conn.recv(timeout=None)
-                if "check" in msg:
-                    n = int(msg["iters"])
-                    if rx:
-                        rx.wait_for(base + n, 30)
-                        base = rx.count
-                    got = hashlib.sha256(memoryview(buf)[: int(msg["check"])]).hexdigest()
-                    conn.send({"verified": got == msg["sha256"], "recv_completions": rx.count if rx else 0})
-                elif "bye" in msg:
-                    break
-            if rx:
-                rx.stop.set()
-                rx.join()
-            for qp in qps:
-                qp.destroy()
-            cq.destroy()
-            conn.close()
+            try:
+                conn = lst.accept()
+            except OSError as e:  # a bad hello: refused, the server goes on
+                print(f"mrc perf server: refused {e.strerror or e}", file=out, flush=True)
+                continue
+            try:
+                _serve_client(ctx, conn, max_size, max_qps, idle_timeout)
+            except (MrcError, OSError) as e:
+                served = getattr(conn, "replied", False)
+                print(f"mrc perf server: {'dropped' if served else 'refused'} client [{conn.addr}]: {e}", file=out,
+                      flush=True)
+                conn.refuse(e)
+                if once and served:
+                    return 1
+                continue
+            finally:
+                conn.close()
             if once:
                 return 0
     finally:
@@ -135,7 +212,7 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resol
 
 def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = False, verify: bool = False,
            depth: int = 16, port: int = cm.DEFAULT_PORT, progress: bool = True, qps: int = 1,
-           resolver: PathResolver | None = None, ports=None) -> list[dict]:
+           resolver: PathResolver | None = None, ports=None, psk: bytes | None = None) -> list[dict]:
     resolver = resolver or from_environment()
     addr = cm.setup_address(server_host, resolver)
     ctx = Context(ports, resolver=resolver)
@@ -148,7 +225,7 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
             raise UsageError(f"--qps must be at least 1, got {qps}")
         cq = ctx.create_cq()
         mine = [ctx.create_qp(cq=cq, attr=QPAttr(sq_depth=max(64, depth * 2))) for _ in range(qps)]
-        conn = cm.connect(addr, port, ctx.local_info(mine[0]), params={"max_size": max_size, "imm": imm},
+        conn = cm.connect(addr, port, ctx.local_info(mine[0]), psk=psk, params={"max_size": max_size, "imm": imm},
                           qps=[cm.info_to_json(ctx.local_info(q)) for q in mine[1:]])
         peers = [conn.peer] + [cm.info_from_json(i) for i in conn.answer.get("qps", [])]
         if len(peers) != qps:
@@ -157,6 +234,7 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
             q.connect(peer)
         remote = conn.peer
         results = []
+        alive = time.perf_counter()
         for size in sizes:
             st0 = _sum_stats(mine)
             lat: list[float] = []
@@ -182,6 +260,9 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
                                          f"(QP {w.qpn})")
                     lat.append(now - t_post.pop(w.wr_id))
                     done += 1
+                if now - alive > TICK:  # the server drops a client silent for its idle timeout
+                    conn.send({"tick": done})
+                    alive = now
                 if progress and now - last_draw > 0.2:
                     last_draw = now
                     bar = "#" * int(30 * done / iters)

@@ -95,10 +95,36 @@ class Sim:
                 return r
             if self.now >= deadline:
                 raise TimeoutError(f"simulated {budget_ns / 1e9:.3f} s without reaching the condition")
-            self.run(min(self.now + step_ns, deadline), stop_on_cqe=True)
+            before = self.now
+            if self.run(min(before + step_ns, deadline), stop_on_cqe=True) and self.now == before:
+                # a completion nobody polls (another context's CQ) must not stop time
+                self.run(min(before + step_ns, deadline))
+
+    def record(self, cap: int = 8 << 20) -> None:
+        """From now on, keep a copy of every packet the link delivers (up to
+        ``cap`` bytes in all): :meth:`recorded` hands them out."""
+        self._rec = ffi.new("uint8_t[]", cap)
+        lib.mrc_sim_record(self._sim, self._rec, cap)
+
+    def recorded(self) -> list[dict]:
+        """The packets delivered since :meth:`record`: ``dst`` (endpoint
+        index), ``port`` (plane), ``ecn_ce``, ``trimmed``, ``ev``, ``packet``."""
+        rec = getattr(self, "_rec", None)
+        if rec is None:
+            return []
+        raw = bytes(ffi.buffer(rec, lib.mrc_sim_recorded(self._sim)))
+        out, i = [], 0
+        while i + 8 <= len(raw):
+            n = int.from_bytes(raw[i:i + 2], "little")
+            out.append({"dst": raw[i + 2], "port": raw[i + 3] & 0xF, "ecn_ce": bool(raw[i + 3] & 0x10),
+                        "trimmed": bool(raw[i + 3] & 0x20), "ev": int.from_bytes(raw[i + 4:i + 8], "little"),
+                        "packet": raw[i + 8:i + 8 + n]})
+            i += 8 + n
+        return out
 
     def close(self) -> None:
         if self._sim is not None:
+            lib.mrc_sim_record(self._sim, ffi.NULL, 0)
             lib.mrc_sim_destroy(self._sim)
             self._sim = None
 

@@ -207,6 +207,9 @@ class EngineThread:
     def add_peer(self, cfg) -> int:
         return check(lib.mrc_ctx_add_peer(self._dev.handle(), cfg), "add peer")
 
+    def del_peer(self, peer: int) -> None:
+        check(lib.mrc_ctx_del_peer(self._dev.handle(), peer), f"forget peer {peer}")
+
     def port_admin(self, plane: int, up: bool) -> None:
         check(lib.mrc_ctx_port_admin(self._dev.handle(), plane, int(up)), f"set port {plane} admin state")
 
@@ -226,7 +229,8 @@ class EngineThread:
 
     def probe(self, req, n: int, timeout_ns: int, out) -> int:
         # cffi drops the interpreter lock for the call: other threads run while it waits
-        return check(lib.mrc_ctx_ep_batch_send_wait(self._dev.handle(), req, n, timeout_ns, out), "probe")
+        with self._dev.waiting_call() as h:
+            return check(lib.mrc_ctx_ep_batch_send_wait(h, req, n, timeout_ns, out), "probe")
 
     def blast(self, peer: int, payload: int, seconds: float) -> int:
         """Benchmark support, the raw ceiling: pre-built packets to ``peer`` over
@@ -280,6 +284,7 @@ class Context(Device):
         self._peer_paths: dict[int, dict] = {}
         self._peer_ports: dict[int, dict] = {}
         self._peer_host: dict[int, str | None] = {}
+        self._peer_refs: dict[int, int] = {}  # QPs connected through each peer index (hold=True)
         self._qps: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         #: NSCC parameters every new QP gets on top of SOFTWARE_CC (``mrc ctl cc set``)
         self.cc_overrides: dict = {}
@@ -442,12 +447,18 @@ class Context(Device):
             return remote
         return dataclasses.replace(remote, paths=self.resolver.paths_to(remote.host, remote.topology, remote.ports))
 
-    def peer_index(self, remote: RemoteInfo) -> int:
-        """Register how to reach a peer (its paths per plane) with the I/O layer."""
+    def peer_index(self, remote: RemoteInfo, hold: bool = False) -> int:
+        """Register how to reach a peer (its paths per plane) with the I/O layer.
+        ``hold``: a QP uses it, and :meth:`release_peer` gives it back (the last
+        release forgets the peer, so a long-running server does not run out of
+        the engine's 256 peer slots)."""
         remote = self.resolve(remote)
         key = (tuple(sorted(remote.ports.items())), tuple(sorted((p, tuple(a)) for p, a in remote.paths.items())))
         if key in self._peers:
-            return self._peers[key]
+            idx = self._peers[key]
+            if hold:
+                self._peer_refs[idx] = self._peer_refs.get(idx, 0) + 1
+            return idx
         cfg = ffi.new("struct mrc_peer_cfg *")
         cfg.nplanes = self.planes
         used = {}
@@ -464,7 +475,23 @@ class Context(Device):
         self._peer_paths[idx] = used  # what the engine sends to: ev_address() reads it
         self._peer_ports[idx] = {int(k): v for k, v in remote.ports.items()}
         self._peer_host[idx] = remote.host
+        if hold:
+            self._peer_refs[idx] = 1
         return idx
+
+    def release_peer(self, idx: int) -> None:
+        """One holder fewer; the last one forgets the peer."""
+        n = self._peer_refs.get(idx, 0) - 1
+        if n > 0:
+            self._peer_refs[idx] = n
+            return
+        self._peer_refs.pop(idx, None)
+        if n < 0 or self._h is None:
+            return
+        self.engine.del_peer(idx)
+        self._peers = {k: v for k, v in self._peers.items() if v != idx}
+        for d in (self._peer_paths, self._peer_ports, self._peer_host):
+            d.pop(idx, None)
 
     def set_port(self, plane: int, up: bool) -> None:
         """A port's admin state (``mrc_ctl_modify_port``): a disabled port is
@@ -499,12 +526,18 @@ class ConnectedQP(QueuePair):
                 raise ErrnoError(errno.EINVAL, f"EV profile {prof.id} has paths on plane(s) "
                                                f"{', '.join(map(str, missing))}, where the peer has no port")
             remote = dataclasses.replace(remote, paths=planned)
-        peer = self.dev.peer_index(remote)
+        peer = self.dev.peer_index(remote, hold=True)
         # the engine sends EV e of plane p to paths[p][e % len]: tell the QP which EVs alias
         paths = self.dev._peer_paths[peer]
         self.set_ev_paths([len(paths.get(p, [])) for p in range(self.dev.planes)])
-        super().connect(remote.qpn, peer, rq_psn=remote.psn)
-        self.peer = peer
+        try:
+            super().connect(remote.qpn, peer, rq_psn=remote.psn)
+        except BaseException:
+            self.dev.release_peer(peer)
+            raise
+        old, self.peer = getattr(self, "peer", None), peer
+        if old is not None:
+            self.dev.release_peer(old)
         if prof is not None:
             # what the profile denies, and planes it has no path on, start DENIED
             usable = {a for addrs in prof.paths().values() for a in addrs}
@@ -528,6 +561,9 @@ class ConnectedQP(QueuePair):
     def destroy(self) -> None:
         super().destroy()
         self.release_profiles()
+        peer, self.peer = getattr(self, "peer", None), None
+        if peer is not None:
+            self.dev.release_peer(peer)
 
     def release_profiles(self) -> None:
         """Give back the profiles this QP held (destroy and close do it)."""

@@ -2,8 +2,9 @@
 # Set up mrc on a fresh Debian machine (as root) and run the demo or the tests.
 #
 #   bash tools/setup.sh demo     install, then build the default fabric, prove it, tear down
-#   bash tools/setup.sh test     install (also tshark), then run the whole test
-#                                suite and the sanitizer build of the C tests (what CI runs)
+#   bash tools/setup.sh test     install (also tshark and clang), then run the whole
+#                                test suite, the sanitizer build of the C tests, the
+#                                fuzzers for 20 s each and a 10 s soak (what CI runs)
 #   bash tools/setup.sh          install only
 #
 # It installs the Debian packages the fabric needs, makes a virtualenv in
@@ -25,6 +26,11 @@ done
 if [ "$what" = test ] && ! command -v tshark >/dev/null 2>&1; then
     need+=(tshark)
     echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
+fi
+# and fuzz the data path with libFuzzer (tools/fuzz.sh)
+if [ "$what" = test ] && ! { command -v clang >/dev/null 2>&1 &&
+        ls "$(clang -print-resource-dir)"/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1; }; then
+    need+=(clang libclang-rt-dev)
 fi
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
@@ -50,6 +56,10 @@ case "$what" in
         .venv/bin/python -m pytest -q tests
         echo "== the C data path again, built with AddressSanitizer and UBSan"
         bash tools/sanitize.sh "$PWD/.venv/bin/python"
+        echo "== fuzz the parser, a responder and a requester, 20 s each (libFuzzer, ASan, UBSan)"
+        bash tools/fuzz.sh 20
+        echo "== soak: writes over a misbehaving in-memory link, every byte checked, 10 s"
+        .venv/bin/mrc soak --seconds 10 --json
         ;;
     install) echo "installed: activate with '. .venv/bin/activate', then run 'mrc --help'" ;;
     *) echo "tools/setup.sh: unknown step '$what' (use demo, test or nothing)" >&2; exit 2 ;;

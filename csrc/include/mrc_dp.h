@@ -401,6 +401,10 @@ void mrc_qp_attr_default(struct mrc_qp_attr *a);
 size_t mrc_qp_state_bytes(const struct mrc_qp_attr *a);
 int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *ports, uint32_t nports,
                    struct mrc_ctx **out);
+/* Callers blocked in mrc_ctx_ep_batch_send_wait return -ECANCELED and new
+ * ones are refused; call before mrc_ctx_destroy when other threads may still
+ * be inside a waiting call (destroy waits for them to leave). */
+void mrc_ctx_cancel(struct mrc_ctx *c);
 void mrc_ctx_destroy(struct mrc_ctx *c);
 int mrc_ctx_query_device(struct mrc_ctx *c, struct mrc_device_attr *out);
 int mrc_ctx_stats(struct mrc_ctx *c, struct mrc_ep_stats *st);
@@ -459,6 +463,9 @@ struct mrc_port_stats {
 };
 
 int mrc_ctx_add_peer(struct mrc_ctx *c, const struct mrc_peer_cfg *peer);
+/* Forget a peer (its slot may be reused): -EBUSY while a QP out of RESET is
+ * connected through it, -ENOENT if there is no such peer. */
+int mrc_ctx_del_peer(struct mrc_ctx *c, uint32_t peer);
 int mrc_ctx_start(struct mrc_ctx *c);
 /* How long the idle engine thread keeps polling before it sleeps (default
  * 200 us: waking a sleeping thread costs tens of us on a VM). */
@@ -479,7 +486,8 @@ uint64_t mrc_ctx_now_ns(void);
  * -EHOSTUNREACH (no such peer or no path on that plane), -ENETDOWN (plane
  * down here), -EINVAL. corrected is 0: the responder's service time is not
  * reported (device caps SVC_TIME false). Returns how many were answered, or
- * -errno. Blocks the calling thread (not the engine). */
+ * -errno (-ECANCELED: mrc_ctx_cancel cut the wait short). Blocks the calling
+ * thread (not the engine). */
 struct mrc_probe_req { uint32_t ev; uint16_t peer; };
 struct mrc_probe_resp { int32_t status; uint32_t ev; uint16_t peer; uint8_t port; uint8_t corrected; uint64_t rtt_ns; };
 int mrc_ctx_ep_batch_send_wait(struct mrc_ctx *c, const struct mrc_probe_req *req, uint32_t n, uint64_t timeout_ns,
@@ -570,6 +578,12 @@ int mrc_sim_set_path(struct mrc_sim *s, uint32_t path, const struct mrc_sim_path
 int mrc_sim_get_path(struct mrc_sim *s, uint32_t path, struct mrc_sim_path *p);
 int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe);
 int mrc_sim_stats(struct mrc_sim *s, struct mrc_sim_stats *st);
+/* Copy every packet the link delivers into buf (until cap is reached): each
+ * as u16 length, u8 destination endpoint, u8 plane (| 0x10 ECN CE, | 0x20
+ * trimmed), u32 EV (little endian), then the packet. The fuzzers' seed corpus comes from it (tools/fuzz.sh).
+ * NULL stops recording; mrc_sim_recorded says how many bytes were written. */
+int mrc_sim_record(struct mrc_sim *s, uint8_t *buf, uint32_t cap);
+uint32_t mrc_sim_recorded(const struct mrc_sim *s);
 /* CDEF END */
 
 #endif

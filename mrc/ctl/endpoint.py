@@ -4,9 +4,14 @@
 ``/run/mrc/ctl/<pid>.sock``; ``MRC_CTL_DIR`` moves the directory). Each
 request is one JSON object on a line, ``{"op": ..., ...}``; each answer is
 one line, ``{"ok": true, ...}`` or ``{"ok": false, "errno": N, "error":
-"..."}``. Anyone who can reach the socket may query; only root or a
-process with CAP_NET_ADMIN (checked with SO_PEERCRED) may modify, as only
-the node's controller may in the OCP API. ``mrc ctl`` is the client.
+"..."}``, each at most ``MAX_LINE`` bytes. The socket is created mode 0600
+(its owner alone may connect), or 0660 for a group (``group=`` or
+``$MRC_CTL_GROUP``) whose members may query; only root or a process with
+CAP_NET_ADMIN may modify, as only the node's controller may in the OCP API
+(checked on the connecting process through SO_PEERCRED and a pidfd, so a
+process that exits cannot lend its PID to another). At most ``MAX_CLIENTS``
+connections are served at once (the next gets EBUSY) and a silent one is
+closed after ``IDLE_TIMEOUT`` s. ``mrc ctl`` is the client.
 
 Operations: ``info``; ``ev_list`` [qpn]; ``ev_set`` qpn, state (DENIED or
 GOOD) and either ev or path (every EV that takes that destination
@@ -22,10 +27,13 @@ from __future__ import annotations
 
 import collections
 import errno
+import grp
 import json
 import os
 import socket
+import stat
 import struct
+import tempfile
 import threading
 
 from mrc.core import EV_STATE_CODES
@@ -36,31 +44,142 @@ from mrc.wire import ev_make
 CTL_DIR = "/run/mrc/ctl"
 CAP_NET_ADMIN = 12
 MODIFY = {"ev_set", "port", "cc_set"}
+MAX_LINE = 64 << 10      # bytes in one request
+MAX_CLIENTS = 16         # connections served at once
+IDLE_TIMEOUT = 300.0     # seconds a connection may stay silent
+SO_PEERPIDFD = 77        # Linux 6.5: a pidfd of the connecting process
 
 
 def ctl_dir() -> str:
     return os.environ.get("MRC_CTL_DIR", CTL_DIR)
 
 
-def peer_privileged(conn: socket.socket) -> bool:
-    """Root, or CAP_NET_ADMIN in the peer's effective set."""
-    pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-    if uid == 0:
-        return True
+def _pidfd_pid(pidfd: int) -> int | None:
+    """The PID a pidfd refers to now (-1 once the process has exited)."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as f:
+            for line in f:
+                if line.startswith("Pid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _cap_net_admin(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("CapEff:"):
                     return bool(int(line.split()[1], 16) >> CAP_NET_ADMIN & 1)
-    except OSError:
+    except (OSError, ValueError):
         pass
     return False
 
 
-class ControlServer:
-    """Serve ``ctx``'s controller API on a UNIX socket (a context manager)."""
+def peer_privileged(conn: socket.socket) -> bool:
+    """Root, or CAP_NET_ADMIN in the connecting process's effective set.
+    The capability is read from /proc/PID only while a pidfd taken from the
+    socket still names that PID: the process that connected, not one that
+    reused its number. Without pidfds (Linux < 6.5) only root may modify."""
+    pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    if uid == 0:
+        return True
+    try:
+        pidfd = struct.unpack("i", conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD, 4))[0]
+    except OSError:
+        return False
+    try:
+        if _pidfd_pid(pidfd) != pid:
+            return False
+        ok = _cap_net_admin(pid)
+        return ok and _pidfd_pid(pidfd) == pid
+    finally:
+        os.close(pidfd)
 
-    def __init__(self, ctx, path: str | None = None, event_depth: int = 4096) -> None:
+
+def _group_id(group) -> int | None:
+    if group is None or group == "":
+        return None
+    if isinstance(group, int) or str(group).isdigit():
+        return int(group)
+    try:
+        return grp.getgrnam(str(group)).gr_gid
+    except KeyError:
+        raise ErrnoError(errno.EINVAL, f"no group {group!r} for the control socket") from None
+
+
+def _check_dir(d: str) -> None:
+    """The socket's directory must be ours (or root's) and closed to others'
+    writes, else someone could swap the socket for their own."""
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode):
+        raise ErrnoError(errno.ENOTDIR, f"{d} is not a directory (a symbolic link?): the control socket needs "
+                                        f"a real one")
+    if st.st_uid not in (0, os.geteuid()):
+        raise ErrnoError(errno.EPERM, f"{d} belongs to user {st.st_uid}: the control socket needs a directory "
+                                      f"of its own user or root")
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        raise ErrnoError(errno.EPERM, f"{d} is writable by others: `chmod go-w {d}` (or set MRC_CTL_DIR)")
+
+
+def bind_socket(path: str, group=None) -> socket.socket:
+    """A listening UNIX socket at ``path``, mode 0600 (0660 for ``group``),
+    made where nobody else can reach it first: bound in a private directory,
+    its mode set there, then renamed into place (which replaces a stale
+    socket or a symbolic link, never follows one)."""
+    d = os.path.dirname(path) or "."
+    os.makedirs(d, mode=0o755, exist_ok=True)
+    _check_dir(d)
+    gid = _group_id(group)
+    private = tempfile.mkdtemp(prefix=".bind-", dir=d)  # mode 0700
+    tmp = os.path.join(private, "s")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(tmp)
+        if gid is not None:
+            os.chown(tmp, -1, gid)
+        os.chmod(tmp, 0o660 if gid is not None else 0o600)
+        os.rename(tmp, path)
+        sock.listen(MAX_CLIENTS)
+    except BaseException:
+        sock.close()
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+    finally:
+        os.rmdir(private)
+    return sock
+
+
+def _lines(conn: socket.socket):
+    """Requests, one per line; ErrnoError EMSGSIZE for a line over MAX_LINE
+    (the connection cannot be resynchronised after it)."""
+    buf = b""
+    while True:
+        while b"\n" not in buf:
+            if len(buf) > MAX_LINE:
+                raise ErrnoError(errno.EMSGSIZE, f"a request over {MAX_LINE} bytes")
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            buf += chunk
+        line, buf = buf.split(b"\n", 1)
+        if len(line) > MAX_LINE:
+            raise ErrnoError(errno.EMSGSIZE, f"a request over {MAX_LINE} bytes")
+        yield line
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a number a request may carry")
+
+
+class ControlServer:
+    """Serve ``ctx``'s controller API on a UNIX socket (a context manager).
+    ``group``: a group name or id whose members may query (default
+    ``$MRC_CTL_GROUP``, else the owner alone)."""
+
+    def __init__(self, ctx, path: str | None = None, event_depth: int = 4096, group=None) -> None:
         self.ctx = ctx
         self.path = path or os.path.join(ctl_dir(), f"{os.getpid()}.sock")
         # CC profile 0: what QPs created without a cc_profile_id get (``cc set`` changes it)
@@ -68,13 +187,8 @@ class ControlServer:
         self._events: collections.deque = collections.deque(maxlen=event_depth)
         self._seq = 0
         self._lock = threading.Lock()
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        if os.path.exists(self.path):
-            os.unlink(self.path)  # a stale socket of a process that died
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.bind(self.path)
-        os.chmod(self.path, 0o666)  # anyone may query; modify is checked per request
-        self._sock.listen(8)
+        self._clients = threading.BoundedSemaphore(MAX_CLIENTS)
+        self._sock = bind_socket(self.path, group if group is not None else os.environ.get("MRC_CTL_GROUP"))
         self._stop = False
         self._thread = threading.Thread(target=self._serve, name="mrc-ctl", daemon=True)
         self._thread.start()
@@ -86,26 +200,52 @@ class ControlServer:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
+            if not self._clients.acquire(blocking=False):
+                self._answer(conn, {"ok": False, "errno": errno.EBUSY,
+                                    "error": f"EBUSY: {MAX_CLIENTS} clients are connected already; try again"})
+                conn.close()
+                continue
             threading.Thread(target=self._client, args=(conn,), daemon=True).start()
 
+    @staticmethod
+    def _answer(conn: socket.socket, ans: dict) -> bool:
+        try:
+            conn.settimeout(1.0)  # a client that does not read cannot hold the thread
+            conn.sendall(json.dumps(ans).encode() + b"\n")
+            return True
+        except OSError:
+            return False
+
     def _client(self, conn: socket.socket) -> None:
-        with conn, conn.makefile("rwb") as f:
-            privileged = peer_privileged(conn)
-            for line in f:
+        try:
+            with conn:
+                privileged = peer_privileged(conn)
+                conn.settimeout(IDLE_TIMEOUT)
                 try:
-                    req = json.loads(line)
-                    if not isinstance(req, dict):
-                        raise ErrnoError(errno.EINVAL, "a request is a JSON object")
-                    ans = {"ok": True, **self.handle(req, privileged)}
-                except ErrnoError as e:
-                    ans = {"ok": False, "errno": e.errno, "error": str(e)}
-                except (ValueError, TypeError, KeyError) as e:
-                    ans = {"ok": False, "errno": errno.EINVAL, "error": f"EINVAL: bad request: {e}"}
-                try:
-                    f.write(json.dumps(ans).encode() + b"\n")
-                    f.flush()
-                except OSError:
+                    for line in _lines(conn):
+                        if not self._answer(conn, self._request(line, privileged)):
+                            return
+                        conn.settimeout(IDLE_TIMEOUT)
+                except ErrnoError as e:  # a line too long: say so and hang up
+                    self._answer(conn, {"ok": False, "errno": e.errno, "error": str(e)})
+                except OSError:  # silent too long, or gone
                     return
+        finally:
+            self._clients.release()
+
+    def _request(self, line: bytes, privileged: bool) -> dict:
+        """One request's answer: every failure is an errno."""
+        try:
+            req = json.loads(line, parse_constant=_no_constant)
+            if not isinstance(req, dict):
+                raise ErrnoError(errno.EINVAL, "a request is a JSON object")
+            return {"ok": True, **self.handle(req, privileged)}
+        except ErrnoError as e:
+            return {"ok": False, "errno": e.errno, "error": str(e)}
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError, AttributeError) as e:
+            return {"ok": False, "errno": errno.EINVAL, "error": f"EINVAL: bad request: {str(e)[:200]}"}
+        except Exception as e:  # a bug of ours: the caller still gets an errno, the server goes on
+            return {"ok": False, "errno": errno.EIO, "error": f"EIO: internal error: {type(e).__name__}: {e}"}
 
     def handle(self, req: dict, privileged: bool = True) -> dict:
         op = req.get("op")
@@ -136,7 +276,8 @@ class ControlServer:
                                               "link": "UP" if s["carrier"] else "DOWN",
                                               "carrier_downs": s["carrier_downs"]}
                                              for p, s in zip(self.ctx.ports, st, strict=True)],
-                "qps": sorted(self.ctx.live_qps()), "host": self.ctx.resolver.host}
+                "qps": sorted(self.ctx.live_qps()), "host": self.ctx.resolver.host,
+                "peers": len(self.ctx.peers()), "regions": self.ctx.live_regions()}
 
     def op_ev_list(self, req: dict) -> dict:
         qp = self._qp(req)

@@ -33,7 +33,7 @@ def test_capture_of_a_perf_transfer_decodes_cleanly(fabric, tmp_path):
                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     cap = None
     try:
-        wait_for_line(server, "waiting on port")
+        wait_for_line(server, "waiting on")
         cap = subprocess.Popen(MRC + ["capture", "h1", "--name", t.name, "-w", pcap], stderr=subprocess.PIPE,
                                text=True)
         wait_for_line(cap, "Ctrl-C to stop")  # printed once tcpdump listens

@@ -1,18 +1,24 @@
 """Root tests: the control endpoint and `mrc ctl` against real connections
 on a fabric (deny and allow EVs, events on a cut and heal, port admin, CC,
 privilege)."""
+import ctypes
 import errno
 import json
 import os
 import shutil
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
 
-from mrc.ctl.endpoint import ControlClient, ControlServer
+from mrc.core import EV_STATE_CODES
+from mrc.ctl import endpoint
+from mrc.ctl.endpoint import CAP_NET_ADMIN, ControlClient, ControlServer, peer_privileged
 from mrc.errors import ErrnoError
 from mrc.fabric import apply
 from mrc.fabric.pair import connect_pair, host_context
@@ -258,16 +264,28 @@ def test_qps_bound_to_ev_and_cc_profiles_follow_them_and_hold_them_until_destroy
     cc.offline()
 
 
-def _as_nobody(path, op, **args):
+def _drop_to_nobody(cap_net_admin: bool = False) -> None:
+    """In a child: become user and group nobody, keeping CAP_NET_ADMIN if asked."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    os.setgroups([])
+    os.setgid(65534)
+    if cap_net_admin:
+        libc.prctl(8, 1, 0, 0, 0)  # PR_SET_KEEPCAPS: the permitted set survives setuid
+    os.setuid(65534)
+    if cap_net_admin:
+        hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+        data = (ctypes.c_uint32 * 6)(1 << CAP_NET_ADMIN, 1 << CAP_NET_ADMIN, 0, 0, 0, 0)
+        assert libc.capset(hdr, data) == 0, ctypes.get_errno()
+
+
+def _as_nobody(path, op, cap_net_admin=False, **args):
     """Call the endpoint from a child process running as user nobody."""
     rfd, wfd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: drop to nobody, call, report, exit
         try:
             os.close(rfd)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
+            _drop_to_nobody(cap_net_admin)
             try:
                 out = {"ok": True, **ControlClient(path).call(op, **args)}
             except ErrnoError as e:
@@ -282,17 +300,187 @@ def _as_nobody(path, op, **args):
     return json.loads(data)
 
 
-def test_modification_without_privilege_fails_cleanly_and_queries_still_work(ctl):
+def test_the_control_socket_is_its_owners_alone_unless_a_group_is_named(ctl):
+    """Finding 10: mode 0600 by default (another user cannot even connect);
+    with a group, 0660: its members may query but not modify."""
     t, ca, cb, qa, ms, ib, srv, *_ = ctl
-    ev = qa.evs()[0]["ev"]
-    r = _as_nobody(srv.path, "ev_set", ev=ev, state="DENIED")
-    assert r["ok"] is False and r["errno"] == 1 and "root or CAP_NET_ADMIN" in r["error"], r
-    assert qa.evs()[0]["state"] == "GOOD"  # nothing changed
-    for op, args in (("port", {"plane": 1, "up": False}), ("cc_set", {"config": {"eta": 1}})):
-        assert _as_nobody(srv.path, op, **args)["errno"] == 1
-    assert ca.cc_overrides == {}
-    r = _as_nobody(srv.path, "ev_list")
-    assert r["ok"] and len(r["evs"]) == len(qa.evs())
+    st = os.lstat(srv.path)
+    assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_uid == os.geteuid()
+    r = _as_nobody(srv.path, "info")
+    assert r["ok"] is False and r["errno"] == errno.EPERM, r
+    with ControlServer(ca, path=os.path.join(os.path.dirname(srv.path), "group.sock"), group=65534) as g:
+        st = os.lstat(g.path)
+        assert stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == 65534
+        ev = qa.evs()[0]["ev"]
+        r = _as_nobody(g.path, "ev_set", ev=ev, state="DENIED")
+        assert r["ok"] is False and r["errno"] == errno.EPERM and "root or CAP_NET_ADMIN" in r["error"], r
+        assert qa.evs()[0]["state"] == "GOOD"  # nothing changed
+        for op, args in (("port", {"plane": 1, "up": False}), ("cc_set", {"config": {"eta": 1}})):
+            assert _as_nobody(g.path, op, **args)["errno"] == errno.EPERM
+        assert ca.cc_overrides == {}
+        r = _as_nobody(g.path, "ev_list")
+        assert r["ok"] and len(r["evs"]) == len(qa.evs())
+        # CAP_NET_ADMIN without root may modify, as the node's controller may
+        r = _as_nobody(g.path, "ev_set", cap_net_admin=True, ev=ev, state="DENIED")
+        assert r["ok"], r
+        assert qa.evs()[0]["state"] == "DENIED"
+        qa.set_ev_state(ev, EV_STATE_CODES["GOOD"])
+
+
+def test_privilege_is_read_from_the_process_that_connected_while_it_lives(ctl):
+    """The capability check follows a pidfd of the connecting process: alive
+    with CAP_NET_ADMIN it counts; once that process has exited, its PID
+    proves nothing (another process could have it by now)."""
+    path = os.path.join(os.path.dirname(ctl[6].path), "p.sock")  # a directory every user can reach
+    lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lst.settimeout(10)
+    lst.bind(path)
+    os.chmod(path, 0o777)
+    lst.listen(1)
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(go_w)
+            _drop_to_nobody(cap_net_admin=True)
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(path)
+            os.read(go_r, 1)  # live until told
+        finally:
+            os._exit(0)
+    os.close(go_r)
+    conn, _ = lst.accept()
+    try:
+        assert peer_privileged(conn) is True
+        os.write(go_w, b"x")
+        os.waitpid(pid, 0)
+        assert peer_privileged(conn) is False
+    finally:
+        conn.close()
+        lst.close()
+        os.close(go_w)
+
+
+def test_the_control_socket_is_made_without_following_links_or_trusting_open_directories(ctl, tmp_path):
+    t, ca, cb, qa, ms, ib, srv, *_ = ctl
+    d = os.path.dirname(srv.path)
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    os.chmod(victim, 0o644)
+    link = os.path.join(d, "link.sock")
+    os.symlink(victim, link)
+    with ControlServer(ca, path=link) as s2:
+        assert stat.S_ISSOCK(os.lstat(s2.path).st_mode) and stat.S_IMODE(os.lstat(s2.path).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(victim).st_mode) == 0o644 and victim.read_text() == "keep me"
+        assert ControlClient(s2.path).call("info")["qps"] == [qa.qpn]
+    assert not [n for n in os.listdir(d) if n.startswith(".bind-")]  # no private directory left behind
+    open_dir = tmp_path / "open"
+    open_dir.mkdir()
+    os.chmod(open_dir, 0o777)
+    with pytest.raises(ErrnoError) as e:
+        ControlServer(ca, path=str(open_dir / "x.sock"))
+    assert e.value.errno == errno.EPERM and "writable by others" in str(e.value)
+
+
+def _raw(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(path)
+    return s
+
+
+def _read_answer(s) -> dict:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return json.loads(data)
+
+
+def test_hostile_clients_get_errnos_and_cannot_grow_the_server(ctl):
+    """Finding 10: a line without end is cut at 64 KiB (EMSGSIZE), the 17th
+    idle connection is turned away (EBUSY), numbers JSON cannot hold and deep
+    nesting are EINVAL; the endpoint serves on."""
+    t, ca, cb, qa, ms, ib, srv, *_ = ctl
+    keep = _raw(srv.path)
+    keep.sendall(b'{"op": "info"}\n')
+    assert _read_answer(keep)["ok"]
+    rss0 = _rss_kib()
+    s = _raw(srv.path)
+    try:
+        s.sendall(b"{" + b" " * (8 << 20))  # 8 MiB, no newline: the server stops reading at 64 KiB
+    except OSError:
+        pass  # it hung up mid-send: also fine
+    ans = _read_answer(s)
+    assert ans["ok"] is False and ans["errno"] == errno.EMSGSIZE
+    s.close()
+    assert _rss_kib() - rss0 < 16 << 10  # not the 8 MiB line, let alone twice
+    for req, code in ((b'{"op": "ev_list", "qpn": 1e999}', errno.EINVAL),
+                      (b'{"op": "ev_list", "qpn": NaN}', errno.EINVAL),
+                      (b'{"op": "probe", "timeout_ms": Infinity}', errno.EINVAL),
+                      (b"[" * 30_000 + b"]" * 30_000, errno.EINVAL),
+                      (b'{"op": "ev_list", "qpn": [1]}', errno.EINVAL),
+                      (b'"info"', errno.EINVAL), (b"\xff\xfe", errno.EINVAL)):
+        keep.sendall(req + b"\n")
+        ans = _read_answer(keep)
+        assert ans["ok"] is False and ans["errno"] == code, (req[:40], ans)
+    idle = [_raw(srv.path) for _ in range(endpoint.MAX_CLIENTS - 1)]  # with `keep`: every slot taken
+    try:
+        extra = _raw(srv.path)
+        ans = _read_answer(extra)
+        assert ans["ok"] is False and ans["errno"] == errno.EBUSY
+        extra.close()
+    finally:
+        for c in idle:
+            c.close()
+    keep.sendall(b'{"op": "info"}\n')
+    assert _read_answer(keep)["qps"] == [qa.qpn]
+    wait_for(lambda: _try_info(srv.path), 5, what="a slot free again")
+
+
+def _try_info(path) -> bool:
+    try:
+        return ControlClient(path, timeout=2).call("info")["qps"] is not None
+    except ErrnoError:
+        return False
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_closing_a_context_while_a_probe_waits_cancels_the_probe(ctl):
+    """Finding 11b: a probe of a dead path waits up to its timeout in C;
+    closing the context from another thread ends the wait at once
+    (ECANCELED) instead of freeing what the waiting call still reads."""
+    t, ca, cb, qa, ms, ib, srv, *_ = ctl
+    apply.fail(t.name, f"{t.leaf(1, 0)}-{t.spine(1, 1)}")
+    dead = [(qa.peer, ev_make(1, 1))] * 8
+    out: dict = {}
+
+    def probe():
+        t0 = time.monotonic()
+        try:
+            out["res"] = ca.probe(dead, timeout=20)
+        except ErrnoError as e:
+            out["err"] = e
+        out["took"] = time.monotonic() - t0
+
+    th = threading.Thread(target=probe)
+    th.start()
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    ca.close()
+    closed = time.monotonic() - t0
+    th.join(5)
+    assert not th.is_alive() and closed < 2
+    assert out["err"].errno == errno.ECANCELED and out["took"] < 3, out
+    with pytest.raises(ErrnoError) as e:
+        ca.probe(dead, timeout=1)
+    assert e.value.errno == errno.EBADF
 
 
 def test_bad_requests_get_an_errno_not_a_crash(ctl):

@@ -1,25 +1,30 @@
 """Root test: `mrc perf` between two fabric hosts, as a user runs it
 (`mrc fabric exec ... -- mrc perf server|client`), with the JSON the issue
 asks for."""
+import errno
 import json
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
+from mrc import cm
+from mrc.ctl.endpoint import ControlClient
+from mrc.fabric import ns
+from mrc.verbs import RemoteInfo
 from tests.integration.conftest import wait_for_line
 
 pytestmark = pytest.mark.root
 MRC = [sys.executable, "-m", "mrc"]
 
 
-
-
 def perf(t, *client_args):
     server = subprocess.Popen(MRC + ["fabric", "exec", "h1", "--name", t.name, "--"] + MRC + ["perf", "server"],
                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
-        wait_for_line(server, "waiting on port")
+        wait_for_line(server, "waiting on")
         out = subprocess.run(MRC + ["fabric", "exec", "h0", "--name", t.name, "--"] + MRC
                              + ["perf", "client", "h1", "--json", *client_args],
                              capture_output=True, text=True, timeout=120)
@@ -52,3 +57,114 @@ def test_perf_json_is_verified_for_every_size(fabric, args, qps, op):
 def test_perf_client_errors_are_one_line(fabric):
     out = subprocess.run(MRC + ["perf", "client", "h1", "--sizes", "4Q"], capture_output=True, text=True)
     assert out.returncode == 2 and "cannot read size" in out.stderr and "Traceback" not in out.stderr
+
+
+def _start_server(t, *args):
+    server = subprocess.Popen(MRC + ["fabric", "exec", "h1", "--name", t.name, "--"] + MRC
+                              + ["perf", "server", *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                              text=True)
+    lines = wait_for_line(server, "waiting on")
+    return server, lines[-1]
+
+
+def _hostile(t, port, payload: bytes | None, quiet: bool = False) -> bytes:
+    """From h0: connect to h1's setup port, send payload (None: nothing), then
+    hang up our side (``quiet``: stay connected and silent) and return all
+    the server said until it closed."""
+    addr = t.mgmt_address(1)
+
+    def run():
+        s = socket.create_connection((addr, port), timeout=10)
+        try:
+            if payload is not None:
+                s.sendall(payload)
+            if not quiet:
+                s.shutdown(socket.SHUT_WR)
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+            return data
+        except OSError:
+            return b""
+        finally:
+            s.close()
+
+    return ns.run_in(t.ns("h0"), run)
+
+
+def test_the_perf_server_survives_bad_clients_and_frees_what_each_client_had(fabric):
+    """Finding 9: listening on the management address by default, a server
+    under --forever outlives empty, garbage, oversized, greedy and silent
+    clients (each told why, each logged), and after many real clients holds
+    no QP, region or peer of theirs."""
+    t = fabric
+    port = "18611"
+    server, line = _start_server(t, "--forever", "--port", port, "--max-size", "8M", "--max-qps", "4",
+                                 "--idle-timeout", "2")
+    try:
+        assert f"[{t.mgmt_address(1)}]:{port}" in line, line  # not every address of the host
+        ctl_path = line.rsplit("control endpoint ", 1)[1].strip()
+        info = cm.info_to_json(RemoteInfo(qpn=5, ports={0: "fd00::1"}))
+        for payload, code in ((b"", None), (b"garbage\n", errno.EPROTO), (b"{" * 70_000, errno.EMSGSIZE),
+                              (json.dumps({"info": info, "params": {"max_size": -1}}).encode() + b"\n",
+                               errno.EINVAL),
+                              (json.dumps({"info": info, "params": {"max_size": 2**62}}).encode() + b"\n",
+                               errno.EMSGSIZE),
+                              (json.dumps({"info": info, "qps": [info] * 5000}).encode() + b"\n", errno.EMSGSIZE),
+                              (json.dumps({"info": info, "qps": [info] * 10}).encode() + b"\n", errno.E2BIG),
+                              (json.dumps({"info": {**info, "ports": {"99": "::1"}}}).encode() + b"\n",
+                               errno.EPROTO)):
+            said = _hostile(t, int(port), payload)
+            if code is not None:
+                assert json.loads(said.splitlines()[-1])["errno"] == code, said[-200:]
+            assert server.poll() is None
+        # a client that stops talking after setup is dropped after --idle-timeout, not kept for ever
+        t0 = time.monotonic()
+        said = _hostile(t, int(port), json.dumps({"info": info}).encode() + b"\n", quiet=True).splitlines()
+        assert "info" in json.loads(said[1]) and json.loads(said[2])["errno"] == errno.ETIMEDOUT, said
+        assert 1.5 < time.monotonic() - t0 < 15
+        for _ in range(4):  # real clients, one after another: every one served and verified
+            out = subprocess.run(MRC + ["fabric", "exec", "h0", "--name", t.name, "--"] + MRC
+                                 + ["perf", "client", "h1", "--port", port, "--sizes", "4K,64K", "--iters", "10",
+                                    "--qps", "2", "--verify", "--json"], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            assert all(r["verified"] for r in json.loads(out.stdout))
+        greedy = subprocess.run(MRC + ["fabric", "exec", "h0", "--name", t.name, "--"] + MRC
+                                + ["perf", "client", "h1", "--port", port, "--sizes", "16M", "--iters", "1"],
+                                capture_output=True, text=True, timeout=60)
+        assert greedy.returncode != 0 and "--max-size" in greedy.stderr and "Traceback" not in greedy.stderr
+        with ControlClient(ctl_path) as c:
+            left = c.call("info")
+        assert left["qps"] == [] and left["regions"] == 0 and left["peers"] == 0, left
+        assert server.poll() is None
+    finally:
+        server.terminate()
+        server.wait(10)
+    log = server.stderr.read()
+    assert log.count("refused client") >= 9 and log.count("dropped client") == 1 and "Traceback" not in log, log
+
+
+def test_with_a_key_only_a_holder_gets_a_qp(fabric, tmp_path):
+    t = fabric
+    key = tmp_path / "key"
+    key.write_text("0123456789abcdef0123456789abcdef\n")
+    wrong = tmp_path / "wrong"
+    wrong.write_text("fedcba9876543210fedcba9876543210\n")
+    server, _ = _start_server(t, "--port", "18612", "--psk-file", str(key))
+    try:
+        for args in ((), ("--psk-file", str(wrong))):
+            out = subprocess.run(MRC + ["fabric", "exec", "h0", "--name", t.name, "--"] + MRC
+                                 + ["perf", "client", "h1", "--port", "18612", "--sizes", "4K", "--iters", "5",
+                                    *args], capture_output=True, text=True, timeout=60)
+            assert out.returncode == 2 and "EACCES" in out.stderr and "Traceback" not in out.stderr, out.stderr
+            assert server.poll() is None  # once-mode waits for a client that gets through
+        out = subprocess.run(MRC + ["fabric", "exec", "h0", "--name", t.name, "--"] + MRC
+                             + ["perf", "client", "h1", "--port", "18612", "--sizes", "4K", "--iters", "5",
+                                "--verify", "--json", "--psk-file", str(key)], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0 and json.loads(out.stdout)[0]["verified"], out.stderr
+        assert server.wait(20) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

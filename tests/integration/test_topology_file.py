@@ -89,7 +89,7 @@ def test_perf_is_verified_over_a_topology_file(plain):
     server = subprocess.Popen(in_ns(b, MRC + ["perf", "server", "--topology", topo]), stderr=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, text=True, env=env)
     try:
-        wait_for_line(server, "waiting on port")
+        wait_for_line(server, "waiting on")
         out = subprocess.run(in_ns(a, MRC + ["perf", "client", "b", "--topology", topo, "--host", "a", "--sizes",
                                              "4K,1M", "--iters", "20", "--verify", "--json"]),
                              capture_output=True, text=True, timeout=120, env=env)

@@ -1,7 +1,7 @@
 """The layout's rules, checked on the source (docs/architecture.md): no call
 cycle among the C files and none among the Python modules, the C layers in
 their order, the stack never importing the fabric, no source file over 700
-lines."""
+lines, and documentation that points only inside the repository."""
 from __future__ import annotations
 
 import ast
@@ -24,12 +24,12 @@ C_LAYERS = [
     ["dispatch.c"],
     ["simlink.c", "io_packet.c", "link_watch.c"],
     ["engine.c"],
-    ["bench/blast.c"],
+    ["bench/blast.c", "fuzz/fuzz_parse.c", "fuzz/fuzz_responder.c", "fuzz/fuzz_requester.c"],
 ]
 #: the stack: these never import mrc.fabric (they take a path resolver)
 STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/errors.py", "mrc/paths.py",
          "mrc/verbs.py", "mrc/cm.py", "mrc/perf.py", "mrc/dissect.py", "mrc/decode.py", "mrc/ctl/__init__.py",
-         "mrc/ctl/profiles.py", "mrc/ctl/endpoint.py", "mrc/ctl/cli.py"]
+         "mrc/ctl/profiles.py", "mrc/ctl/endpoint.py", "mrc/ctl/cli.py", "mrc/soak.py"]
 
 DEF = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([a-z_]\w*)\s*\([^;]*?\)\s*\{", re.M | re.S)
 CALL = re.compile(r"\b([a-z_]\w*)\s*\(")
@@ -133,3 +133,26 @@ def test_no_source_file_is_over_700_lines():
         if n > MAX_LINES:
             long.append((p.relative_to(ROOT).as_posix(), n))
     assert not long, long
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def test_the_docs_point_only_inside_the_repository():
+    """Everything a user needs lives in the repository: every relative link
+    of the README and docs/ resolves to a file here, and nothing anywhere
+    points at a directory beside the checkout."""
+    broken = []
+    for md in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in LINK.findall(md.read_text()):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            if not (md.parent / target).resolve().is_relative_to(ROOT) or not (md.parent / target).exists():
+                broken.append((md.relative_to(ROOT).as_posix(), target))
+    assert not broken, broken
+    outside = []
+    for p in [*ROOT.glob("*.md"), *(ROOT / "docs").rglob("*.md"), *(ROOT / "mrc").rglob("*.py"),
+              *(ROOT / "tools").glob("*"), *CSRC.rglob("*.[ch]"), *(ROOT / "tests").rglob("*.py")]:
+        if p.is_file() and p != Path(__file__) and "../shared" in p.read_text(errors="replace"):
+            outside.append(p.relative_to(ROOT).as_posix())
+    assert not outside, outside

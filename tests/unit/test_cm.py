@@ -1,0 +1,269 @@
+"""Connection setup (mrc.cm) and the perf server's bounds, against hostile
+and merely broken clients on loopback: every bad hello is refused with an
+errno and a line the client can read, the listener goes on, a silent client
+costs one bounded wait, and a pre-shared key lets only its holders in (and
+shows the client that the answer comes from a holder too)."""
+import errno
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from mrc import cm, perf
+from mrc.errors import ErrnoError, UsageError
+from mrc.verbs import RemoteInfo
+
+KEY = b"k" * 32
+GOOD = RemoteInfo(qpn=0x1234, ports={0: "fd00::1", 1: "fd01::1"}, psn=7, host="a", topology="t")
+
+
+@pytest.fixture
+def listener(request):
+    psk = getattr(request, "param", None)
+    lst = cm.listen("::1", 0, psk)
+    yield lst, lst.sock.getsockname()[1]
+    lst.close()
+
+
+def raw_client(port: int, payload: bytes | None, close: bool = True) -> socket.socket:
+    """A client that reads the greeting, sends ``payload`` as it is, and maybe hangs up."""
+    s = socket.create_connection(("::1", port), timeout=5)
+    if payload is not None:
+        s.sendall(payload)
+    if close:
+        s.shutdown(socket.SHUT_WR)
+    return s
+
+
+def answer_of(s: socket.socket) -> list[dict]:
+    """Every line the listener sent (the greeting, then its refusal)."""
+    data = b""
+    while True:
+        try:
+            chunk = s.recv(65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    return [json.loads(x) for x in data.splitlines() if x]
+
+
+def good_connect(port: int, psk: bytes | None = None, out: dict | None = None, **extra) -> threading.Thread:
+    """cm.connect in a thread (it waits for the answer the test gives)."""
+    out = out if out is not None else {}
+
+    def run():
+        try:
+            out["conn"] = cm.connect("::1", port, GOOD, timeout=5, psk=psk, **extra)
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            out["error"] = e
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th
+
+
+def serve_one(lst, port, psk=None, **extra) -> dict:
+    """A well-behaved client from hello to answer: the listener still works."""
+    out: dict = {}
+    th = good_connect(port, psk, out, **extra)
+    conn = lst.accept(timeout=5)
+    assert conn.peer == GOOD and conn.hello.get("params") == extra.get("params")
+    conn.reply(RemoteInfo(qpn=0x99, ports={0: "fd00::2"}, psn=3, rkey=5, addr=4096, length=64))
+    th.join(5)
+    assert "error" not in out, out.get("error")
+    assert out["conn"].peer.qpn == 0x99 and out["conn"].peer.rkey == 5
+    out["conn"].close()
+    conn.close()
+    return out
+
+
+BAD_HELLOS = [
+    ("empty connection", b"", errno.ECONNRESET),
+    ("not JSON", b"hello there\n", errno.EPROTO),
+    ("a JSON list", b"[1, 2]\n", errno.EPROTO),
+    ("no info", b'{"params": {}}\n', errno.EPROTO),
+    ("info not an object", b'{"info": 5}\n', errno.EPROTO),
+    ("no ports", b'{"info": {"qpn": 5}}\n', errno.EPROTO),
+    ("unknown plane", b'{"info": {"qpn": 5, "ports": {"99": "fd00::1"}}}\n', errno.EPROTO),
+    ("plane not a number", b'{"info": {"qpn": 5, "ports": {"x": "fd00::1"}}}\n', errno.EPROTO),
+    ("bad address", b'{"info": {"qpn": 5, "ports": {"0": "not-an-address"}}}\n', errno.EPROTO),
+    ("IPv4 address", b'{"info": {"qpn": 5, "ports": {"0": "10.0.0.1"}}}\n', errno.EPROTO),
+    ("qpn 0", b'{"info": {"qpn": 0, "ports": {"0": "fd00::1"}}}\n', errno.EPROTO),
+    ("qpn -1", b'{"info": {"qpn": -1, "ports": {"0": "fd00::1"}}}\n', errno.EPROTO),
+    ("qpn 2**62", b'{"info": {"qpn": 4611686018427387904, "ports": {"0": "fd00::1"}}}\n', errno.EPROTO),
+    ("qpn a string", b'{"info": {"qpn": "5", "ports": {"0": "fd00::1"}}}\n', errno.EPROTO),
+    ("psn over 24 bits", b'{"info": {"qpn": 5, "psn": 16777216, "ports": {"0": "fd00::1"}}}\n', errno.EPROTO),
+    ("rkey negative", b'{"info": {"qpn": 5, "rkey": -3, "ports": {"0": "fd00::1"}}}\n', errno.EPROTO),
+    ("1e999", b'{"info": {"qpn": 1e999, "ports": {"0": "fd00::1"}}}\n', errno.EPROTO),
+    ("NaN", b'{"info": {"qpn": NaN, "ports": {"0": "fd00::1"}}}\n', errno.EPROTO),
+    ("deep nesting", b"[" * 30_000 + b"]" * 30_000 + b"\n", errno.EPROTO),
+    ("17 paths", b'{"info": {"qpn": 5, "ports": {"0": "fd00::1"}, "paths": {"0": ' +
+     json.dumps(["fd00::1"] * 17).encode() + b"}}}\n", errno.EPROTO),
+    ("a long host name", b'{"info": {"qpn": 5, "ports": {"0": "fd00::1"}, "host": "' + b"h" * 65 + b'"}}\n',
+     errno.EPROTO),
+    ("a line over 64 KiB", b"{" + b" " * (100 << 10), errno.EMSGSIZE),
+]
+
+
+@pytest.mark.parametrize("what,payload,code", BAD_HELLOS, ids=[b[0] for b in BAD_HELLOS])
+def test_a_bad_hello_is_refused_with_an_errno_and_the_listener_goes_on(listener, what, payload, code):
+    lst, port = listener
+    s = raw_client(port, payload)
+    with pytest.raises(ErrnoError) as e:
+        lst.accept(timeout=5, setup_timeout=5)
+    assert e.value.errno == code, (what, e.value)
+    assert "[::1]" in str(e.value)  # the log line names the client
+    lines = answer_of(s)
+    assert lines[0]["mrc"] == cm.PROTOCOL and len(bytes.fromhex(lines[0]["challenge"])) == 32
+    if code != errno.ECONNRESET:  # a client still there is told why
+        assert lines[-1]["errno"] == code and lines[-1]["error"]
+    serve_one(lst, port)
+
+
+def test_a_silent_client_costs_one_bounded_wait(listener):
+    lst, port = listener
+    s = raw_client(port, None, close=False)
+    t0 = time.monotonic()
+    with pytest.raises(ErrnoError) as e:
+        lst.accept(timeout=5, setup_timeout=0.3)
+    assert e.value.errno == errno.ETIMEDOUT and time.monotonic() - t0 < 3
+    s.close()
+    serve_one(lst, port)
+
+
+def test_a_client_that_trickles_bytes_is_cut_at_the_deadline(listener):
+    """The setup timeout bounds the whole message, not each read."""
+    lst, port = listener
+    s = raw_client(port, None, close=False)
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.is_set():
+            try:
+                s.send(b" ")
+            except OSError:
+                return
+            time.sleep(0.05)
+
+    th = threading.Thread(target=trickle, daemon=True)
+    th.start()
+    t0 = time.monotonic()
+    with pytest.raises(ErrnoError) as e:
+        lst.accept(timeout=5, setup_timeout=0.5)
+    stop.set()
+    th.join()
+    assert e.value.errno == errno.ETIMEDOUT and time.monotonic() - t0 < 3
+    s.close()
+
+
+@pytest.mark.parametrize("listener", [KEY], indirect=True)
+def test_with_a_key_only_its_holders_get_through(listener):
+    lst, port = listener
+    # no key: the client learns at once that it needs one; the listener sees it leave
+    out: dict = {}
+    th = good_connect(port, None, out)
+    with pytest.raises(ErrnoError) as e:
+        lst.accept(timeout=5)
+    th.join(5)
+    assert out["error"].errno == errno.EACCES and "--psk-file" in str(out["error"])
+    assert e.value.errno == errno.ECONNRESET
+    # the wrong key: refused by the listener, and the client is told
+    out = {}
+    th = good_connect(port, b"w" * 32, out)
+    with pytest.raises(ErrnoError) as e:
+        lst.accept(timeout=5)
+    th.join(5)
+    assert e.value.errno == errno.EACCES
+    assert out["error"].errno == errno.EACCES and "refused" in str(out["error"])
+    # a hello with a proof for another challenge (a replay) is refused too
+    def replay():
+        with socket.create_connection(("::1", port), timeout=5) as s, s.makefile("rwb") as f:
+            json.loads(f.readline())
+            hello = {"info": cm.info_to_json(GOOD)}
+            hello["auth"] = cm._proof(KEY, b"\0" * 32, hello)
+            f.write(json.dumps(hello).encode() + b"\n")
+            f.flush()
+            out["replay"] = json.loads(f.readline())
+
+    th = threading.Thread(target=replay, daemon=True)
+    th.start()
+    with pytest.raises(ErrnoError) as e:
+        lst.accept(timeout=5)
+    th.join(5)
+    assert e.value.errno == errno.EACCES and out["replay"]["errno"] == errno.EACCES
+    # the right key: through, both ways
+    serve_one(lst, port, KEY, params={"max_size": 4096})
+
+
+def test_a_client_with_a_key_refuses_a_server_that_cannot_prove_it(tmp_path):
+    """Mutual: a server that asks for a key but answers without proof of it
+    (an impostor that took the address) is not believed."""
+    srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    srv.bind(("::1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+
+    def impostor():
+        c, _ = srv.accept()
+        f = c.makefile("rwb")
+        f.write(json.dumps({"mrc": cm.PROTOCOL, "challenge": "00" * 32, "auth": True}).encode() + b"\n")
+        f.flush()
+        f.readline()
+        f.write(json.dumps({"info": cm.info_to_json(GOOD), "auth": "00" * 32}).encode() + b"\n")
+        f.flush()
+        c.close()
+
+    th = threading.Thread(target=impostor, daemon=True)
+    th.start()
+    with pytest.raises(ErrnoError) as e:
+        cm.connect("::1", port, GOOD, timeout=5, psk=KEY)
+    th.join(5)
+    srv.close()
+    assert e.value.errno == errno.EACCES and "server" in str(e.value)
+
+
+def test_a_client_with_a_key_refuses_a_server_that_does_not_ask(listener):
+    lst, port = listener
+    out: dict = {}
+    th = good_connect(port, KEY, out)
+    with pytest.raises(ErrnoError):
+        lst.accept(timeout=5)
+    th.join(5)
+    assert out["error"].errno == errno.EACCES and "does not ask" in str(out["error"])
+
+
+def test_a_key_file_must_hold_a_real_key(tmp_path):
+    short = tmp_path / "short"
+    short.write_bytes(b"secret\n")
+    with pytest.raises(UsageError, match="at least 16"):
+        cm.read_psk(str(short))
+    with pytest.raises(UsageError, match="cannot read"):
+        cm.read_psk(str(tmp_path / "missing"))
+    good = tmp_path / "good"
+    good.write_bytes(b"  " + KEY + b"\n")
+    assert cm.read_psk(str(good)) == KEY
+
+
+PARAMS = [({"params": {"max_size": -1}}, errno.EINVAL), ({"params": {"max_size": 2**62}}, errno.EMSGSIZE),
+          ({"params": {"max_size": "1G"}}, errno.EINVAL), ({"params": {"max_size": True}}, errno.EINVAL),
+          ({"params": {"max_size": (1 << 30) + 1}}, errno.EMSGSIZE), ({"params": []}, errno.EPROTO),
+          ({"qps": [cm.info_to_json(GOOD)] * 5000}, errno.E2BIG), ({"qps": {"a": 1}}, errno.EPROTO),
+          ({"qps": [{"qpn": 5}]}, errno.EPROTO)]
+
+
+@pytest.mark.parametrize("hello,code", PARAMS)
+def test_the_perf_server_bounds_what_a_client_may_ask_for(hello, code):
+    with pytest.raises(ErrnoError) as e:
+        perf._client_params(hello, perf.SERVER_MAX_SIZE, perf.SERVER_MAX_QPS)
+    assert e.value.errno == code
+
+
+def test_the_perf_server_grants_what_is_within_bounds():
+    size, imm, extra = perf._client_params({"params": {"max_size": 1 << 20, "imm": True},
+                                            "qps": [cm.info_to_json(GOOD)] * 63}, 1 << 30, 64)
+    assert size == 1 << 20 and imm is True and len(extra) == 63 and extra[0] == GOOD

@@ -1,0 +1,118 @@
+"""Seed corpus for the libFuzzer harnesses (csrc/fuzz), recorded from the
+in-memory link: the same four writes the requester harness posts, sent
+from one context to another over a clean link, a lossy reordering one that
+trims and duplicates, a link where a plane goes down, and a WRITE_IMM that
+finds no receive. The packets each side received become records in the
+harnesses' format (csrc/fuzz/fuzz.h).
+
+    python tools/fuzz_seeds.py OUT_DIR     # writes OUT_DIR/{parse,responder,requester}/*
+"""
+from __future__ import annotations
+
+import os
+import struct
+import sys
+
+from mrc import wire
+from mrc.core import QPAttr
+from mrc.manual import ManualContext
+from mrc.simlink import Sim
+
+PLANES = 4
+LENS = [8192, 8192, 1, 15000]          # as csrc/fuzz/fuzz_requester.c posts them
+IMM = [False, True, False, False]
+FIX_ICRC, PATCH_QP, PATCH_KEY, PATCH_VA, CE, TRIM = 1, 2, 4, 8, 16, 32
+C = wire.CONSTANTS
+
+
+def scenario(name: str, recv: bool = True, **link) -> list[dict]:
+    """Run the four writes from a (endpoint 0) to b (endpoint 1); return what
+    the link delivered, with each data packet's address made relative to b's
+    region (the harness adds its own region's address back)."""
+    sim = Sim(planes=PLANES, per_plane=2, seed=7)
+    a, b = ManualContext(planes=PLANES, seed=3), ManualContext(planes=PLANES, seed=4)
+    ia, ib = sim.index(a), sim.index(b)
+    attr = QPAttr(planes=PLANES, ev_count=8, timeout=6, linear_cnt=2, exp_cnt=3)
+    qa, qb = a.create_qp(attr), b.create_qp(QPAttr(planes=PLANES, ev_count=8, rq_depth=64))
+    qa.connect(qb.qpn, ib, rq_psn=0, sq_psn=0)
+    qb.connect(qa.qpn, ia, rq_psn=0, sq_psn=0)
+    src = bytearray(os.urandom(32 << 10))
+    dst = bytearray(64 << 10)
+    ms, md = a.reg_mr(src), b.reg_mr(dst, remote_write=True)
+    if recv:
+        qb.post_recv(list(range(16)))
+    if link:
+        sim.set_all(**{k: v for k, v in link.items() if k != "down_plane"})
+    if "down_plane" in link:
+        for i in range(sim.per_plane):
+            sim.set_path(sim.path(link["down_plane"], i), down_from_ns=0, down_until_ns=2_000_000)
+    sim.record()
+    off = 0
+    for i, n in enumerate(LENS):
+        qa.post_write(ms, off % len(src), n, md.addr + off, md.rkey, wr_id=i, imm=i if IMM[i] else None)
+        off += n
+    done: list = []
+    try:
+        sim.run_until(lambda: b.poll_cq() and False or done.extend(a.poll_cq()) or len(done) >= len(LENS),
+                      budget_ns=200_000_000)
+    except TimeoutError:
+        pass  # what was delivered until then is still a good seed
+    if not recv:  # the receive arrives late: the NACKed WRITE_IMM goes through on a retry
+        qb.post_recv([0])
+        sim.run(sim.now + 5_000_000)
+    out = []
+    for r in sim.recorded():
+        pkt = bytearray(r["packet"])
+        if r["dst"] == ib and wire.OPCODE_NAMES.get(pkt[0], "").startswith("WRITE") and not r["trimmed"]:
+            at = C["BTH_LEN"] + C["METH_LEN"] + (C["TSETH_LEN"] if pkt[8] & C["BTH_TS"] else 0)
+            va = struct.unpack_from(">Q", pkt, at)[0]
+            struct.pack_into(">Q", pkt, at, (va - md.addr) & (2**64 - 1))
+        out.append({**r, "packet": bytes(pkt), "to_responder": r["dst"] == ib})
+    sim.close()
+    print(f"  {name}: {sum(x['to_responder'] for x in out)} packets to the responder, "
+          f"{sum(not x['to_responder'] for x in out)} to the requester, {len(done)} writes completed",
+          file=sys.stderr)
+    return out
+
+
+def records(pkts: list[dict], flags: int) -> bytes:
+    out = bytearray()
+    for p in pkts[:512]:
+        f = flags | (CE if p["ecn_ce"] else 0) | (TRIM if p["trimmed"] else 0)
+        out += struct.pack("<BBIH", f, p["port"], p["ev"], len(p["packet"])) + p["packet"]
+    return bytes(out)
+
+
+def main(out_dir: str) -> int:
+    runs = {"clean": scenario("clean"),
+            "lossy": scenario("lossy", loss_ppm=80_000, jitter_ns=20_000, dup_ppm=30_000, trim_ppm=40_000),
+            "ecn": scenario("ecn", rate_bps=2_000_000_000, ecn_queue_bytes=8_000, trim_queue_bytes=30_000),
+            "plane_down": scenario("plane_down", down_plane=1),
+            "no_receive": scenario("no_receive", recv=False)}
+    for h in ("parse", "responder", "requester"):
+        os.makedirs(os.path.join(out_dir, h), exist_ok=True)
+    n = 0
+    for name, pkts in runs.items():
+        resp = [p for p in pkts if p["to_responder"]]
+        req = [p for p in pkts if not p["to_responder"]]
+        with open(os.path.join(out_dir, "responder", name), "wb") as f:
+            f.write(records(resp, FIX_ICRC | PATCH_QP | PATCH_KEY | PATCH_VA))
+        with open(os.path.join(out_dir, "requester", name), "wb") as f:
+            f.write(records(req, FIX_ICRC | PATCH_QP))
+        seen = set()
+        for p in pkts:
+            key = (p["packet"][0], p["trimmed"])
+            if key in seen:
+                continue
+            seen.add(key)
+            with open(os.path.join(out_dir, "parse", f"{name}-{n}"), "wb") as f:
+                f.write(bytes([int(p["trimmed"])]) + p["packet"])
+            n += 1
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(sys.argv[1]))
