@@ -1,4 +1,4 @@
-"""scapy layers for mrc wire v1 (../shared/docs/protocol.md section 2).
+"""scapy layers for mrc wire v1.1 (docs/protocol.md section 2).
 
 Every header has its own layer, with the protocol doc's field names: BTH,
 METH, TSETH, RETH, ImmDt, SETH, CCSTATE, NETH, PETH, ERTH, EETH and ICRC.

@@ -1,6 +1,6 @@
 -- Wireshark / tshark dissector for mrc wire v1 (MRC over UDP 4791).
 -- Headers: BTH, METH, TSETH, RETH, ImmDt, SETH, CCSTATE, NETH, PETH, ERTH,
--- EETH, ICRC (../shared/docs/protocol.md section 2), plus the path a packet
+-- EETH, ICRC (docs/protocol.md section 2), plus the path a packet
 -- took: its EV (IPv6 flow label + UDP source port) and the plane, switches
 -- and host named by the uSID container in the IPv6 destination.
 --

@@ -1,4 +1,6 @@
-"""Wire format v1: every packet type round-trips through the C builder and parser."""
+"""Wire format v1.1 (docs/protocol.md): every packet type round-trips through the C builder and parser."""
+import os
+
 import pytest
 from mrc._dp import lib
 
@@ -73,26 +75,39 @@ def test_malformed_is_an_error_not_a_crash(blob):
         wire.parse(blob)
 
 
-# protocol.md section 2, transcribed: the header must say the same
-PROTOCOL_OPCODES = {0xC6: "WRITE_FIRST", 0xC7: "WRITE_MIDDLE", 0xC8: "WRITE_LAST", 0xC9: "WRITE_LAST_IMM",
-                    0xCA: "WRITE_ONLY", 0xCB: "WRITE_ONLY_IMM", 0xD8: "ENDPOINT_REQUEST", 0xD9: "ENDPOINT_RESPONSE",
-                    0xDC: "SACK", 0xDD: "NACK", 0xDE: "RELIABILITY_PROBE"}
-PROTOCOL_NACKS = {0x01: "TRIMMED", 0x02: "TRIMMED_LASTHOP", 0x06: "NO_BITMAP", 0x0A: "NO_RESOURCE",
-                  0x0B: "PSN_OUT_OF_WINDOW", 0x19: "UNEXPECTED", 0x30: "REMOTE_ACCESS", 0x31: "ICRC"}
-PROTOCOL_SIZES = {"BTH_LEN": 12, "METH_LEN": 4, "TSETH_LEN": 4, "RETH_LEN": 16, "IMMDT_LEN": 4, "SETH_LEN": 28,
-                  "CCSTATE_LEN": 8, "NETH_LEN": 20, "PETH_LEN": 16, "ERTH_LEN": 16, "EETH_LEN": 36, "ICRC_LEN": 4}
+PROTOCOL_MD = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "protocol.md")
+
+
+def protocol_table(header: str) -> list[list[str]]:
+    """The rows of the table in docs/protocol.md whose header row starts with ``header``."""
+    lines = open(PROTOCOL_MD).read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return rows
 
 
 def test_the_header_says_what_the_protocol_doc_says():
-    assert wire.OPCODE_NAMES == PROTOCOL_OPCODES
-    assert wire.NACK_REASONS == PROTOCOL_NACKS
-    assert {k: wire.CONSTANTS[k] for k in PROTOCOL_SIZES} == PROTOCOL_SIZES
-    dscp = (wire.DSCP_DATA, wire.DSCP_RTX, wire.DSCP_CONTROL, wire.DSCP_TRIMMED)
-    assert wire.UDP_PORT == 4791 and dscp == (10, 12, 48, 46)
+    """docs/protocol.md is normative: its opcode, NACK reason, header size
+    and DSCP tables are read here and the C header must agree."""
+    opcodes = {int(r[0], 16): r[1] for r in protocol_table("| opcode | name |")}
+    nacks = {int(r[0], 16): r[1] for r in protocol_table("| reason | name |")}
+    sizes = {f"{r[0]}_LEN": int(r[1]) for r in protocol_table("| header | size |")}
+    dscp = {r[1]: int(r[0]) for r in protocol_table("| DSCP | class |")}
+    assert len(opcodes) == 11 and len(nacks) == 8 and len(sizes) == 12 and len(dscp) == 4
+    assert wire.OPCODE_NAMES == opcodes
+    assert wire.NACK_REASONS == nacks
+    assert {k: wire.CONSTANTS[k] for k in sizes} == sizes
+    assert dscp == {"DATA": wire.DSCP_DATA, "RTX": wire.DSCP_RTX, "CONTROL": wire.DSCP_CONTROL,
+                    "TRIMMED": wire.DSCP_TRIMMED}
+    assert wire.UDP_PORT == 4791
     # and the C names of each (mrc_opcode_name) agree with the table
     from mrc._dp import ffi
 
-    assert {op: ffi.string(lib.mrc_opcode_name(op)).decode() for op in PROTOCOL_OPCODES} == PROTOCOL_OPCODES
+    assert {op: ffi.string(lib.mrc_opcode_name(op)).decode() for op in opcodes} == opcodes
 
 
 def test_crc32c_instruction_path_equals_the_table_for_every_length():
