@@ -51,7 +51,11 @@ def test_perf_json_is_verified_for_every_size(fabric, args, qps, op):
         assert r["gbps"] >= 0 and r["msg_rate"] > 0 and r["p99_us"] >= r["p50_us"] > 0
         assert len(r["plane_share"]) == fabric.planes and abs(sum(r["plane_share"]) - 1) < 0.01
     big = res[-1]  # 1 MiB messages: packets spread evenly over the planes
-    assert all(abs(s - 1 / fabric.planes) < 0.1 / fabric.planes for s in big["plane_share"]), big["plane_share"]
+    # retransmissions (a busy machine's receive rings overflow) go on any plane
+    # and skew the shares a little; a plane left out would still fail
+    tol = (0.1 if big["retransmits"] == 0 else 0.3) / fabric.planes
+    assert all(abs(s - 1 / fabric.planes) < tol for s in big["plane_share"]), (big["plane_share"],
+                                                                               big["retransmits"])
 
 
 def test_perf_client_errors_are_one_line(fabric):
