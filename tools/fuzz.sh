@@ -52,7 +52,8 @@ for h in $which; do
 done
 
 if [ "$secs" = 0 ]; then  # replay the files given
-    for h in $which; do "$out/fuzz_$h" "$@"; done
+    [ "$#" -gt 0 ] || { echo "tools/fuzz.sh: 0 seconds replays inputs: name the files after the harness" >&2; exit 2; }
+    for h in $which; do "$out/fuzz_$h" "$@" || exit 1; done
     exit 0
 fi
 
