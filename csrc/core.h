@@ -95,9 +95,11 @@ struct pent {
     uint32_t ev;
     uint16_t len;
     uint8_t st;
-    uint8_t nrtx;
-    uint8_t rnr;    /* the receiver had no receive for it (NACK NO_RESOURCE): its timer resend is no path failure */
+    uint8_t nrtx : 7; /* times resent (stops counting at 127) */
+    uint8_t rnr : 1;  /* the receiver had no receive for it (NACK NO_RESOURCE): its timer resend is no path failure */
 };
+/* a window of 1024 PSNs is 24 KiB of these: one more byte would make it 32 */
+_Static_assert(sizeof(struct pent) == 24, "struct pent grew: the QP state target (64 KiB) depends on it");
 
 /* One EV of a QP's set: its value, its state (written by ev_transition()
  * alone) and its probing. */

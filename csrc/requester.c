@@ -105,7 +105,8 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         *used += (uint32_t)len;
         pe->st = PE_INFLIGHT;
         pe->rnr = 0;
-        pe->nrtx++;
+        if (pe->nrtx < 127)
+            pe->nrtx++;
         if (psn == q->una_psn && pe->nrtx > q->st.head_rtx_max)
             q->st.head_rtx_max = pe->nrtx;
         pe->sent_ns = now;

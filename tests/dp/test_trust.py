@@ -253,3 +253,10 @@ def test_closing_a_context_frees_its_qps():
         cycle()
     grown = _heap_in_use() - before
     assert grown < 8 << 20, f"the heap grew by {grown >> 20} MiB over 50 contexts of 4 QPs"
+
+
+def test_a_qp_with_a_1024_psn_window_keeps_under_64_kib_of_state():
+    """The memory target (bench/engine_bench.py, qp_state_bytes): a byte added
+    to the per-PSN entry made it 69,040 once (24 -> 32 bytes of padding)."""
+    n = QPAttr(mpr=8).state_bytes()
+    assert n <= 65536, n
