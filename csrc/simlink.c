@@ -26,6 +26,8 @@ struct mrc_sim {
     struct mrc_sim_path *paths;
     uint64_t *busy;      /* npaths x SIM_MAX_EPS: when the path's queue toward an ep drains */
     uint64_t *txn;       /* packets offered per path (loss mask position) */
+    uint64_t port_bps[MRC_MAX_PLANES];            /* 0: the host port is not a limit */
+    uint64_t port_busy[SIM_MAX_EPS][MRC_MAX_PLANES]; /* when an ep's port on a plane is free */
     struct mrc_ep *eps[SIM_MAX_EPS];
     uint32_t neps;
     struct sim_pkt *heap;
@@ -238,10 +240,16 @@ static void offer(struct mrc_sim *s, uint32_t src, const struct mrc_txdesc *d, c
         return;
     }
     uint64_t depart = s->now, qbytes = 0;
+    if (s->port_bps[plane] && src < SIM_MAX_EPS) {
+        /* the sender's own port on this plane first (a host queue: no marks) */
+        uint64_t *pb = &s->port_busy[src][plane];
+        *pb = (*pb > s->now ? *pb : s->now) + (uint64_t)d->len * 8000000000ull / s->port_bps[plane];
+        depart = *pb;
+    }
     if (P->rate_bps) {
         uint64_t *busy = &s->busy[(size_t)path * SIM_MAX_EPS + dst];
-        uint64_t start = *busy > s->now ? *busy : s->now;
-        qbytes = (start - s->now) * P->rate_bps / 8000000000ull;
+        uint64_t start = *busy > depart ? *busy : depart;
+        qbytes = (start - depart) * P->rate_bps / 8000000000ull;
         *busy = start + (uint64_t)d->len * 8000000000ull / P->rate_bps;
         depart = *busy;
     }
@@ -279,6 +287,14 @@ static void offer(struct mrc_sim *s, uint32_t src, const struct mrc_txdesc *d, c
 /* Advance simulated time to until_ns, or until the link is idle, or (with
  * stop_on_cqe) until a completion is waiting. Returns 1 if it stopped for a
  * completion, 0 otherwise. */
+int mrc_sim_set_port_rate(struct mrc_sim *s, uint32_t plane, uint64_t rate_bps)
+{
+    if (plane >= s->planes)
+        return -EINVAL;
+    s->port_bps[plane] = rate_bps;
+    return 0;
+}
+
 int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe)
 {
     for (;;) {

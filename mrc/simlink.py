@@ -67,6 +67,12 @@ class Sim:
             setattr(p, k, v)
         check(lib.mrc_sim_set_path(self._sim, path, p), f"set path {path}")
 
+    def set_port_rate(self, rate_bps: int, plane: int | None = None) -> None:
+        """Each endpoint's port on ``plane`` (None: every plane) sends at most
+        ``rate_bps``: the NIC's own line rate, before any path's queue."""
+        for p in range(self.planes) if plane is None else (plane,):
+            check(lib.mrc_sim_set_port_rate(self._sim, p, rate_bps), f"port rate of plane {p}")
+
     def set_all(self, **kw) -> None:
         for i in range(self.planes * self.per_plane):
             self.set_path(i, **kw)

@@ -577,6 +577,9 @@ int mrc_sim_attach(struct mrc_sim *s, struct mrc_ep *ep);
 int mrc_sim_set_path(struct mrc_sim *s, uint32_t path, const struct mrc_sim_path *p);
 int mrc_sim_get_path(struct mrc_sim *s, uint32_t path, struct mrc_sim_path *p);
 int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe);
+/* Every endpoint's port on a plane sends at most rate_bps (0: no limit);
+ * a packet waits for its port, then for its path (rate_bps of the path). */
+int mrc_sim_set_port_rate(struct mrc_sim *s, uint32_t plane, uint64_t rate_bps);
 int mrc_sim_stats(struct mrc_sim *s, struct mrc_sim_stats *st);
 /* Copy every packet the link delivers into buf (until cap is reached): each
  * as u16 length, u8 destination endpoint, u8 plane (| 0x10 ECN CE, | 0x20
