@@ -34,7 +34,7 @@ void comp_complete(struct mrc_ep *ep, struct qp *q)
             break;
         struct mrc_wc wc = {.wr_id = w->wr.wr_id, .qpn = q->qpn, .status = MRC_WC_SUCCESS, .opcode = MRC_WC_WRITE,
                             .byte_len = (uint32_t)w->total};
-        if (ep_cq_push(ep, q->scq, &wc) < 0) {
+        if (!ep_cq_room(ep, q->scq, q->qpn)) {
             cq_wait(ep, &q->scq_wait, 1);
             return;
         }
@@ -42,7 +42,10 @@ void comp_complete(struct mrc_ep *ep, struct qp *q)
             q->wimm_out--;
         ep_wqe_release(ep, w);
         w->done = 1;
+        /* the slot is free before the completion is seen: the application
+         * may post again the moment it polls it */
         STORE_REL(q->sq_head, ring_next(q->sq_head, q->sq_size));
+        ep_cq_push(ep, q->scq, &wc);
     }
     cq_wait(ep, &q->scq_wait, 0);
 }

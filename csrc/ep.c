@@ -311,18 +311,25 @@ int ep_cq_query(struct mrc_ep *ep, uint32_t cqn, struct mrc_cq_stats *st)
  * the CQ counts it and raises MRC_EVENT_CQ_ERR once per filling (again only
  * after it drained below half: an application that polls one completion at
  * a time keeps it full without a new event each time). */
+int ep_cq_room(struct mrc_ep *ep, uint32_t cqn, uint32_t qpn)
+{
+    struct cq *cq = &ep->cqs[cqn];
+    if (ring_next(cq->tail, cq->size) != LOAD_ACQ(cq->head))
+        return 1;
+    cq->overflow++;
+    ep->st.cq_overflow++;
+    if (!cq->full)
+        ep_async_event(ep, MRC_EVENT_CQ_ERR, qpn, cqn);
+    cq->full = 1;
+    return 0;
+}
+
 int ep_cq_push(struct mrc_ep *ep, uint32_t cqn, const struct mrc_wc *wc)
 {
     struct cq *cq = &ep->cqs[cqn];
     uint32_t nt = ring_next(cq->tail, cq->size), head = LOAD_ACQ(cq->head);
-    if (nt == head) {
-        cq->overflow++;
-        ep->st.cq_overflow++;
-        if (!cq->full)
-            ep_async_event(ep, MRC_EVENT_CQ_ERR, wc->qpn, cqn);
-        cq->full = 1;
-        return -ENOSPC;
-    }
+    if (nt == head)
+        return ep_cq_room(ep, cqn, wc->qpn) ? 0 : -ENOSPC;
     if (cq->full && (nt + cq->size - head) % cq->size < cq->size / 2)
         cq->full = 0;
     cq->ring[cq->tail] = *wc;

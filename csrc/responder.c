@@ -109,12 +109,13 @@ static void advance(struct mrc_ep *ep, struct qp *q)
                                         .status = placed == r->dma_len ? MRC_WC_SUCCESS : MRC_WC_LOC_LEN_ERR,
                                         .opcode = MRC_WC_RECV_WRITE_IMM, .byte_len = (uint32_t)placed,
                                         .imm_data = r->imm};
-                    if (ep_cq_push(ep, q->rcq, &wc) < 0) {
+                    if (!ep_cq_room(ep, q->rcq, q->qpn)) {
                         cq_wait(ep, &q->rcq_wait, 1);
                         return;
                     }
-                    STORE_REL(q->rq_head, ring_next(q->rq_head, q->rq_size));
+                    STORE_REL(q->rq_head, ring_next(q->rq_head, q->rq_size)); /* free before it is seen */
                     q->rq_taken++;
+                    ep_cq_push(ep, q->rcq, &wc);
                 }
                 r->imm_valid = 0;
             }
