@@ -40,6 +40,7 @@ matplotlib (pip install matplotlib, or `pip install .[bench]`).
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import socket
@@ -47,8 +48,9 @@ import struct
 import sys
 import threading
 import time
+from array import array
 
-from mrc._dp import lib
+from mrc._dp import ffi, lib
 
 from mrc.fabric import apply, ns
 from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup
@@ -60,13 +62,21 @@ BUCKET = 0.1          # seconds per goodput sample
 GAP = 0.0005          # gaps longer than this are recorded
 FAULT_AT = 1.5        # seconds into a run when the first fault fires
 
-def scenarios(t: Topology, seconds: float, flap_seconds: float) -> dict:
+ALL = ("a", "b", "b0", "b1", "c", "d", "e", "f", "g", "g0", "g1", "h", "i", "i1")
+DEFAULT = ("a", "b", "b1", "c", "d", "e", "f", "g", "g1", "g0", "h", "i", "i1")
+CONTROLS = {"b": "b1", "g": "g1", "i": "i1"}  # the scenario and its no-MRC-on-the-path control
+
+
+def scenarios(t: Topology, seconds: float, flap_seconds: float, seed: int = 7) -> dict:
     src, dst = 0, t.hosts - 1
     spine = (src + dst) % t.spines  # the kernel's static path for this pair
     link = f"{t.leaf(0, t.host_leaf(src))}-{t.spine(0, spine)}"
     host_link = f"{t.host(src)}-{t.leaf(0, t.host_leaf(src))}"
     sw = t.spine(0, spine)
     other = f"{t.host(1)}-{t.leaf(0, t.host_leaf(1))}"
+    plane_spines = [t.spine(0, s) for s in range(t.spines)]
+    leaf = t.leaf(0, t.host_leaf(src))
+    rnd_plan, rnd_paths = random_schedule(t, flap_seconds, seed)
     flaps = [(FAULT_AT + k + h, op, link, None) for k in range(int(flap_seconds)) for h, op in ((0, "fail"),
                                                                                                 (0.5, "heal"))]
     return {
@@ -86,7 +96,7 @@ def scenarios(t: Topology, seconds: float, flap_seconds: float) -> dict:
         # fabric's shared CPUs rather than MRC (both runs deny the path)
         "b1": {"name": "flap, path denied", "desc": f"control for (b): {link} flapping, its path's EVs denied",
                "plan": flaps, "seconds": FAULT_AT + flap_seconds + 1, "target": "none (control)",
-               "deny": (src, dst, 0, spine), "mrc_only": True},
+               "deny": [(src, dst, 0, spine)], "mrc_only": True},
         "c": {"name": "T1 reboot", "desc": f"T1 switch {sw}: all its links down for 5 s",
               "plan": [(FAULT_AT, "fail", sw, None), (FAULT_AT + 5, "heal", sw, None)],
               "seconds": FAULT_AT + 5 + max(2.0, seconds - FAULT_AT - 2), "target": "no QP error, goodput >= (P-1)/P"},
@@ -98,7 +108,53 @@ def scenarios(t: Topology, seconds: float, flap_seconds: float) -> dict:
         "f": {"name": "20% path loss", "desc": f"20% random loss on the path through {link}",
               "plan": [(FAULT_AT, "loss", link, 20.0)], "seconds": seconds,
               "target": "bad path's EVs leave GOOD within 10 RTTs, rate holds", "bad_path": (src, dst, 0, spine)},
+        "g": {"name": "plane cut", "desc": f"plane 0's T1 switches ({', '.join(plane_spines)}) fail, host ports up",
+              "plan": [(FAULT_AT, "fail", plane_spines, None)], "seconds": seconds,
+              "target": "first second >= 0.80 of the one before; >= (P-1)/P x 0.95 of no fault"},
+        # the same failure, plane 0's EVs denied in both runs: MRC never uses
+        # the plane, so what is left is the kernel's work on the shared CPUs
+        "g1": {"name": "plane cut, plane denied", "desc": "control for (g): the same plane cut, plane 0's EVs denied",
+               "plan": [(FAULT_AT, "fail", plane_spines, None)], "seconds": seconds, "target": "none (control)",
+               "deny": [(src, dst, 0, s) for s in range(t.spines)], "mrc_only": True},
+        # the same failure with no transfer at all: the CPU it costs the VM
+        "g0": {"name": "plane cut, idle", "desc": "control for (g): the same plane cut with no traffic (CPU cost)",
+               "plan": [(FAULT_AT, "fail", plane_spines, None)], "seconds": FAULT_AT + 2.0,
+               "target": "none (control)", "idle": True},
+        "h": {"name": "T0 reboot", "desc": f"T0 leaf {leaf}: all its links (and h0's plane-0 port) down 5 s",
+              "plan": [(FAULT_AT, "fail", leaf, None), (FAULT_AT + 5, "heal", leaf, None)],
+              "seconds": FAULT_AT + 5 + max(2.0, seconds - FAULT_AT - 2), "target": "no QP error, goodput >= (P-1)/P"},
+        "i": {"name": "random flaps", "desc": f"seeded random T0-T1 cuts, heals and flaps, ~10/min for "
+                                              f"{flap_seconds:g} s",
+              "plan": rnd_plan, "seconds": FAULT_AT + flap_seconds + 1, "target": "goodput >= 0.95 x control (i1)"},
+        "i1": {"name": "random flaps, paths denied", "desc": "control for (i): the same schedule, its paths denied",
+               "plan": rnd_plan, "seconds": FAULT_AT + flap_seconds + 1, "target": "none (control)",
+               "deny": rnd_paths, "mrc_only": True},
     }
+
+
+def random_schedule(t: Topology, seconds: float, seed: int, per_minute: float = 10.0) -> tuple[list, list]:
+    """T0-T1 link faults at about per_minute events a minute, on random
+    planes: a cut healed 1-8 s later, or a flap (3 x 0.2 s down, 0.2 s up).
+    Returns the plan and the (src, dst, plane, spine) paths of h0 -> hN it touches."""
+    import random
+
+    rng = random.Random(seed)
+    src, dst = 0, t.hosts - 1
+    plan, paths, at = [], set(), FAULT_AT
+    while True:
+        at += rng.expovariate(per_minute / 60.0)
+        if at >= FAULT_AT + seconds:
+            break
+        plane, spine = rng.randrange(t.planes), rng.randrange(t.spines)
+        leaf = t.host_leaf(rng.choice((src, dst)))
+        link = f"{t.leaf(plane, leaf)}-{t.spine(plane, spine)}"
+        paths.add((src, dst, plane, spine))
+        if rng.random() < 0.5:
+            plan += [(at, "fail", link, None), (min(at + rng.uniform(1, 8), FAULT_AT + seconds), "heal", link, None)]
+        else:
+            plan += [(at + k * 0.4 + h, op, link, None) for k in range(3) for h, op in ((0, "fail"), (0.2, "heal"))]
+    plan.sort(key=lambda x: x[0])
+    return plan, sorted(paths)
 
 
 class Faulter:
@@ -120,34 +176,53 @@ class Faulter:
 
 
 class Recorder:
-    """Bytes per bucket and gaps between deliveries, against a shared t0."""
+    """Bytes per bucket and every delivery's time, against a shared t0 (the
+    gaps between deliveries make the stall figures and their distribution)."""
 
     def __init__(self, t0: float, seconds: float) -> None:
         self.t0 = t0
         self.buckets = [0] * (int(seconds / BUCKET) + 2)
-        self.gaps: list[tuple[float, float]] = []
+        self.times = array("d")   # seconds after t0
         self.last: float | None = None
 
     def add(self, now: float, nbytes: int) -> None:
         i = int((now - self.t0) / BUCKET)
         if 0 <= i < len(self.buckets):
             self.buckets[i] += nbytes
-        if self.last is not None and now - self.last > GAP:
-            self.gaps.append((self.last - self.t0, now - self.last))
+        self.times.append(now - self.t0)
         self.last = now
+
+    def gaps_after(self, t: float) -> list[float]:
+        """Gaps between deliveries that end after t (the first one counted from t)."""
+        k = bisect.bisect_right(self.times, t)
+        prev, out = t, []
+        for x in self.times[k:]:
+            out.append(x - prev)
+            prev = x
+        return out
 
 
 def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
     src, dst = 0, t.hosts - 1
     window = 64 << 20
-    p = qp_pair(t, src, dst, window)
+    # two source versions per slot, alternating lap by lap: each completion is
+    # checked against what it had to write, so a write that never landed (the
+    # slot still holds the last lap's bytes) counts as corrupt
+    p = qp_pair(t, src, dst, 2 * window)
     ca, cb, qa, ms, ib = p.ca, p.cb, p.qa, p.ms, p.remote
+    want, got = ffi.from_buffer(p.src), ffi.from_buffer(p.dst)
+    corrupt = [0, 0]  # bytes that differ, bytes checked
+
+    def check(wr_id: int) -> None:
+        off = (wr_id % slots) * msg
+        corrupt[0] += lib.mrc_bench_check(want + ((wr_id // slots) & 1) * window + off, got + off, msg, 0)
+        corrupt[1] += msg
     faulter = Faulter(t, plan) if plan else None
     try:
-        if deny:  # (src, dst, plane, spine): that path's EVs are not used
-            addr = t.path_address(*deny)
+        if deny:  # [(src, dst, plane, spine), ...]: those paths' EVs are not used
+            addrs = {t.path_address(*d) for d in deny}
             for e in qa.evs():
-                if ca.ev_address(qa, e["ev"]) == addr:
+                if ca.ev_address(qa, e["ev"]) in addrs:
                     qa.set_ev_state(e["ev"], lib.MRC_EV_DENIED)
         cq = p.cq
         slots = window // msg
@@ -168,13 +243,16 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
                 break
             while posted - done < depth:
                 off = (posted % slots) * msg
-                qa.post_write(ms, off, msg, ib.addr + off, ib.rkey, wr_id=posted)
+                qa.post_write(ms, ((posted // slots) & 1) * window + off, msg, ib.addr + off, ib.rkey, wr_id=posted)
                 posted += 1
             wcs = cq.poll()
             now = time.monotonic()
             if wcs:
                 bad = [w for w in wcs if not w.ok]
                 errors += len(bad)
+                for w in wcs:
+                    if w.ok:
+                        check(w.wr_id)
                 rec.add(now, msg * (len(wcs) - len(bad)))
                 done += len(wcs)
             else:
@@ -200,6 +278,8 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
         while done < posted and time.monotonic() < deadline and not errors:
             for w in cq.poll():
                 errors += not w.ok
+                if w.ok:
+                    check(w.wr_id)
                 done += 1
             cq.get_event(0.01)
         st1 = qa.stats()
@@ -210,11 +290,39 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
                 "retransmitted_bytes": st1["rtx_bytes"] - st0["rtx_bytes"],
                 "losses": st1["losses"] - st0["losses"], "timeouts": st1["timeouts"] - st0["timeouts"],
                 "timeline": timeline, "ev_events": ev_events, "srtt": srtt, "ev_address": evs_by_address,
-                "counters": counters}
+                "counters": counters, "corrupt_bytes": corrupt[0], "verified_bytes": corrupt[1]}
     finally:
         if faulter:
             faulter.sched.close()
         p.close()
+
+
+def _cpu_busy() -> float:
+    """CPU seconds this machine has spent not idle (all cores), from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def run_idle(t, seconds, plan) -> dict:
+    """No transfer: the fault alone. The busy cores (of the machine's) in the
+    second before the fault and the second after it."""
+    faulter = Faulter(t, plan)
+    t0 = time.monotonic()
+    t0_ns = time.monotonic_ns()
+    faulter.go()
+    samples = []
+    while time.monotonic() - t0 < seconds:
+        samples.append((time.monotonic() - t0, _cpu_busy()))
+        time.sleep(0.05)
+    faults = faulter.finish()
+    first = (faults[0]["t_ns"] - t0_ns) / 1e9 if faults else FAULT_AT
+
+    def busy(a, b):
+        pts = [(x, c) for x, c in samples if a <= x <= b]
+        return round((pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]), 3) if len(pts) > 1 else None
+    return {"cpu_busy_cores_before": busy(first - 1.0, first), "cpu_busy_cores_after": busy(first, first + 1.0),
+            "cores": os.cpu_count(), "fault_times_s": [round((f["t_ns"] - t0_ns) / 1e9, 3) for f in faults]}
 
 
 def _retrans_segs(t, h) -> int:
@@ -297,7 +405,16 @@ def rate_between(rec: Recorder, a: float, b: float) -> float:
 
 
 def longest_gap_after(rec: Recorder, t: float) -> float:
-    return max((g for s, g in rec.gaps if s + g >= t), default=0.0)
+    return max(rec.gaps_after(t), default=0.0)
+
+
+def gap_stats(rec: Recorder, t: float) -> dict:
+    """p50, p99 and max of the gaps between deliveries after t, in ms."""
+    g = sorted(rec.gaps_after(t))
+    if not g:
+        return {"p50_ms": None, "p99_ms": None, "max_ms": None}
+    return {"p50_ms": round(g[len(g) // 2] * 1e3, 3), "p99_ms": round(g[min(len(g) - 1, int(len(g) * 0.99))] * 1e3, 3),
+            "max_ms": round(g[-1] * 1e3, 3)}
 
 
 def summarize(r: dict, base: Recorder, seconds: float, t0_ns: int) -> dict:
@@ -314,11 +431,17 @@ def summarize(r: dict, base: Recorder, seconds: float, t0_ns: int) -> dict:
         after.append(seconds - max(first, (rec.last or rec.t0) - rec.t0))
     during = rate_between(rec, first, seconds)
     recovered = rate_between(rec, min(last + 1.0, seconds - 1.0), seconds)
+    no_fault_stall = longest_gap_after(base, first)
+    # the second after the first fault over the second before it (this run's own rate)
+    before_1s, after_1s = rate_between(rec, first - 1.0, first), rate_between(rec, first, first + 1.0)
     return {"goodput_gbps": round(during, 3), "goodput_ratio": round(during / base_gbps, 3) if base_gbps else None,
             "goodput_ratio_after": round(recovered / base_gbps, 3) if base_gbps else None,
+            "goodput_first_s_ratio": round(after_1s / before_1s, 3) if before_1s else None,
             "max_stall_ms": round(max(after) * 1e3, 3), "qp_errors": r["qp_errors"],
             "no_fault_gbps": round(base_gbps, 3),
-            "no_fault_max_stall_ms": round(longest_gap_after(base, first) * 1e3, 3),
+            "no_fault_max_stall_ms": round(no_fault_stall * 1e3, 3),
+            "stall_excess_ms": round((max(after) - no_fault_stall) * 1e3, 3),
+            "gaps": gap_stats(rec, first), "no_fault_gaps": gap_stats(base, first),
             "fault_times_s": [round(x, 3) for x in times],
             "series_gbps": [round(b * 8 / BUCKET / 1e9, 3) for b in rec.buckets]}
 
@@ -397,9 +520,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print JSON only (progress goes to stderr)")
     ap.add_argument("--plots", metavar="DIR", help="write one PNG per scenario into DIR")
-    ap.add_argument("--only", default="abcdef", help="scenarios to run, e.g. a,c, or b0 / b1 (controls for b: "
-                                                     "the same flapping on a link this transfer does not use, or "
-                                                     "on the same link with its path denied); default abcdef")
+    ap.add_argument("--only", default=",".join(DEFAULT), help="scenarios to run, comma separated (default "
+                    f"{','.join(DEFAULT)}; also b0, a control for b: the same flapping on a link this transfer "
+                    "does not use)")
+    ap.add_argument("--seed", type=int, default=7, help="seed of (i)'s random schedule (default 7)")
     ap.add_argument("--seconds", type=float, default=6.0, help="length of a run (default 6; c and b are longer)")
     ap.add_argument("--flap-seconds", type=float, default=60.0, help="how long (b) flaps (default 60)")
     ap.add_argument("--msg", type=int, default=64 << 10, help="MRC WRITE size in bytes (default 64 KiB)")
@@ -416,10 +540,10 @@ def main() -> int:
     apply.exit_cleanly_on_sigterm()  # a killed run still removes its fabric
     t = Topology(name=f"fc{os.getpid() % 10000}")
     log = lambda *x: print(*x, file=sys.stderr, flush=True)  # noqa: E731
-    want = a.only.split(",") if "," in a.only or a.only in ("b0", "b1") else list(a.only)
-    bad = [k for k in want if k not in ("a", "b", "b0", "b1", "c", "d", "e", "f")]
+    want = [k for k in a.only.split(",") if k] if "," in a.only or len(a.only) <= 2 else list(a.only)
+    bad = [k for k in want if k not in ALL]
     if bad:
-        print(f"unknown scenario(s) {', '.join(bad)}: pick from a, b, b0, b1, c, d, e, f", file=sys.stderr)
+        print(f"unknown scenario(s) {', '.join(bad)}: pick from {', '.join(ALL)}", file=sys.stderr)
         return 2
     protos = ["mrc"] if a.no_kernel else ["mrc", "tcp", "mptcp"]
     if a.plots:
@@ -430,7 +554,7 @@ def main() -> int:
         if "mptcp" in protos:
             mptcp_setup(t, 0)
             mptcp_setup(t, t.hosts - 1)
-        scs = scenarios(t, a.seconds, a.flap_seconds)
+        scs = scenarios(t, a.seconds, a.flap_seconds, a.seed)
 
         def run(proto, seconds, plan, port, deny=None):
             if proto == "mrc":
@@ -446,6 +570,14 @@ def main() -> int:
         for key in want:
             sc = scs[key]
             res: dict = {"name": sc["name"], "desc": sc["desc"], "target": sc["target"]}
+            if sc.get("idle"):
+                log(f"({key}) {sc['desc']} ...")
+                res["idle"] = run_idle(t, sc["seconds"], sc["plan"])
+                apply.heal(t.name, None)
+                log(f"    busy cores {res['idle']['cpu_busy_cores_before']} before, "
+                    f"{res['idle']['cpu_busy_cores_after']} after")
+                out["scenarios"][key] = res
+                continue
             for p in protos if not sc.get("mrc_only") else ["mrc"]:
                 # the no-fault run of the same length, just before: this machine's
                 # rate drifts over minutes, so each fault run gets its own baseline
@@ -465,6 +597,8 @@ def main() -> int:
                     #  most timeouts in a row so far, most resends of the window's oldest packet so far]
                     s["counter_timeline"] = r["counters"]
                     s["ev_events"] = len(r["ev_events"])
+                    s["corrupt_bytes"] = r["corrupt_bytes"] + b["corrupt_bytes"]
+                    s["verified_bytes"] = r["verified_bytes"] + b["verified_bytes"]
                     if "bad_path" in sc:
                         s["bad_path"] = bad_path_leave(r, t, sc["bad_path"], t0_ns)
                 else:
@@ -480,6 +614,11 @@ def main() -> int:
             if a.plots and plot(os.path.join(a.plots, f"campaign_{key}.png"), key, sc, res):
                 res["plot"] = os.path.join(a.plots, f"campaign_{key}.png")
             out["scenarios"][key] = res
+        for key, ctl in CONTROLS.items():
+            # goodput against the control in which MRC never used the faulty paths
+            r, c = out["scenarios"].get(key, {}).get("mrc"), out["scenarios"].get(ctl, {}).get("mrc")
+            if r and c and r["goodput_ratio"] and c["goodput_ratio"]:
+                r["vs_control"] = round(r["goodput_ratio"] / c["goodput_ratio"], 3)
         if not a.json:
             for p in ("mrc", "tcp", "mptcp"):
                 for r in out["scenarios"].values():
@@ -493,36 +632,50 @@ def main() -> int:
 
 
 def table(out: dict, protos: list[str]) -> str:
-    lines = [f"{'scenario':<16}" + "".join(f"{p + ' ' + k:>16}" for p in protos for k in ("ratio", "stall ms"))
-             + f"{'mrc errors':>11}"]
+    lines = [f"{'scenario':<26}" + "".join(f"{p + ' ' + k:>15}" for p in protos for k in ("ratio", "stall ms"))
+             + f"{'excess ms':>11}{'first s':>9}{'errors':>8}{'corrupt':>9}"]
     for key, r in out["scenarios"].items():
-        lines.append(f"({key}) {r['name']:<12}" + "".join(f"{r[p]['goodput_ratio']:>16}{r[p]['max_stall_ms']:>16}"
-                                                       for p in protos) + f"{r['mrc']['qp_errors']:>11}")
+        if "idle" in r:
+            i = r["idle"]
+            lines.append(f"({key}) {r['name']:<22} busy cores {i['cpu_busy_cores_before']} before the fault, "
+                         f"{i['cpu_busy_cores_after']} after (of {i['cores']})")
+            continue
+        cells = "".join(f"{r[p]['goodput_ratio']!s:>15}{r[p]['max_stall_ms']:>15}" if p in r else f"{'-':>15}{'-':>15}"
+                        for p in protos)
+        m = r["mrc"]
+        lines.append(f"({key}) {r['name']:<22}" + cells + f"{m['stall_excess_ms']:>11}{m['goodput_first_s_ratio']!s:>9}"
+                     f"{m['qp_errors']:>8}{m['corrupt_bytes']:>9}")
     return "\n".join(lines)
 
 
 def markdown(out: dict) -> str:
-    """The README table: per scenario, goodput ratio / longest stall per protocol, MRC's errors and rtx."""
-    protos = [p for p in ("mrc", "tcp", "mptcp") if any(p in r for r in out["scenarios"].values())]
-    head = "| scenario | " + " | ".join(f"{p.upper()} goodput / stall" for p in protos) + \
-           " | MRC QP errors | MRC retransmitted | target |"
-    lines = [head, "|" + "---|" * (len(protos) + 4)]
+    """The README table: per scenario, MRC's goodput (overall, first second,
+    against its control), its longest stall beside the no-fault run's, the
+    gap distribution, errors, corrupt bytes and resends; the kernel's
+    transports' goodput / stall beside it."""
+    protos = [p for p in ("tcp", "mptcp") if any(p in r for r in out["scenarios"].values())]
+    head = ("| scenario | MRC goodput (first s; vs control) | MRC stall: fault / no fault / excess | "
+            "MRC gaps p50 / p99 (no fault) | errors / corrupt B / resent | "
+            + " | ".join(f"{p.upper()} goodput / stall" for p in protos) + " | target |")
+    lines = [head, "|" + "---|" * (len(protos) + 6)]
     for key, r in out["scenarios"].items():
-        cells = []
-        for p in protos:
-            s = r.get(p)
-            cells.append("-" if s is None else f"{s['goodput_ratio']:.2f} x / {s['max_stall_ms']:g} ms")
+        if "idle" in r:
+            i = r["idle"]
+            lines.append(f"| ({key}) {r['name']} | busy cores {i['cpu_busy_cores_before']} -> "
+                         f"{i['cpu_busy_cores_after']} of {i['cores']} in the second after the fault | "
+                         + " | ".join("-" for _ in range(4 + len(protos))) + " |")
+            continue
         m = r["mrc"]
-        extra = ""
-        b = m.get("bad_path", {})
-        if b.get("loss_to_retire_rtts") is not None:
-            extra = (f"; the bad path's EVs left GOOD {b['loss_to_retire_rtts']:g} RTTs "
-                     f"({b['loss_to_retire_ms']:g} ms) after the first packet the fault dropped was sent")
-        elif b.get("fault_applied_within_ms") is not None:
-            extra = (f"; the bad path's EVs left GOOD {b['first_left_ms']:g} ms ({b['first_left_rtts']:g} RTTs) after "
-                     f"the fault began to be applied (it took {b['fault_applied_within_ms']:g} ms)")
-        lines.append(f"| ({key}) {r['name']} | " + " | ".join(cells) +
-                     f" | {m['qp_errors']} | {m['retransmitted_bytes'] / 1e6:.1f} MB | {r['target']}{extra} |")
+        g, g0 = m["gaps"], m["no_fault_gaps"]
+        vs = f"; {m['vs_control']:.2f} x control" if "vs_control" in m else ""
+        cells = [f"{m['goodput_ratio']:.2f} x ({m['goodput_first_s_ratio']:.2f}{vs})",
+                 f"{m['max_stall_ms']:g} / {m['no_fault_max_stall_ms']:g} / {m['stall_excess_ms']:g} ms",
+                 f"{g['p50_ms']:g} / {g['p99_ms']:g} ({g0['p50_ms']:g} / {g0['p99_ms']:g}) ms",
+                 f"{m['qp_errors']} / {m['corrupt_bytes']} / {m['retransmitted_bytes'] / 1e6:.1f} MB"]
+        for p in protos:
+            x = r.get(p)
+            cells.append("-" if x is None else f"{x['goodput_ratio']:.2f} x / {x['max_stall_ms']:g} ms")
+        lines.append(f"| ({key}) {r['name']} | " + " | ".join(cells) + f" | {r['target']} |")
     return "\n".join(lines)
 
 

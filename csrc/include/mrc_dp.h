@@ -497,6 +497,9 @@ int mrc_ctx_ep_batch_send_wait(struct mrc_ctx *c, const struct mrc_probe_req *re
  * duration_ns, from the calling thread (the engine thread must not be
  * started). Returns packets sent or -errno. */
 int64_t mrc_bench_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns);
+/* (csrc/bench/verify.c) The bytes of got[0, n) that differ from want; with
+ * clear, got is then zeroed, so a later write there has to land again. */
+uint64_t mrc_bench_check(const uint8_t *want, uint8_t *got, uint64_t n, int clear);
 
 /* ------------------------------------------- driving a context by hand
  * The sans-I/O core's inputs and outputs (architecture.md): no syscalls, no
