@@ -10,18 +10,35 @@ goes):
   d  a host port down: h0's plane-0 link
   e  1% random loss on one plane (h0's plane-0 link, both directions)
   f  20% random loss on a single path (p0l0-p0s3, both directions)
-  b0 (only with --only b0) a control for b: h1's plane-0 port flapping the
-     same way; it carries none of this transfer, so it measures what the
-     fault machinery itself costs on the shared CPUs
-  b1 (only with --only b1) a sharper control for b: the same link flapping
-     with its path's EVs denied in both runs, so MRC never sends over it and
-     the fault's kernel work (in the leaf and spine it joins) is the same
+  g  a whole plane: plane 0's T1 switches all fail mid-transfer (the hosts'
+     ports stay up: only losses tell the sender)
+  h  a T0 leaf reboot: h0's plane-0 leaf, all its links (h0's port too)
+     down for 5 s, then up
+  i  a seeded random schedule (--seed) over --flap-seconds: T0-T1 link cuts
+     healed 1-8 s later and flaps (3 x 0.2 s down), about 10 a minute, on
+     random planes
+Controls (MRC only):
+  b1 the same link flapping with its path's EVs denied in both runs, so MRC
+     never sends over it and the fault's kernel work (in the leaf and spine
+     it joins) is the same; g1 and i1 the same for (g) (plane 0 denied) and
+     (i) (every path its schedule touches denied); `vs_control` in (b),
+     (g), (i) is the scenario's goodput ratio over its control's
+  g0 the plane cut with no transfer at all: the busy cores of the machine
+     in the second before and after it (what the failure costs the kernel)
+  b0 (only with --only b0) h1's plane-0 port flapping like (b); it carries
+     none of this transfer
 
 For each, per protocol: goodput_ratio (bytes from the first fault to the
 end against a no-fault run of the same length just before it, over the same
 window), goodput_ratio_after (from 1 s after the last fault event),
-max_stall_ms (longest gap between completions, or between reads at the TCP
-receiver, after the first fault), qp_errors (failed completions or QPs in
+goodput_first_s_ratio (the second after the first fault over the second
+before it, in the fault run), max_stall_ms (longest gap between
+completions, or between reads at the TCP receiver, after the first fault),
+no_fault_max_stall_ms (the same in the no-fault run: this VM's floor),
+stall_excess_ms (the difference), gaps / no_fault_gaps (p50, p99 and max of
+every gap after the first fault, both runs), for MRC corrupt_bytes and
+verified_bytes (each completed WRITE's bytes compared with what it had to
+write, in both runs), qp_errors (failed completions or QPs in
 ERROR; for TCP, connection errors), retransmitted_bytes (MRC: the QP's
 counter; TCP/MPTCP: the sender's TcpRetransSegs times the MSS), and for MRC
 the EV state timeline (sampled every 100 ms) and, for (f), how many RTTs the
@@ -29,7 +46,8 @@ bad path's EVs took to leave GOOD, counted from when the first packet the
 fault dropped was sent (each EV event of a loss carries that time).
 
     python bench/fault_campaign.py [--json] [--plots DIR] [--only a,c]
-        [--seconds 6] [--flap-seconds 60]
+        [--seconds 6] [--flap-seconds 60] [--seed 7] [--no-kernel]
+        python bench/fault_campaign.py --markdown campaign.json
 
 Needs root. The switch interfaces carry wire-size packets
 (mrc.fabric.apply.wire_sized), as in bench/fabric_bench.py. Faults come
@@ -50,6 +68,7 @@ import threading
 import time
 from array import array
 
+from campaign_report import BUCKET, markdown, plot, table
 from mrc._dp import ffi, lib
 
 from mrc.fabric import apply, ns
@@ -58,8 +77,6 @@ from mrc.fabric.faults import FaultScheduler
 from mrc.fabric.pair import qp_pair
 from mrc.fabric.topology import Topology
 
-BUCKET = 0.1          # seconds per goodput sample
-GAP = 0.0005          # gaps longer than this are recorded
 FAULT_AT = 1.5        # seconds into a run when the first fault fires
 
 ALL = ("a", "b", "b0", "b1", "c", "d", "e", "f", "g", "g0", "g1", "h", "i", "i1")
@@ -410,11 +427,14 @@ def longest_gap_after(rec: Recorder, t: float) -> float:
 
 def gap_stats(rec: Recorder, t: float) -> dict:
     """p50, p99 and max of the gaps between deliveries after t, in ms."""
-    g = sorted(rec.gaps_after(t))
+    raw = rec.gaps_after(t)
+    g = sorted(raw)
     if not g:
-        return {"p50_ms": None, "p99_ms": None, "max_ms": None}
+        return {"p50_ms": None, "p99_ms": None, "max_ms": None, "max_ends_at_s": None}
+    k = bisect.bisect_right(rec.times, t)
+    end = rec.times[k + raw.index(g[-1])]
     return {"p50_ms": round(g[len(g) // 2] * 1e3, 3), "p99_ms": round(g[min(len(g) - 1, int(len(g) * 0.99))] * 1e3, 3),
-            "max_ms": round(g[-1] * 1e3, 3)}
+            "max_ms": round(g[-1] * 1e3, 3), "max_ends_at_s": round(end, 3)}
 
 
 def summarize(r: dict, base: Recorder, seconds: float, t0_ns: int) -> dict:
@@ -481,39 +501,6 @@ def bad_path_leave(r: dict, t: Topology, path: tuple, t0_ns: int) -> dict:
                    loss_to_retire_rtts=round((cause[1] - cause[0]) / rtt, 1),
                    first_drop_after_fault_start_ms=round((cause[0] - tf) / 1e6, 3))
     return out
-
-
-def plot(path: str, key: str, sc: dict, res: dict) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    fig, ax = plt.subplots(figsize=(8, 3.2))
-    for proto, color in (("mrc", "tab:blue"), ("tcp", "tab:orange"), ("mptcp", "tab:green")):
-        if proto in res:
-            ys = res[proto]["series_gbps"]
-            ax.plot([i * BUCKET for i in range(len(ys))], ys, label=proto.upper(), color=color, lw=1.2)
-    marked = set()
-    for proto, color in (("mrc", "tab:blue"), ("tcp", "tab:orange"), ("mptcp", "tab:green")):
-        # each run's own fault times (the fault process reports them), in the run's colour
-        for at, op in res.get(proto, {}).get("fault_markers", []):
-            lab = "fault" if op != "heal" else "heal"
-            ax.axvline(at, color=color, ls="--" if op != "heal" else ":", lw=0.8,
-                       label=None if lab in marked else lab + " (dashed; heal dotted)" if lab == "fault" else None)
-            marked.add(lab)
-    ax.set_xlabel("seconds")
-    ax.set_ylabel("goodput (Gb/s)")
-    ax.set_title(f"({key}) {sc['desc']}", fontsize=9)
-    ax.set_xlim(0, sc["seconds"])
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
 
 
 def main() -> int:
@@ -629,54 +616,6 @@ def main() -> int:
         return 0
     finally:
         apply.down(t.name)
-
-
-def table(out: dict, protos: list[str]) -> str:
-    lines = [f"{'scenario':<26}" + "".join(f"{p + ' ' + k:>15}" for p in protos for k in ("ratio", "stall ms"))
-             + f"{'excess ms':>11}{'first s':>9}{'errors':>8}{'corrupt':>9}"]
-    for key, r in out["scenarios"].items():
-        if "idle" in r:
-            i = r["idle"]
-            lines.append(f"({key}) {r['name']:<22} busy cores {i['cpu_busy_cores_before']} before the fault, "
-                         f"{i['cpu_busy_cores_after']} after (of {i['cores']})")
-            continue
-        cells = "".join(f"{r[p]['goodput_ratio']!s:>15}{r[p]['max_stall_ms']:>15}" if p in r else f"{'-':>15}{'-':>15}"
-                        for p in protos)
-        m = r["mrc"]
-        lines.append(f"({key}) {r['name']:<22}" + cells + f"{m['stall_excess_ms']:>11}{m['goodput_first_s_ratio']!s:>9}"
-                     f"{m['qp_errors']:>8}{m['corrupt_bytes']:>9}")
-    return "\n".join(lines)
-
-
-def markdown(out: dict) -> str:
-    """The README table: per scenario, MRC's goodput (overall, first second,
-    against its control), its longest stall beside the no-fault run's, the
-    gap distribution, errors, corrupt bytes and resends; the kernel's
-    transports' goodput / stall beside it."""
-    protos = [p for p in ("tcp", "mptcp") if any(p in r for r in out["scenarios"].values())]
-    head = ("| scenario | MRC goodput (first s; vs control) | MRC stall: fault / no fault / excess | "
-            "MRC gaps p50 / p99 (no fault) | errors / corrupt B / resent | "
-            + " | ".join(f"{p.upper()} goodput / stall" for p in protos) + " | target |")
-    lines = [head, "|" + "---|" * (len(protos) + 6)]
-    for key, r in out["scenarios"].items():
-        if "idle" in r:
-            i = r["idle"]
-            lines.append(f"| ({key}) {r['name']} | busy cores {i['cpu_busy_cores_before']} -> "
-                         f"{i['cpu_busy_cores_after']} of {i['cores']} in the second after the fault | "
-                         + " | ".join("-" for _ in range(4 + len(protos))) + " |")
-            continue
-        m = r["mrc"]
-        g, g0 = m["gaps"], m["no_fault_gaps"]
-        vs = f"; {m['vs_control']:.2f} x control" if "vs_control" in m else ""
-        cells = [f"{m['goodput_ratio']:.2f} x ({m['goodput_first_s_ratio']:.2f}{vs})",
-                 f"{m['max_stall_ms']:g} / {m['no_fault_max_stall_ms']:g} / {m['stall_excess_ms']:g} ms",
-                 f"{g['p50_ms']:g} / {g['p99_ms']:g} ({g0['p50_ms']:g} / {g0['p99_ms']:g}) ms",
-                 f"{m['qp_errors']} / {m['corrupt_bytes']} / {m['retransmitted_bytes'] / 1e6:.1f} MB"]
-        for p in protos:
-            x = r.get(p)
-            cells.append("-" if x is None else f"{x['goodput_ratio']:.2f} x / {x['max_stall_ms']:g} ms")
-        lines.append(f"| ({key}) {r['name']} | " + " | ".join(cells) + f" | {r['target']} |")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,87 @@
+"""The fault campaign's reports (bench/fault_campaign.py): the terminal
+table, the README's markdown table and one plot per scenario."""
+from __future__ import annotations
+
+BUCKET = 0.1          # seconds per goodput sample (fault_campaign.py takes it from here)
+
+
+def plot(path: str, key: str, sc: dict, res: dict) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    for proto, color in (("mrc", "tab:blue"), ("tcp", "tab:orange"), ("mptcp", "tab:green")):
+        if proto in res:
+            ys = res[proto]["series_gbps"]
+            ax.plot([i * BUCKET for i in range(len(ys))], ys, label=proto.upper(), color=color, lw=1.2)
+    marked = set()
+    for proto, color in (("mrc", "tab:blue"), ("tcp", "tab:orange"), ("mptcp", "tab:green")):
+        # each run's own fault times (the fault process reports them), in the run's colour
+        for at, op in res.get(proto, {}).get("fault_markers", []):
+            lab = "fault" if op != "heal" else "heal"
+            ax.axvline(at, color=color, ls="--" if op != "heal" else ":", lw=0.8,
+                       label=None if lab in marked else lab + " (dashed; heal dotted)" if lab == "fault" else None)
+            marked.add(lab)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("goodput (Gb/s)")
+    ax.set_title(f"({key}) {sc['desc']}", fontsize=9)
+    ax.set_xlim(0, sc["seconds"])
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def table(out: dict, protos: list[str]) -> str:
+    lines = [f"{'scenario':<26}" + "".join(f"{p + ' ' + k:>15}" for p in protos for k in ("ratio", "stall ms"))
+             + f"{'excess ms':>11}{'first s':>9}{'errors':>8}{'corrupt':>9}"]
+    for key, r in out["scenarios"].items():
+        if "idle" in r:
+            i = r["idle"]
+            lines.append(f"({key}) {r['name']:<22} busy cores {i['cpu_busy_cores_before']} before the fault, "
+                         f"{i['cpu_busy_cores_after']} after (of {i['cores']})")
+            continue
+        cells = "".join(f"{r[p]['goodput_ratio']!s:>15}{r[p]['max_stall_ms']:>15}" if p in r else f"{'-':>15}{'-':>15}"
+                        for p in protos)
+        m = r["mrc"]
+        lines.append(f"({key}) {r['name']:<22}" + cells + f"{m['stall_excess_ms']:>11}{m['goodput_first_s_ratio']!s:>9}"
+                     f"{m['qp_errors']:>8}{m['corrupt_bytes']:>9}")
+    return "\n".join(lines)
+
+
+def markdown(out: dict) -> str:
+    """The README table: per scenario, MRC's goodput (overall, first second,
+    against its control), its longest stall beside the no-fault run's, the
+    gap distribution, errors, corrupt bytes and resends; the kernel's
+    transports' goodput / stall beside it."""
+    protos = [p for p in ("tcp", "mptcp") if any(p in r for r in out["scenarios"].values())]
+    cols = ["scenario", "MRC goodput (first s; vs control)", "MRC stall: fault / no fault / excess",
+            "MRC gaps p50 / p99 (no fault)", "errors / corrupt B / resent",
+            *(f"{p.upper()} goodput / stall" for p in protos), "target"]
+    head = "| " + " | ".join(cols) + " |"
+    lines = [head, "|" + "---|" * (len(protos) + 6)]
+    for key, r in out["scenarios"].items():
+        if "idle" in r:
+            i = r["idle"]
+            lines.append(f"| ({key}) {r['name']} | busy cores {i['cpu_busy_cores_before']} -> "
+                         f"{i['cpu_busy_cores_after']} of {i['cores']} in the second after the fault | "
+                         + " | ".join("-" for _ in range(4 + len(protos))) + " |")
+            continue
+        m = r["mrc"]
+        g, g0 = m["gaps"], m["no_fault_gaps"]
+        vs = f"; {m['vs_control']:.2f} x control" if "vs_control" in m else ""
+        cells = [f"{m['goodput_ratio']:.2f} x ({m['goodput_first_s_ratio']:.2f}{vs})",
+                 f"{m['max_stall_ms']:g} / {m['no_fault_max_stall_ms']:g} / {m['stall_excess_ms']:g} ms",
+                 f"{g['p50_ms']:g} / {g['p99_ms']:g} ({g0['p50_ms']:g} / {g0['p99_ms']:g}) ms",
+                 f"{m['qp_errors']} / {m['corrupt_bytes']} / {m['retransmitted_bytes'] / 1e6:.1f} MB"]
+        for p in protos:
+            x = r.get(p)
+            cells.append("-" if x is None else f"{x['goodput_ratio']:.2f} x / {x['max_stall_ms']:g} ms")
+        lines.append(f"| ({key}) {r['name']} | " + " | ".join(cells) + f" | {r['target']} |")
+    return "\n".join(lines)
