@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--imm", action="store_true", help="RDMA WRITE with immediate instead of WRITE")
     pc.add_argument("--verify", action="store_true", help="check the received data by hash")
     pc.add_argument("--qps", type=int, default=1, help="queue pairs, messages spread round robin (default 1)")
+    pc.add_argument("--latency", action="store_true",
+                    help="round trips instead of bandwidth: a WRITE_IMM of each size, which the server writes straight "
+                         "back; one at a time, p50/p99 (try --sizes 64 --iters 2000)")
     _psk(pc, "prove to the server that we hold this key (and check that it does)")
     _where(pc)
     _json(pc)
@@ -411,6 +414,11 @@ def main(argv: list[str] | None = None) -> int:
                                    idle_timeout=a.idle_timeout)
             if a.pcmd == "client":
                 sizes = [perf.parse_size(x) for x in a.sizes.split(",") if x]
+                if a.latency:
+                    res = perf.latency(a.server, sizes, a.iters, a.port, progress=not a.json,
+                                       resolver=_resolver(a), ports=_ports(a.ports), psk=_read_psk(a))
+                    perf.main_json(res) if a.json else perf.print_latency(res)
+                    return 0 if all(r["verified"] for r in res) else 1
                 res = perf.client(a.server, sizes, a.iters, a.imm, a.verify, a.depth, a.port,
                                   progress=sys.stderr.isatty() or not a.json, qps=a.qps, resolver=_resolver(a),
                                   ports=_ports(a.ports), psk=_read_psk(a))

@@ -21,6 +21,7 @@ import threading
 import time
 
 from mrc import cm
+from mrc._dp import ffi, lib
 from mrc.ctl import endpoint
 from mrc.errors import ErrnoError, MrcError, UsageError
 from mrc.paths import PathResolver, from_environment
@@ -81,6 +82,39 @@ class _Receiver(threading.Thread):
             return self.cv.wait_for(lambda: self.count >= n, timeout)
 
 
+def _write_template(qp, mr, length: int, remote_addr: int, rkey: int):
+    """A WRITE_IMM work request of ``length`` bytes from ``mr`` (latency mode)."""
+    wr = ffi.new("struct mrc_wr *")
+    wr.opcode = lib.MRC_WR_WRITE_IMM
+    wr.num_sge = 1
+    wr.sg_list[0].addr, wr.sg_list[0].length, wr.sg_list[0].lkey = mr.addr, length, mr.lkey
+    wr.remote_addr, wr.rkey = remote_addr, rkey
+    return wr
+
+
+class _Echo(threading.Thread):
+    """Latency mode (server side): every WRITE_IMM that arrives is written
+    straight back, same length and immediate, into the client's echo region,
+    by a C loop (csrc/bench/pingpong.c) that sleeps on the CQ's channel."""
+
+    def __init__(self, ctx: Context, cq, qp, mr, echo: tuple[int, int], depth: int) -> None:
+        super().__init__(daemon=True)
+        self.cq, self.qp, self.depth = cq, qp, depth
+        self.tmpl = _write_template(qp, mr, mr.length, *echo)
+        self.count = self.errors = 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        self.qp.post_recv(list(range(self.depth)))
+        while not self.stop.is_set():
+            n = lib.mrc_bench_pingpong(self.qp.dev.handle(), self.qp.qpn, self.cq.cqn, self.tmpl, 1 << 30, 1,
+                                       100_000_000, ffi.NULL)  # back every 100 ms idle to look at stop
+            if n < 0:
+                self.errors += 1
+                return
+            self.count += n
+
+
 SERVER_MAX_SIZE = 1 << 30    # bytes of remote-writable memory one client may ask for
 SERVER_MAX_QPS = 64          # QPs one client may ask for
 IDLE_TIMEOUT = 60.0          # seconds a connected client may stay silent
@@ -89,7 +123,8 @@ TICK = 10.0                  # the client says it is alive this often during a r
 
 def _client_params(hello: dict, max_size: int, max_qps: int) -> tuple[int, bool, list]:
     """The size, WRITE_IMM flag and extra QPs a client asks for, within this
-    server's bounds (ErrnoError otherwise: the client is told why)."""
+    server's bounds (ErrnoError otherwise: the client is told why). Its echo
+    region (latency mode) is read by :func:`_echo_params`."""
     params = hello.get("params", {})
     if not isinstance(params, dict):
         raise ErrnoError(errno.EPROTO, "params must be an object")
@@ -108,10 +143,26 @@ def _client_params(hello: dict, max_size: int, max_qps: int) -> tuple[int, bool,
     return size, bool(params.get("imm")), [cm.info_from_json(i) for i in extra]
 
 
+def _echo_params(hello: dict) -> tuple[int, int] | None:
+    """Latency mode: the client's region that echoes go to (its address and
+    rkey; the client's own engine checks every write against them)."""
+    echo = hello.get("params", {}).get("echo")
+    if echo is None:
+        return None
+    if not (isinstance(echo, dict) and all(isinstance(echo.get(k), int) and not isinstance(echo.get(k), bool)
+                                           for k in ("addr", "rkey"))
+            and 0 <= echo["addr"] < 1 << 64 and 0 <= echo["rkey"] < 1 << 32):
+        raise ErrnoError(errno.EINVAL, "echo must be {addr, rkey}: 64- and 32-bit unsigned integers")
+    return echo["addr"], echo["rkey"]
+
+
 def _serve_client(ctx: Context, conn: cm.Connection, max_size: int, max_qps: int, idle_timeout: float) -> None:
     """One client from hello to bye; everything it was given is freed on the
     way out, whatever happens."""
     size, imm, extra = _client_params(conn.hello, max_size, max_qps)
+    echo = _echo_params(conn.hello)
+    if echo and extra:
+        raise ErrnoError(errno.EINVAL, "latency mode runs over one QP")
     qps: list = []
     rx = mr = cq = None
     try:
@@ -119,10 +170,13 @@ def _serve_client(ctx: Context, conn: cm.Connection, max_size: int, max_qps: int
         mr = ctx.reg_mr(buf, remote_write=True)
         cq = ctx.create_cq()
         for peer in [conn.peer, *extra]:  # one QP per client QP (--qps), all writing into the same buffer
-            qp = ctx.create_qp(cq=cq, attr=QPAttr(rq_depth=1024) if imm else QPAttr())
+            qp = ctx.create_qp(cq=cq, attr=QPAttr(rq_depth=1024) if imm or echo else QPAttr())
             qps.append(qp)
             qp.connect(peer)
-        if imm:
+        if echo:
+            rx = _Echo(ctx, cq, qps[0], mr, echo, 64)
+            rx.start()
+        elif imm:
             rx = _Receiver(ctx, cq, qps, 512)
             rx.start()
         conn.reply(ctx.local_info(qps[0], mr), qps=[cm.info_to_json(ctx.local_info(q, mr)) for q in qps[1:]])
@@ -294,6 +348,63 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
         ctx.close()
 
 
+def latency(server_host: str, sizes: list[int], iters: int = 1000, port: int = cm.DEFAULT_PORT,
+            progress: bool = True, resolver: PathResolver | None = None, ports=None, psk: bytes | None = None,
+            warmup: int = 50) -> list[dict]:
+    """Round trips: a WRITE_IMM of each size to the server, which writes it
+    straight back (same length and immediate) into our echo region; one at a
+    time, timed in C (csrc/bench/pingpong.c) from the post to our receive
+    completion. Both sides sleep on their CQ's channel between messages."""
+    resolver = resolver or from_environment()
+    addr = cm.setup_address(server_host, resolver)
+    ctx = Context(ports, resolver=resolver)
+    ctl = endpoint.serve(ctx, sys.stderr)
+    try:
+        size_max = max(sizes)
+        src, back = bytearray(os.urandom(size_max)), bytearray(size_max)
+        mr, mback = ctx.reg_mr(src), ctx.reg_mr(back, remote_write=True)
+        cq = ctx.create_cq()
+        qp = ctx.create_qp(cq=cq, attr=QPAttr(rq_depth=64))
+        conn = cm.connect(addr, port, ctx.local_info(qp), psk=psk,
+                          params={"max_size": size_max, "imm": True, "echo": {"addr": mback.addr, "rkey": mback.rkey}})
+        qp.connect(conn.peer)
+        remote = conn.peer
+        results = []
+        for size in sizes:
+            st0 = qp.stats()
+            tmpl = _write_template(qp, mr, size, remote.addr, remote.rkey)
+            rtt = ffi.new("uint64_t[]", warmup + iters)
+            t0 = time.perf_counter()
+            n = lib.mrc_bench_pingpong(qp.dev.handle(), qp.qpn, cq.cqn, tmpl, warmup + iters, 0, 10_000_000_000, rtt)
+            if n < 0:
+                raise UsageError(f"a {size} B round trip failed: {os.strerror(-n)} (no echo in 10 s: is the server "
+                                 f"an older mrc?)" if n == -errno.ETIMEDOUT else f"a {size} B round trip failed: "
+                                 f"{os.strerror(-n)}")
+            if time.perf_counter() - t0 > TICK / 2:
+                conn.send({"tick": n})  # the server drops a client silent for its idle timeout
+            st1 = qp.stats()
+            xs = [rtt[i] / 1e9 for i in range(warmup, warmup + iters)]
+            ok = bytes(back[:size]) == bytes(src[:size])
+            res = {"size": size, "iters": iters, "op": "WRITE_IMM round trip",
+                   "p50_us": round(percentile(xs, 0.5) * 1e6, 1),
+                   "p99_us": round(percentile(xs, 0.99) * 1e6, 1), "min_us": round(min(xs) * 1e6, 1),
+                   "mean_us": round(sum(xs) / len(xs) * 1e6, 1),
+                   "retransmits": st1["rtx_packets"] - st0["rtx_packets"],
+                   "timeouts": st1["timeouts"] - st0["timeouts"],
+                   "verified": ok}
+            results.append(res)
+            if progress:
+                print(f"{size:>10} B  round trip p50 {res['p50_us']} us  p99 {res['p99_us']} us  min {res['min_us']} us"
+                      f"  rtx {res['retransmits']}", file=sys.stderr)
+        conn.send({"bye": True})
+        conn.close()
+        return results
+    finally:
+        if ctl:
+            ctl.close()
+        ctx.close()
+
+
 def _sum_stats(qps: list) -> dict:
     """Counters of several QPs added up (plane_tx element by element)."""
     sts = [q.stats() for q in qps]
@@ -306,6 +417,13 @@ def print_table(results: list[dict]) -> None:
     for r in results:
         print(f"{r['size']:>10} {r['gbps']:>9.3f} {r['msg_rate']:>10.1f} {r['p50_us']:>8} {r['p99_us']:>8} "
               f"{r['p999_us']:>9} {r['retransmits']:>6} {r['verified']}")
+
+
+def print_latency(results: list[dict]) -> None:
+    print(f"{'size':>10} {'p50 us':>8} {'p99 us':>8} {'min us':>8} {'mean us':>8} {'rtx':>5} verified")
+    for r in results:
+        print(f"{r['size']:>10} {r['p50_us']:>8} {r['p99_us']:>8} {r['min_us']:>8} {r['mean_us']:>8} "
+              f"{r['retransmits']:>5} {r['verified']}")
 
 
 def main_json(results: list[dict]) -> None:
@@ -374,8 +492,12 @@ def stream(ctx: Context, qp, mr, remote, total: int, msg: int = 1 << 20, depth: 
     # the longest gap that ended after the first event fired: the fault's own stall
     first = min((at for at, _ in fired), default=None)
     after = max((g for s, g in gaps if first is not None and s + g >= first), default=0.0)
+    # the floor: the longest gap before anything fired (this machine's own
+    # stalls with no fault; the first completion's wait is not one)
+    floor = max((g for s, g in gaps if first is None or s + g < first), default=0.0)
     return {"bytes": n * msg, "seconds": round(dt, 3), "gbps": round(n * msg * 8 / dt / 1e9, 3),
             "max_stall_ms": round(max_stall * 1e3, 3), "stall_at_s": round(stall_at, 3),
             "max_stall_after_event_ms": round(after * 1e3, 3) if first is not None else None,
+            "no_fault_max_stall_ms": round(floor * 1e3, 3),
             "retransmits": st1["rtx_packets"] - st0["rtx_packets"], "losses": st1["losses"] - st0["losses"],
             "events": fired}

@@ -500,6 +500,19 @@ int64_t mrc_bench_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint
 /* (csrc/bench/verify.c) The bytes of got[0, n) that differ from want; with
  * clear, got is then zeroed, so a later write there has to land again. */
 uint64_t mrc_bench_check(const uint8_t *want, uint8_t *got, uint64_t n, int clear);
+/* (csrc/bench/udpping.c) The kernel's UDP round trip: n pings of size bytes
+ * on a connected UDP socket, each one's round trip into rtt_ns[i]; and the
+ * other side, echoing n datagrams (returns early on a receive timeout). */
+int64_t mrc_bench_udp_pingpong(int fd, uint32_t size, uint32_t n, uint64_t *rtt_ns);
+int64_t mrc_bench_udp_echo(int fd, uint32_t n);
+/* (csrc/bench/pingpong.c) Latency: the client (echo 0) posts a receive and
+ * tmpl as a WRITE_IMM n times, one at a time, and times each until the
+ * echo's receive completion (rtt_ns[i]); the echo side (echo 1) answers up
+ * to n WRITE_IMMs with the same length and immediate into tmpl's remote
+ * region, reposting each receive, and returns early, with the count, after
+ * timeout_ns without one. Completions on cqn only; -errno on an error. */
+int64_t mrc_bench_pingpong(struct mrc_ctx *c, uint32_t qpn, uint32_t cqn, const struct mrc_wr *tmpl, uint32_t n,
+                           int echo, uint64_t timeout_ns, uint64_t *rtt_ns);
 
 /* ------------------------------------------- driving a context by hand
  * The sans-I/O core's inputs and outputs (architecture.md): no syscalls, no

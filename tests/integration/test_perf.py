@@ -37,6 +37,14 @@ def perf(t, *client_args):
             server.wait()
 
 
+def test_perf_latency_mode_round_trips_are_echoed_and_verified(fabric):
+    res = perf(fabric, "--latency", "--sizes", "64,4K", "--iters", "200")
+    assert [r["size"] for r in res] == [64, 4096]
+    for r in res:
+        assert r["verified"] is True and r["op"] == "WRITE_IMM round trip" and r["iters"] == 200
+        assert 0 < r["min_us"] <= r["p50_us"] <= r["p99_us"]
+
+
 @pytest.mark.parametrize("args,qps,op", [(["--sizes", "1,4K,64K,1M", "--iters", "20"], 1, "WRITE"),
                                          (["--sizes", "4K,1M", "--iters", "30", "--qps", "3", "--imm"], 3,
                                           "WRITE_IMM")])

@@ -267,3 +267,16 @@ def test_the_perf_server_grants_what_is_within_bounds():
     size, imm, extra = perf._client_params({"params": {"max_size": 1 << 20, "imm": True},
                                             "qps": [cm.info_to_json(GOOD)] * 63}, 1 << 30, 64)
     assert size == 1 << 20 and imm is True and len(extra) == 63 and extra[0] == GOOD
+
+
+@pytest.mark.parametrize("echo", [5, [1, 2], {"addr": 1}, {"addr": -1, "rkey": 1}, {"addr": 1, "rkey": 1 << 32},
+                                  {"addr": 1 << 64, "rkey": 1}, {"addr": True, "rkey": 1}, {"addr": "1", "rkey": 1}])
+def test_a_latency_client_must_name_its_echo_region_properly(echo):
+    with pytest.raises(ErrnoError) as e:
+        perf._echo_params({"params": {"echo": echo}})
+    assert e.value.errno == errno.EINVAL
+
+
+def test_a_latency_client_gets_its_echo_region_back():
+    assert perf._echo_params({"params": {"echo": {"addr": 1 << 40, "rkey": 0xDEADBEEF}}}) == (1 << 40, 0xDEADBEEF)
+    assert perf._echo_params({"params": {}}) is None

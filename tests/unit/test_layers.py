@@ -24,7 +24,8 @@ C_LAYERS = [
     ["dispatch.c"],
     ["simlink.c", "io_packet.c", "link_watch.c"],
     ["engine.c"],
-    ["bench/blast.c", "bench/verify.c", "fuzz/fuzz_parse.c", "fuzz/fuzz_responder.c", "fuzz/fuzz_requester.c"],
+    ["bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c",
+     "fuzz/fuzz_parse.c", "fuzz/fuzz_responder.c", "fuzz/fuzz_requester.c"],
 ]
 #: the stack: these never import mrc.fabric (they take a path resolver)
 STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/errors.py", "mrc/paths.py",

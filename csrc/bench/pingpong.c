@@ -1,0 +1,96 @@
+/* Benchmark support: `mrc perf --latency` (and bench/latency_bench.py).
+ * One WRITE_IMM at a time and its echo, timed in C so that the figure is
+ * the stack's, not the interpreter's: the client posts a receive and a
+ * WRITE_IMM and waits for the echo's receive completion; the echo side
+ * waits for a receive completion and writes the same length and immediate
+ * back. Both wait on the CQ's completion channel (no spinning: on a small
+ * machine a spinning application takes the core its engine needs).
+ * Through the public API only; not part of the data path. */
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mrc_dp.h"
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The next receive completion on cqn (send completions are passed over);
+ * 0 and *out, -ETIMEDOUT after timeout_ns without one, -EIO on an error. */
+static int next_recv(struct mrc_ctx *c, uint32_t cqn, uint64_t timeout_ns, struct mrc_wc *out)
+{
+    int fd = mrc_cq_fd(c, cqn);
+    if (fd < 0)
+        return fd;
+    uint64_t deadline = mono_ns() + timeout_ns;
+    for (;;) {
+        struct mrc_wc wc[16];
+        int n = mrc_poll_cq(c, cqn, wc, 16);
+        if (n < 0)
+            return n;
+        int got = 0;
+        for (int i = 0; i < n; i++) {
+            if (wc[i].status != MRC_WC_SUCCESS)
+                return -EIO;
+            if (wc[i].opcode == MRC_WC_RECV_WRITE_IMM && !got) {
+                *out = wc[i];
+                got = 1; /* one echo is outstanding at a time: there is no second */
+            }
+        }
+        if (got)
+            return 0;
+        if (n)
+            continue;
+        uint64_t now = mono_ns();
+        if (now >= deadline)
+            return -ETIMEDOUT;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        uint64_t ms = (deadline - now) / 1000000 + 1;
+        if (poll(&pf, 1, (int)(ms > 1000 ? 1000 : ms)) > 0) {
+            uint64_t v;
+            if (read(fd, &v, sizeof(v)) < 0) { /* another reader took it: poll again */ }
+        }
+    }
+}
+
+int64_t mrc_bench_pingpong(struct mrc_ctx *c, uint32_t qpn, uint32_t cqn, const struct mrc_wr *tmpl, uint32_t n,
+                           int echo, uint64_t timeout_ns, uint64_t *rtt_ns)
+{
+    struct mrc_wr wr = *tmpl;
+    struct mrc_wc wc;
+    for (uint32_t i = 0; i < n; i++) {
+        if (echo) {
+            int rc = next_recv(c, cqn, timeout_ns, &wc);
+            if (rc == -ETIMEDOUT)
+                return i; /* idle: the caller decides whether to go on */
+            if (rc < 0)
+                return rc;
+            wr.wr_id = wc.wr_id;
+            wr.imm_data = wc.imm_data;
+            wr.sg_list[0].length = wc.byte_len < tmpl->sg_list[0].length ? wc.byte_len : tmpl->sg_list[0].length;
+            uint64_t id = wc.wr_id;
+            if ((rc = mrc_post_write(c, qpn, &wr, 1)) < 0 || (rc = mrc_post_recv(c, qpn, &id, 1)) < 0)
+                return rc;
+            continue;
+        }
+        uint64_t id = i;
+        int rc = mrc_post_recv(c, qpn, &id, 1);
+        if (rc < 0)
+            return rc;
+        wr.wr_id = i;
+        wr.imm_data = i;
+        uint64_t t0 = mono_ns();
+        if ((rc = mrc_post_write(c, qpn, &wr, 1)) < 0)
+            return rc;
+        if ((rc = next_recv(c, cqn, timeout_ns, &wc)) < 0)
+            return rc;
+        rtt_ns[i] = mono_ns() - t0;
+    }
+    return n;
+}
