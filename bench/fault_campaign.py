@@ -63,6 +63,7 @@ import json
 import os
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -192,6 +193,36 @@ class Faulter:
             self.sched.close()
 
 
+_MONITOR = """
+import sys, time
+late = int(sys.argv[1])
+prev = time.monotonic_ns()
+while True:
+    time.sleep(0.001)
+    now = time.monotonic_ns()
+    if now - prev > late:
+        print(prev, now - prev, flush=True)
+    prev = now
+"""
+
+
+class PauseMonitor:
+    """A process of its own that sleeps 1 ms at a time and notes every time
+    it woke more than 10 ms late. When the transfer's loop stalls and this
+    process stalled too, the machine stalled (its two CPUs, or the
+    hypervisor), not MRC: the control that isolates the VM's own cost."""
+
+    def __init__(self, late_ns: int = 10_000_000) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", _MONITOR, str(late_ns)], stdout=subprocess.PIPE,
+                                     text=True)
+
+    def stop(self) -> list[tuple[int, int]]:
+        """(CLOCK_MONOTONIC ns when it went to sleep, how long it was away in ns)."""
+        self.proc.kill()
+        out = self.proc.communicate()[0]
+        return [(int(a), int(b)) for a, b in (line.split() for line in out.splitlines() if line.strip())]
+
+
 class Recorder:
     """Bytes per bucket and every delivery's time, against a shared t0 (the
     gaps between deliveries make the stall figures and their distribution)."""
@@ -253,7 +284,30 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
             faulter.go()
         rec = Recorder(t0, seconds)
         posted = done = 0
-        next_sample = t0
+        stop = threading.Event()
+
+        def sample() -> None:
+            """Every BUCKET, beside the transfer (the polling loop never waits for it)."""
+            nonlocal ev_events
+            while not stop.wait(BUCKET):
+                now = time.monotonic()
+                counts = {"GOOD": 0, "ASSUMED_BAD": 0, "DENIED": 0}
+                for e in qa.evs():  # active and spare: where every EV of the QP stands
+                    counts[e["state"]] = counts.get(e["state"], 0) + 1
+                st = qa.stats()
+                srtt.append((now - t0, st["srtt_ns"]))
+                timeline.append([round(now - t0, 3), counts["GOOD"], counts["ASSUMED_BAD"], counts["DENIED"]])
+                # what the QP and the ports did in the sample: to tell real drops (a receiver
+                # whose engine did not run fills its rx rings) from reordering and timeouts
+                rx_drops = sum(p["rx_ring_drops"] for p in cb.port_stats())
+                tx_err = sum(p["tx_errors"] for p in ca.port_stats())
+                counters.append([round(now - t0, 3), st["losses"], st["timeouts"], st["probes_tx"], st["rtx_packets"],
+                                 rx_drops, tx_err, st["retries_max"], st["head_rtx_max"]])
+                ev_events += ca.ev_events()
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        monitor = PauseMonitor()
         while True:
             now = time.monotonic()
             if now - t0 >= seconds or errors:
@@ -274,21 +328,9 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
                 done += len(wcs)
             else:
                 cq.get_event(0.002)
-            if now >= next_sample:
-                next_sample = now + BUCKET
-                counts = {"GOOD": 0, "ASSUMED_BAD": 0, "DENIED": 0}
-                for e in qa.evs():  # active and spare: where every EV of the QP stands
-                    counts[e["state"]] = counts.get(e["state"], 0) + 1
-                st = qa.stats()
-                srtt.append((now - t0, st["srtt_ns"]))
-                timeline.append([round(now - t0, 3), counts["GOOD"], counts["ASSUMED_BAD"], counts["DENIED"]])
-                # what the QP and the ports did in the sample: to tell real drops (a receiver
-                # whose engine did not run fills its rx rings) from reordering and timeouts
-                rx_drops = sum(p["rx_ring_drops"] for p in cb.port_stats())
-                tx_err = sum(p["tx_errors"] for p in ca.port_stats())
-                counters.append([round(now - t0, 3), st["losses"], st["timeouts"], st["probes_tx"], st["rtx_packets"],
-                                 rx_drops, tx_err, st["retries_max"], st["head_rtx_max"]])
-                ev_events += ca.ev_events()
+        stop.set()
+        sampler.join()
+        pauses = [((a - t0_ns) / 1e9, b / 1e9) for a, b in monitor.stop()]
         ev_events += ca.ev_events()
         # let what is in flight finish (not counted): a clean QP at the end
         deadline = time.monotonic() + 10
@@ -307,7 +349,7 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
                 "retransmitted_bytes": st1["rtx_bytes"] - st0["rtx_bytes"],
                 "losses": st1["losses"] - st0["losses"], "timeouts": st1["timeouts"] - st0["timeouts"],
                 "timeline": timeline, "ev_events": ev_events, "srtt": srtt, "ev_address": evs_by_address,
-                "counters": counters, "corrupt_bytes": corrupt[0], "verified_bytes": corrupt[1]}
+                "counters": counters, "corrupt_bytes": corrupt[0], "verified_bytes": corrupt[1], "pauses": pauses}
     finally:
         if faulter:
             faulter.sched.close()
@@ -466,6 +508,19 @@ def summarize(r: dict, base: Recorder, seconds: float, t0_ns: int) -> dict:
             "series_gbps": [round(b * 8 / BUCKET / 1e9, 3) for b in rec.buckets]}
 
 
+def monitor_figures(pauses: list, base_pauses: list, gaps: dict) -> dict:
+    """What the pause monitor saw: its longest pause in each run, and how long
+    it was itself kept from running during the fault run's longest gap."""
+    out = {"monitor_max_pause_ms": round(max((d for _, d in pauses), default=0.0) * 1e3, 1),
+           "no_fault_monitor_max_pause_ms": round(max((d for _, d in base_pauses), default=0.0) * 1e3, 1)}
+    if gaps.get("max_ends_at_s") is not None:
+        end = gaps["max_ends_at_s"]
+        start = end - gaps["max_ms"] / 1e3
+        overlap = [min(a + d, end) - max(a, start) for a, d in pauses if a < end and a + d > start]
+        out["monitor_pause_in_longest_gap_ms"] = round(max(overlap, default=0.0) * 1e3, 1)
+    return out
+
+
 def bad_path_leave(r: dict, t: Topology, path: tuple, t0_ns: int) -> dict:
     """When the EVs on the lossy path first left GOOD after the fault, in RTTs."""
     addr = t.path_address(*path)
@@ -584,6 +639,7 @@ def main() -> int:
                     #  most timeouts in a row so far, most resends of the window's oldest packet so far]
                     s["counter_timeline"] = r["counters"]
                     s["ev_events"] = len(r["ev_events"])
+                    s.update(monitor_figures(r["pauses"], b["pauses"], s["gaps"]))
                     s["corrupt_bytes"] = r["corrupt_bytes"] + b["corrupt_bytes"]
                     s["verified_bytes"] = r["verified_bytes"] + b["verified_bytes"]
                     if "bad_path" in sc:
@@ -597,7 +653,9 @@ def main() -> int:
                 res[p] = s
                 log(f"    goodput x{s['goodput_ratio']} (after x{s['goodput_ratio_after']}; no fault "
                     f"{s['no_fault_gbps']} Gb/s), longest stall {s['max_stall_ms']} ms (no fault "
-                    f"{s['no_fault_max_stall_ms']}), errors {s['qp_errors']}, rtx {s['retransmitted_bytes']} B")
+                    f"{s['no_fault_max_stall_ms']}), errors {s['qp_errors']}, rtx {s['retransmitted_bytes']} B"
+                    + (f", the pause monitor was away {s['monitor_pause_in_longest_gap_ms']} ms of the longest gap"
+                       if "monitor_pause_in_longest_gap_ms" in s else ""))
             if a.plots and plot(os.path.join(a.plots, f"campaign_{key}.png"), key, sc, res):
                 res["plot"] = os.path.join(a.plots, f"campaign_{key}.png")
             out["scenarios"][key] = res
