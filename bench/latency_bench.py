@@ -4,11 +4,13 @@ On the default fabric, h0 <-> h3:
   mrc    `mrc perf client h3 --latency --sizes 64`: a 64 B WRITE_IMM to the
          server, which writes it straight back when its receive completes;
          timed from the post to the client's receive completion
+  mrc_nospin  the same with `--spin-us 0` at both ends: engines that sleep as
+         soon as they are idle, so every packet wakes one (what wake-ups cost)
   udp    a UDP ping-pong in C (csrc/bench/udpping.c, blocking sockets) over
          the kernel's own SRv6 route between the hosts' inner addresses
          (plane 0, one uSID path: the one TCP uses in the other benches)
   icmp   ping -6 over the same route
-Each runs ROUNDS times, alternating (mrc, udp, icmp, mrc, ...), so the VM's
+Each runs ROUNDS times, alternating (mrc, mrc_nospin, udp, icmp, ...), so the VM's
 drift touches all of them alike; the figures are the medians of the rounds'
 p50 and p99. ratio_udp = MRC p50 / UDP p50 (the target is <= 1.5).
 
@@ -42,16 +44,17 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def run_mrc(t: Topology, size: int, iters: int, port: int) -> dict:
+def run_mrc(t: Topology, size: int, iters: int, port: int, spin_us: float | None = None) -> dict:
     src, dst = t.host(0), t.host(t.hosts - 1)
+    spin = [] if spin_us is None else ["--spin-us", str(spin_us)]
     server = subprocess.Popen(MRC + ["fabric", "exec", dst, "--name", t.name, "--"] + MRC
-                              + ["perf", "server", "--port", str(port)], stderr=subprocess.PIPE,
+                              + ["perf", "server", "--port", str(port), *spin], stderr=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, text=True)
     try:
         server.stderr.readline()  # "mrc perf server: ... waiting on ...": it listens
         out = subprocess.run(MRC + ["fabric", "exec", src, "--name", t.name, "--"] + MRC
                              + ["perf", "client", dst, "--port", str(port), "--latency", "--sizes", str(size),
-                                "--iters", str(iters), "--json"], capture_output=True, text=True, timeout=300)
+                                "--iters", str(iters), "--json", *spin], capture_output=True, text=True, timeout=300)
         if out.returncode:
             raise RuntimeError(f"mrc perf client failed: {out.stderr.strip()[-400:]}")
         r = json.loads(out.stdout)[0]
@@ -114,10 +117,12 @@ def main() -> int:
     apply.exit_cleanly_on_sigterm()
     t = Topology(name=f"lt{os.getpid() % 10000}")
     apply.up(t)
-    rounds: dict[str, list[dict]] = {"mrc": [], "udp": [], "icmp": []}
+    rounds: dict[str, list[dict]] = {"mrc": [], "udp": [], "icmp": [], "mrc_nospin": []}
     try:
         for k in range(a.rounds):
             rounds["mrc"].append(run_mrc(t, a.size, a.iters, 18600 + k))
+            # the same with engines that sleep as soon as they are idle: what the wake-ups cost
+            rounds["mrc_nospin"].append(run_mrc(t, a.size, a.iters, 18800 + k, spin_us=0))
             rounds["udp"].append(run_udp(t, a.size, a.iters, 18700 + k))
             rounds["icmp"].append(run_icmp(t, a.size, a.iters))
             print(f"round {k + 1}: " + "  ".join(f"{p} p50 {r[-1]['p50_us']} us p99 {r[-1]['p99_us']} us"
@@ -128,7 +133,7 @@ def main() -> int:
     for p, rs in rounds.items():
         out[p] = {k: statistics.median(r[k] for r in rs) for k in ("p50_us", "p99_us", "min_us")}
         out[p]["per_round_p50_us"] = [r["p50_us"] for r in rs]
-    out["mrc"]["verified"] = all(r["verified"] for r in rounds["mrc"])
+    out["mrc"]["verified"] = all(r["verified"] for r in rounds["mrc"] + rounds["mrc_nospin"])
     ratios = [m["p50_us"] / u["p50_us"] for m, u in zip(rounds["mrc"], rounds["udp"], strict=True)]
     out["ratio_udp"] = round(statistics.median(ratios), 2)
     out["ratio_udp_spread"] = [round(min(ratios), 2), round(max(ratios), 2)]
@@ -136,9 +141,9 @@ def main() -> int:
     if a.json:
         print(json.dumps(out, indent=1))
     else:
-        for p in ("mrc", "udp", "icmp"):
+        for p in ("mrc", "mrc_nospin", "udp", "icmp"):
             r = out[p]
-            print(f"{p:>5}  p50 {r['p50_us']:8.1f} us  p99 {r['p99_us']:8.1f} us  min {r['min_us']:8.1f} us")
+            print(f"{p:>10}  p50 {r['p50_us']:8.1f} us  p99 {r['p99_us']:8.1f} us  min {r['min_us']:8.1f} us")
         print(f"ratio_udp {out['ratio_udp']} ({out['ratio_udp_spread'][0]}-{out['ratio_udp_spread'][1]}), "
               f"ratio_icmp {out['ratio_icmp']}")
     return 0

@@ -38,6 +38,12 @@ def _json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
 
 
+def _spin_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--spin-us", type=float, metavar="US",
+                   help="how long the engine thread polls after its last work before it sleeps (default 200; "
+                        "0 sleeps at once and saves a CPU, more can lower latency on a machine with cores to spare)")
+
+
 def _where(p: argparse.ArgumentParser, ports: bool = True) -> None:
     """Options that say which host this is and where its ports and peers are."""
     p.add_argument("--topology", metavar="FILE", help="a topology file naming hosts, ports and paths "
@@ -126,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     ps.add_argument("--idle-timeout", type=float, default=60.0, metavar="S",
                     help="drop a connected client silent this long (default 60 s; clients tick every 10 s)")
     _psk(ps, "only clients that prove they hold this key (challenge-response, HMAC-SHA256) get a QP")
+    _spin_arg(ps)
     _where(ps)
     pc = psub.add_parser("client", help="write to a server and measure")
     pc.add_argument("server", help="the server: a host of the topology (h2) or its management address")
@@ -140,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="round trips instead of bandwidth: a WRITE_IMM of each size, which the server writes straight "
                          "back; one at a time, p50/p99 (try --sizes 64 --iters 2000)")
     _psk(pc, "prove to the server that we hold this key (and check that it does)")
+    _spin_arg(pc)
     _where(pc)
     _json(pc)
 
@@ -411,17 +419,18 @@ def main(argv: list[str] | None = None) -> int:
             if a.pcmd == "server":
                 return perf.server(a.port, once=not a.forever, resolver=_resolver(a), ports=_ports(a.ports),
                                    bind=a.bind, max_size=a.max_size, max_qps=a.max_qps, psk=_read_psk(a),
-                                   idle_timeout=a.idle_timeout)
+                                   idle_timeout=a.idle_timeout, spin_us=a.spin_us)
             if a.pcmd == "client":
                 sizes = [perf.parse_size(x) for x in a.sizes.split(",") if x]
                 if a.latency:
                     res = perf.latency(a.server, sizes, a.iters, a.port, progress=not a.json,
-                                       resolver=_resolver(a), ports=_ports(a.ports), psk=_read_psk(a))
+                                       resolver=_resolver(a), ports=_ports(a.ports), psk=_read_psk(a),
+                                       spin_us=a.spin_us)
                     perf.main_json(res) if a.json else perf.print_latency(res)
                     return 0 if all(r["verified"] for r in res) else 1
                 res = perf.client(a.server, sizes, a.iters, a.imm, a.verify, a.depth, a.port,
                                   progress=sys.stderr.isatty() or not a.json, qps=a.qps, resolver=_resolver(a),
-                                  ports=_ports(a.ports), psk=_read_psk(a))
+                                  ports=_ports(a.ports), psk=_read_psk(a), spin_us=a.spin_us)
                 perf.main_json(res) if a.json else perf.print_table(res)
                 return 0 if all(r["verified"] is not False for r in res) else 1
             parser.parse_args(["perf", "--help"])

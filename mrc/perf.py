@@ -208,6 +208,15 @@ def _serve_client(ctx: Context, conn: cm.Connection, max_size: int, max_qps: int
             mr.close()
 
 
+def _spin(spin_us: float | None) -> dict:
+    """The engine's idle spin (Context's spin_us), if one was asked for."""
+    if spin_us is None:
+        return {}
+    if not 0 <= spin_us <= 1_000_000:
+        raise UsageError(f"--spin-us must be 0 to 1000000, got {spin_us:g}")
+    return {"spin_us": spin_us}
+
+
 def default_bind(resolver: PathResolver) -> str | None:
     """This host's management address, if the topology names it."""
     host = getattr(resolver, "host", None)
@@ -216,13 +225,13 @@ def default_bind(resolver: PathResolver) -> str | None:
 
 def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resolver: PathResolver | None = None,
            ports=None, bind: str | None = None, max_size: int = SERVER_MAX_SIZE, max_qps: int = SERVER_MAX_QPS,
-           psk: bytes | None = None, idle_timeout: float = IDLE_TIMEOUT) -> int:
+           psk: bytes | None = None, idle_timeout: float = IDLE_TIMEOUT, spin_us: float | None = None) -> int:
     """Serve clients one after the other (``once``: until one got through
     setup). A client that breaks the rules is told why, logged in a line and
     dropped; the server goes on. Returns 0, or 1 when ``once`` and its client
     failed after setup."""
     resolver = resolver or from_environment()
-    ctx = Context(ports, resolver=resolver)
+    ctx = Context(ports, resolver=resolver, **_spin(spin_us))
     ctl = endpoint.serve(ctx, out)
     where = bind or default_bind(resolver)
     try:
@@ -266,10 +275,11 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resol
 
 def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = False, verify: bool = False,
            depth: int = 16, port: int = cm.DEFAULT_PORT, progress: bool = True, qps: int = 1,
-           resolver: PathResolver | None = None, ports=None, psk: bytes | None = None) -> list[dict]:
+           resolver: PathResolver | None = None, ports=None, psk: bytes | None = None,
+           spin_us: float | None = None) -> list[dict]:
     resolver = resolver or from_environment()
     addr = cm.setup_address(server_host, resolver)
-    ctx = Context(ports, resolver=resolver)
+    ctx = Context(ports, resolver=resolver, **_spin(spin_us))
     ctl = endpoint.serve(ctx, sys.stderr)
     try:
         max_size = max(sizes)
@@ -350,14 +360,14 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
 
 def latency(server_host: str, sizes: list[int], iters: int = 1000, port: int = cm.DEFAULT_PORT,
             progress: bool = True, resolver: PathResolver | None = None, ports=None, psk: bytes | None = None,
-            warmup: int = 50) -> list[dict]:
+            warmup: int = 50, spin_us: float | None = None) -> list[dict]:
     """Round trips: a WRITE_IMM of each size to the server, which writes it
     straight back (same length and immediate) into our echo region; one at a
     time, timed in C (csrc/bench/pingpong.c) from the post to our receive
     completion. Both sides sleep on their CQ's channel between messages."""
     resolver = resolver or from_environment()
     addr = cm.setup_address(server_host, resolver)
-    ctx = Context(ports, resolver=resolver)
+    ctx = Context(ports, resolver=resolver, **_spin(spin_us))
     ctl = endpoint.serve(ctx, sys.stderr)
     try:
         size_max = max(sizes)

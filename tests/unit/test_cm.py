@@ -280,3 +280,10 @@ def test_a_latency_client_must_name_its_echo_region_properly(echo):
 def test_a_latency_client_gets_its_echo_region_back():
     assert perf._echo_params({"params": {"echo": {"addr": 1 << 40, "rkey": 0xDEADBEEF}}}) == (1 << 40, 0xDEADBEEF)
     assert perf._echo_params({"params": {}}) is None
+
+
+def test_the_engine_spin_is_bounded():
+    assert perf._spin(None) == {} and perf._spin(0) == {"spin_us": 0}
+    for bad in (-1, 1e7):
+        with pytest.raises(UsageError):
+            perf._spin(bad)
