@@ -2,6 +2,8 @@
 table, the README's markdown table and one plot per scenario."""
 from __future__ import annotations
 
+import statistics
+
 BUCKET = 0.1          # seconds per goodput sample (fault_campaign.py takes it from here)
 
 
@@ -84,4 +86,33 @@ def markdown(out: dict) -> str:
             x = r.get(p)
             cells.append("-" if x is None else f"{x['goodput_ratio']:.2f} x / {x['max_stall_ms']:g} ms")
         lines.append(f"| ({key}) {r['name']} | " + " | ".join(cells) + f" | {r['target']} |")
+    return "\n".join(lines)
+
+
+def _med(xs: list) -> str:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return "-"
+    m = statistics.median(xs)
+    return f"{m:.2f} ({xs[0]:.2f} to {xs[-1]:.2f})" if len(xs) > 1 else f"{m:.2f}"
+
+
+def spread(outs: list[dict]) -> str:
+    """Several runs of the campaign: per scenario, MRC's median and range of
+    goodput, first-second ratio, ratio to its control, stall excess, and the
+    worst of errors and corrupt bytes."""
+    lines = [f"| scenario (MRC, {len(outs)} runs: median (min to max)) | goodput vs no fault | first second after / "
+             "before | vs its control | stall excess over no fault (ms) | longest stall / no-fault (ms, median) | "
+             "QP errors / corrupt bytes (all runs) | target |", "|---|---|---|---|---|---|---|---|"]
+    for key, first in outs[0]["scenarios"].items():
+        runs = [o["scenarios"][key]["mrc"] for o in outs if "mrc" in o["scenarios"].get(key, {})]
+        if not runs:
+            continue
+
+        def g(k: str, runs=runs) -> list:
+            return [r.get(k) for r in runs]
+        stalls = f"{statistics.median(g('max_stall_ms')):.1f} / {statistics.median(g('no_fault_max_stall_ms')):.1f}"
+        lines.append(f"| ({key}) {first['name']} | {_med(g('goodput_ratio'))} | {_med(g('goodput_first_s_ratio'))} | "
+                     f"{_med(g('vs_control'))} | {_med(g('stall_excess_ms'))} | {stalls} | "
+                     f"{sum(g('qp_errors'))} / {sum(g('corrupt_bytes'))} | {first['target']} |")
     return "\n".join(lines)
