@@ -1,8 +1,13 @@
 """The fault campaign's reports (bench/fault_campaign.py): the terminal
-table, the README's markdown table and one plot per scenario."""
+table, the README's markdown tables and one plot per scenario; and what
+it measures beside the transfer (the pause monitor, the bad path's EVs)."""
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
+
+from mrc.fabric.topology import Topology
 
 BUCKET = 0.1          # seconds per goodput sample (fault_campaign.py takes it from here)
 
@@ -102,8 +107,9 @@ def spread(outs: list[dict]) -> str:
     goodput, first-second ratio, ratio to its control, stall excess, and the
     worst of errors and corrupt bytes."""
     lines = [f"| scenario (MRC, {len(outs)} runs: median (min to max)) | goodput vs no fault | first second after / "
-             "before | vs its control | stall excess over no fault (ms) | longest stall / no-fault (ms, median) | "
-             "QP errors / corrupt bytes (all runs) | target |", "|---|---|---|---|---|---|---|---|"]
+             "before | vs its control | stall excess over no fault, whole run (ms) | the same, 200 ms after each "
+             "fault (ms) | longest stall / no-fault (ms, median) | QP errors / corrupt bytes (all runs) | target |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for key, first in outs[0]["scenarios"].items():
         runs = [o["scenarios"][key]["mrc"] for o in outs if "mrc" in o["scenarios"].get(key, {})]
         if not runs:
@@ -113,6 +119,87 @@ def spread(outs: list[dict]) -> str:
             return [r.get(k) for r in runs]
         stalls = f"{statistics.median(g('max_stall_ms')):.1f} / {statistics.median(g('no_fault_max_stall_ms')):.1f}"
         lines.append(f"| ({key}) {first['name']} | {_med(g('goodput_ratio'))} | {_med(g('goodput_first_s_ratio'))} | "
-                     f"{_med(g('vs_control'))} | {_med(g('stall_excess_ms'))} | {stalls} | "
+                     f"{_med(g('vs_control'))} | {_med(g('stall_excess_ms'))} | {_med(g('window_stall_excess_ms'))} | "
+                     f"{stalls} | "
                      f"{sum(g('qp_errors'))} / {sum(g('corrupt_bytes'))} | {first['target']} |")
     return "\n".join(lines)
+
+
+_MONITOR = """
+import sys, time
+late = int(sys.argv[1])
+prev = time.monotonic_ns()
+while True:
+    time.sleep(0.001)
+    now = time.monotonic_ns()
+    if now - prev > late:
+        print(prev, now - prev, flush=True)
+    prev = now
+"""
+
+
+class PauseMonitor:
+    """A process of its own that sleeps 1 ms at a time and notes every time
+    it woke more than 10 ms late. When the transfer's loop stalls and this
+    process stalled too, the machine stalled (its two CPUs, or the
+    hypervisor), not MRC: the control that isolates the VM's own cost."""
+
+    def __init__(self, late_ns: int = 10_000_000) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", _MONITOR, str(late_ns)], stdout=subprocess.PIPE,
+                                     text=True)
+
+    def stop(self) -> list[tuple[int, int]]:
+        """(CLOCK_MONOTONIC ns when it went to sleep, how long it was away in ns)."""
+        self.proc.kill()
+        out = self.proc.communicate()[0]
+        return [(int(a), int(b)) for a, b in (line.split() for line in out.splitlines() if line.strip())]
+
+
+def monitor_figures(pauses: list, base_pauses: list, gaps: dict) -> dict:
+    """What the pause monitor saw: its longest pause in each run, and how long
+    it was itself kept from running during the fault run's longest gap."""
+    out = {"monitor_max_pause_ms": round(max((d for _, d in pauses), default=0.0) * 1e3, 1),
+           "no_fault_monitor_max_pause_ms": round(max((d for _, d in base_pauses), default=0.0) * 1e3, 1)}
+    if gaps.get("max_ends_at_s") is not None:
+        end = gaps["max_ends_at_s"]
+        start = end - gaps["max_ms"] / 1e3
+        overlap = [min(a + d, end) - max(a, start) for a, d in pauses if a < end and a + d > start]
+        out["monitor_pause_in_longest_gap_ms"] = round(max(overlap, default=0.0) * 1e3, 1)
+    return out
+
+
+def bad_path_leave(r: dict, t: Topology, path: tuple, t0_ns: int) -> dict:
+    """When the EVs on the lossy path first left GOOD after the fault, in RTTs."""
+    addr = t.path_address(*path)
+    evs = {ev for ev, a in r["ev_address"].items() if a == addr}
+    if not r["faults"] or not evs:
+        return {}
+    # the fault took effect between start_ns and t_ns (the fault process reports
+    # both): count from start_ns, an upper bound on how long the EVs took
+    tf = r["faults"][0].get("start_ns", r["faults"][0]["t_ns"])
+    first: dict[int, int] = {}
+    cause = None  # the first retirement by a loss: (when the lost packet was sent, when its EVs left GOOD)
+    for e in r["ev_events"]:
+        if e["ev"] in evs and e["new"] != "GOOD" and e["t_ns"] >= tf and e["ev"] not in first:
+            first[e["ev"]] = e["t_ns"] - tf
+            if cause is None and e.get("cause_ns"):
+                cause = (e["cause_ns"], e["t_ns"])
+    before = [s for at, s in r["srtt"] if at * 1e9 + t0_ns < tf and s]
+    rtt = sorted(before)[len(before) // 2] if before else 0
+    lat = sorted(first.values())
+    out = {"bad_path_evs": len(evs), "left_good": len(first), "srtt_us": round(rtt / 1e3, 1),
+           # the path's EV events around the fault: [ms after the fault, EV, old, new]
+           "events": [[round((e["t_ns"] - tf) / 1e6, 3), e["ev"], e["old"], e["new"]] for e in r["ev_events"]
+                      if e["ev"] in evs][:60]}
+    if lat and rtt:
+        out.update(first_left_rtts=round(lat[0] / rtt, 1), median_left_rtts=round(lat[len(lat) // 2] / rtt, 1),
+                   all_left_rtts=round(lat[-1] / rtt, 1) if len(first) == len(evs) else None,
+                   fault_applied_within_ms=round((r["faults"][0]["t_ns"] - tf) / 1e6, 3),
+                   first_left_ms=round(lat[0] / 1e6, 3))
+    if cause and rtt:
+        # sharper than the fault process's clock: from the moment the first
+        # packet the fault dropped left the sender to its path's EVs leaving GOOD
+        out.update(loss_to_retire_ms=round((cause[1] - cause[0]) / 1e6, 3),
+                   loss_to_retire_rtts=round((cause[1] - cause[0]) / rtt, 1),
+                   first_drop_after_fault_start_ms=round((cause[0] - tf) / 1e6, 3))
+    return out

@@ -63,13 +63,12 @@ import json
 import os
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
 from array import array
 
-from campaign_report import BUCKET, markdown, plot, spread, table
+from campaign_report import BUCKET, PauseMonitor, bad_path_leave, markdown, monitor_figures, plot, spread, table
 from mrc._dp import ffi, lib
 
 from mrc.fabric import apply, ns
@@ -77,6 +76,7 @@ from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup
 from mrc.fabric.faults import FaultScheduler
 from mrc.fabric.pair import qp_pair
 from mrc.fabric.topology import Topology
+from mrc.verbs import QPAttr
 
 FAULT_AT = 1.5        # seconds into a run when the first fault fires
 
@@ -193,36 +193,6 @@ class Faulter:
             self.sched.close()
 
 
-_MONITOR = """
-import sys, time
-late = int(sys.argv[1])
-prev = time.monotonic_ns()
-while True:
-    time.sleep(0.001)
-    now = time.monotonic_ns()
-    if now - prev > late:
-        print(prev, now - prev, flush=True)
-    prev = now
-"""
-
-
-class PauseMonitor:
-    """A process of its own that sleeps 1 ms at a time and notes every time
-    it woke more than 10 ms late. When the transfer's loop stalls and this
-    process stalled too, the machine stalled (its two CPUs, or the
-    hypervisor), not MRC: the control that isolates the VM's own cost."""
-
-    def __init__(self, late_ns: int = 10_000_000) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", _MONITOR, str(late_ns)], stdout=subprocess.PIPE,
-                                     text=True)
-
-    def stop(self) -> list[tuple[int, int]]:
-        """(CLOCK_MONOTONIC ns when it went to sleep, how long it was away in ns)."""
-        self.proc.kill()
-        out = self.proc.communicate()[0]
-        return [(int(a), int(b)) for a, b in (line.split() for line in out.splitlines() if line.strip())]
-
-
 class Recorder:
     """Bytes per bucket and every delivery's time, against a shared t0 (the
     gaps between deliveries make the stall figures and their distribution)."""
@@ -250,13 +220,13 @@ class Recorder:
         return out
 
 
-def run_mrc(t, seconds, plan, msg, depth=64, deny=None) -> dict:
+def run_mrc(t, seconds, plan, msg, depth=64, deny=None, attr: QPAttr | None = None) -> dict:
     src, dst = 0, t.hosts - 1
     window = 64 << 20
     # two source versions per slot, alternating lap by lap: each completion is
     # checked against what it had to write, so a write that never landed (the
     # slot still holds the last lap's bytes) counts as corrupt
-    p = qp_pair(t, src, dst, 2 * window)
+    p = qp_pair(t, src, dst, 2 * window, attr)
     ca, cb, qa, ms, ib = p.ca, p.cb, p.qa, p.ms, p.remote
     want, got = ffi.from_buffer(p.src), ffi.from_buffer(p.dst)
     corrupt = [0, 0]  # bytes that differ, bytes checked
@@ -479,6 +449,21 @@ def gap_stats(rec: Recorder, t: float) -> dict:
             "max_ms": round(g[-1] * 1e3, 3), "max_ends_at_s": round(end, 3)}
 
 
+WINDOW = 0.2          # seconds after each fault event that window_stall looks at
+
+
+def window_stall(rec: Recorder, events: list[float]) -> float:
+    """The longest gap between deliveries that overlaps [t, t + WINDOW) for
+    some fault event t (seconds after t0)."""
+    ts, best = rec.times, 0.0
+    for t in events:
+        k = max(0, bisect.bisect_right(ts, t) - 1)  # the delivery before t: its gap may span t
+        while k + 1 < len(ts) and ts[k] < t + WINDOW:
+            best = max(best, ts[k + 1] - ts[k])
+            k += 1
+    return best
+
+
 def summarize(r: dict, base: Recorder, seconds: float, t0_ns: int) -> dict:
     """A fault run against its paired no-fault run, both over the window from
     the first fault (as the fault process reported it) to the end."""
@@ -496,7 +481,13 @@ def summarize(r: dict, base: Recorder, seconds: float, t0_ns: int) -> dict:
     no_fault_stall = longest_gap_after(base, first)
     # the second after the first fault over the second before it (this run's own rate)
     before_1s, after_1s = rate_between(rec, first - 1.0, first), rate_between(rec, first, first + 1.0)
+    # the same, but only gaps that overlap the 200 ms after a fault event, in
+    # both runs (the same windows of time): a stall of the VM elsewhere in
+    # the run, which either run may or may not meet, no longer counts
+    win = window_stall(rec, times), window_stall(base, times)
     return {"goodput_gbps": round(during, 3), "goodput_ratio": round(during / base_gbps, 3) if base_gbps else None,
+            "window_stall_ms": round(win[0] * 1e3, 3), "no_fault_window_stall_ms": round(win[1] * 1e3, 3),
+            "window_stall_excess_ms": round((win[0] - win[1]) * 1e3, 3),
             "goodput_ratio_after": round(recovered / base_gbps, 3) if base_gbps else None,
             "goodput_first_s_ratio": round(after_1s / before_1s, 3) if before_1s else None,
             "max_stall_ms": round(max(after) * 1e3, 3), "qp_errors": r["qp_errors"],
@@ -508,56 +499,6 @@ def summarize(r: dict, base: Recorder, seconds: float, t0_ns: int) -> dict:
             "series_gbps": [round(b * 8 / BUCKET / 1e9, 3) for b in rec.buckets]}
 
 
-def monitor_figures(pauses: list, base_pauses: list, gaps: dict) -> dict:
-    """What the pause monitor saw: its longest pause in each run, and how long
-    it was itself kept from running during the fault run's longest gap."""
-    out = {"monitor_max_pause_ms": round(max((d for _, d in pauses), default=0.0) * 1e3, 1),
-           "no_fault_monitor_max_pause_ms": round(max((d for _, d in base_pauses), default=0.0) * 1e3, 1)}
-    if gaps.get("max_ends_at_s") is not None:
-        end = gaps["max_ends_at_s"]
-        start = end - gaps["max_ms"] / 1e3
-        overlap = [min(a + d, end) - max(a, start) for a, d in pauses if a < end and a + d > start]
-        out["monitor_pause_in_longest_gap_ms"] = round(max(overlap, default=0.0) * 1e3, 1)
-    return out
-
-
-def bad_path_leave(r: dict, t: Topology, path: tuple, t0_ns: int) -> dict:
-    """When the EVs on the lossy path first left GOOD after the fault, in RTTs."""
-    addr = t.path_address(*path)
-    evs = {ev for ev, a in r["ev_address"].items() if a == addr}
-    if not r["faults"] or not evs:
-        return {}
-    # the fault took effect between start_ns and t_ns (the fault process reports
-    # both): count from start_ns, an upper bound on how long the EVs took
-    tf = r["faults"][0].get("start_ns", r["faults"][0]["t_ns"])
-    first: dict[int, int] = {}
-    cause = None  # the first retirement by a loss: (when the lost packet was sent, when its EVs left GOOD)
-    for e in r["ev_events"]:
-        if e["ev"] in evs and e["new"] != "GOOD" and e["t_ns"] >= tf and e["ev"] not in first:
-            first[e["ev"]] = e["t_ns"] - tf
-            if cause is None and e.get("cause_ns"):
-                cause = (e["cause_ns"], e["t_ns"])
-    before = [s for at, s in r["srtt"] if at * 1e9 + t0_ns < tf and s]
-    rtt = sorted(before)[len(before) // 2] if before else 0
-    lat = sorted(first.values())
-    out = {"bad_path_evs": len(evs), "left_good": len(first), "srtt_us": round(rtt / 1e3, 1),
-           # the path's EV events around the fault: [ms after the fault, EV, old, new]
-           "events": [[round((e["t_ns"] - tf) / 1e6, 3), e["ev"], e["old"], e["new"]] for e in r["ev_events"]
-                      if e["ev"] in evs][:60]}
-    if lat and rtt:
-        out.update(first_left_rtts=round(lat[0] / rtt, 1), median_left_rtts=round(lat[len(lat) // 2] / rtt, 1),
-                   all_left_rtts=round(lat[-1] / rtt, 1) if len(first) == len(evs) else None,
-                   fault_applied_within_ms=round((r["faults"][0]["t_ns"] - tf) / 1e6, 3),
-                   first_left_ms=round(lat[0] / 1e6, 3))
-    if cause and rtt:
-        # sharper than the fault process's clock: from the moment the first
-        # packet the fault dropped left the sender to its path's EVs leaving GOOD
-        out.update(loss_to_retire_ms=round((cause[1] - cause[0]) / 1e6, 3),
-                   loss_to_retire_rtts=round((cause[1] - cause[0]) / rtt, 1),
-                   first_drop_after_fault_start_ms=round((cause[0] - tf) / 1e6, 3))
-    return out
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print JSON only (progress goes to stderr)")
@@ -566,6 +507,8 @@ def main() -> int:
                     f"{','.join(DEFAULT)}; also b0, a control for b: the same flapping on a link this transfer "
                     "does not use)")
     ap.add_argument("--seed", type=int, default=7, help="seed of (i)'s random schedule (default 7)")
+    ap.add_argument("--timeout", type=int, metavar="N", help="the MRC QPs' retransmit timer, 1.024 us x 2^N "
+                                                             "(default: the engine's, 11 = 2.1 ms)")
     ap.add_argument("--seconds", type=float, default=6.0, help="length of a run (default 6; c and b are longer)")
     ap.add_argument("--flap-seconds", type=float, default=60.0, help="how long (b) flaps (default 60)")
     ap.add_argument("--msg", type=int, default=64 << 10, help="MRC WRITE size in bytes (default 64 KiB)")
@@ -605,7 +548,8 @@ def main() -> int:
 
         def run(proto, seconds, plan, port, deny=None):
             if proto == "mrc":
-                r = run_mrc(t, seconds, plan, a.msg, deny=deny)
+                r = run_mrc(t, seconds, plan, a.msg, deny=deny,
+                            attr=QPAttr(timeout=a.timeout) if a.timeout is not None else None)
                 return r, r["t0_ns"]
             r = run_tcp(t, seconds, plan, IPPROTO_MPTCP if proto == "mptcp" else 0, port)
             return r, int(r["t0"] * 1e9)

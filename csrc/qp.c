@@ -31,7 +31,14 @@ void mrc_qp_attr_default(struct mrc_qp_attr *a)
     *a = (struct mrc_qp_attr){
         .mpr = 8, /* 1024 PSNs */
         .max_wimm = 64,
-        .timeout = 9, /* 1.024 us x 2^9 = 524 us */
+        /* 1.024 us x 2^11 = 2.1 ms: a backstop for tail loss (losses are
+         * found by SACKs), well clear of a software fabric's normal round
+         * trips; at 2^9 = 524 us, 2.6 x the fabric's RTT, this VM's
+         * scheduling stalls fired it dozens of times a run, each resending a
+         * window that had arrived (bench/fault_campaign.py --timeout 9 / 11:
+         * 30-149 vs 3-12 expiries, 5-27 vs 0.5-2 MB resent). A NIC on a
+         * fabric with 8 us RTTs sets it lower (bench/failover_sim.py: 7). */
+        .timeout = 11,
         .linear_cnt = 7,
         .exp_cnt = 7,
         .mtu = 4096,
