@@ -76,8 +76,8 @@ def main(name: str | None = None) -> int:
         r = check(t)
         print(matrix(t, r))
         res = transfer(t)
-        for at, what in res["events"]:
-            print(f"   at {at:6.3f} s: {what}")
+        for (at, what), stall in zip(sorted(res["events"]), res["max_stall_after_each_event_ms"], strict=True):
+            print(f"   at {at:6.3f} s: {what}; longest stall until the next event: {stall} ms")
         print(f"\n== transfer: {res['bytes'] >> 20} MiB in {res['seconds']} s = {res['gbps']} Gb/s; "
               f"{res['retransmits']} packets retransmitted; QP {res['qp_state']}")
         print(f"   data verified by SHA-256: {res['verified']}")

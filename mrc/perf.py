@@ -505,9 +505,13 @@ def stream(ctx: Context, qp, mr, remote, total: int, msg: int = 1 << 20, depth: 
     # the floor: the longest gap before anything fired (this machine's own
     # stalls with no fault; the first completion's wait is not one)
     floor = max((g for s, g in gaps if first is None or s + g < first), default=0.0)
+    # each event's own: the longest gap that ended between it and the next event
+    marks = sorted(at for at, _ in fired) + [dt]
+    per_event = [round(max((g for s, g in gaps if a <= s + g < b), default=0.0) * 1e3, 3)
+                 for a, b in zip(marks, marks[1:], strict=False)]
     return {"bytes": n * msg, "seconds": round(dt, 3), "gbps": round(n * msg * 8 / dt / 1e9, 3),
             "max_stall_ms": round(max_stall * 1e3, 3), "stall_at_s": round(stall_at, 3),
             "max_stall_after_event_ms": round(after * 1e3, 3) if first is not None else None,
-            "no_fault_max_stall_ms": round(floor * 1e3, 3),
+            "no_fault_max_stall_ms": round(floor * 1e3, 3), "max_stall_after_each_event_ms": per_event,
             "retransmits": st1["rtx_packets"] - st0["rtx_packets"], "losses": st1["losses"] - st0["losses"],
             "events": fired}
