@@ -217,6 +217,18 @@ def _spin(spin_us: float | None) -> dict:
     return {"spin_us": spin_us}
 
 
+def _open(ports, resolver: PathResolver, spin_us: float | None) -> tuple:
+    """A client's context and its control endpoint (None where there is none)."""
+    ctx = Context(ports, resolver=resolver, **_spin(spin_us))
+    return ctx, endpoint.serve(ctx, sys.stderr)
+
+
+def _close(ctx: Context, ctl) -> None:
+    if ctl:
+        ctl.close()
+    ctx.close()
+
+
 def default_bind(resolver: PathResolver) -> str | None:
     """This host's management address, if the topology names it."""
     host = getattr(resolver, "host", None)
@@ -279,8 +291,7 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
            spin_us: float | None = None) -> list[dict]:
     resolver = resolver or from_environment()
     addr = cm.setup_address(server_host, resolver)
-    ctx = Context(ports, resolver=resolver, **_spin(spin_us))
-    ctl = endpoint.serve(ctx, sys.stderr)
+    ctx, ctl = _open(ports, resolver, spin_us)
     try:
         max_size = max(sizes)
         src = bytearray(os.urandom(max_size))
@@ -353,9 +364,7 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
         conn.close()
         return results
     finally:
-        if ctl:
-            ctl.close()
-        ctx.close()
+        _close(ctx, ctl)
 
 
 def latency(server_host: str, sizes: list[int], iters: int = 1000, port: int = cm.DEFAULT_PORT,
@@ -367,8 +376,7 @@ def latency(server_host: str, sizes: list[int], iters: int = 1000, port: int = c
     completion. Both sides sleep on their CQ's channel between messages."""
     resolver = resolver or from_environment()
     addr = cm.setup_address(server_host, resolver)
-    ctx = Context(ports, resolver=resolver, **_spin(spin_us))
-    ctl = endpoint.serve(ctx, sys.stderr)
+    ctx, ctl = _open(ports, resolver, spin_us)
     try:
         size_max = max(sizes)
         src, back = bytearray(os.urandom(size_max)), bytearray(size_max)
@@ -410,9 +418,7 @@ def latency(server_host: str, sizes: list[int], iters: int = 1000, port: int = c
         conn.close()
         return results
     finally:
-        if ctl:
-            ctl.close()
-        ctx.close()
+        _close(ctx, ctl)
 
 
 def _sum_stats(qps: list) -> dict:
