@@ -42,3 +42,13 @@ def test_when_every_path_dies_the_qp_fails_with_retry_exceeded_within_its_budget
 def test_the_same_seed_gives_the_same_run():
     a, b = fs.run("path", 500_000, seed=5), fs.run("path", 500_000, seed=5)
     assert a["times"] == b["times"] and a["stats"] == b["stats"]
+
+
+def test_a_port_rate_for_a_plane_the_link_does_not_have_is_refused():
+    from mrc.errors import ErrnoError
+    from mrc.simlink import Sim
+
+    sim = Sim(planes=2, per_plane=1)
+    with pytest.raises(ErrnoError):
+        sim.set_port_rate(10**9, plane=2)
+    sim.set_port_rate(10**9)  # every plane it has

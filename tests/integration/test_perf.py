@@ -180,3 +180,42 @@ def test_with_a_key_only_a_holder_gets_a_qp(fabric, tmp_path):
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_a_latency_client_that_names_a_bad_echo_key_costs_the_server_nothing(fabric):
+    """A client whose echo region's key is wrong: the server's echo is
+    refused by the client's engine (REMOTE_ACCESS), the server's QP for
+    that client fails, and the server goes on to serve the next client."""
+    from mrc.fabric.pair import host_context
+    from mrc.verbs import QPAttr
+
+    t = fabric
+    port = "18631"
+    server, _ = _start_server(t, "--forever", "--port", port, "--idle-timeout", "5")
+    ctx = host_context(t, 0)
+    try:
+        back = bytearray(64)
+        mr, mback = ctx.reg_mr(bytearray(64)), ctx.reg_mr(back, remote_write=True)
+        cq = ctx.create_cq()
+        qp = ctx.create_qp(cq=cq, attr=QPAttr(rq_depth=16))
+        conn = ns.run_in(t.ns("h0"), lambda: cm.connect(
+            t.mgmt_address(1), int(port), ctx.local_info(qp),
+            params={"max_size": 64, "imm": True, "echo": {"addr": mback.addr, "rkey": mback.rkey ^ 0x5A5A}}))
+        qp.connect(conn.peer)
+        qp.post_recv([1])
+        qp.post_write(mr, 0, 64, conn.peer.addr, conn.peer.rkey, wr_id=7, imm=7)
+        assert [w.ok for w in cq.wait(1, timeout=10)] == [True]  # our write landed
+        time.sleep(0.5)  # the echo came and was refused
+        assert bytes(back) == bytes(64) and not [w for w in cq.poll() if w.opcode == 1 and w.ok]
+        conn.send({"bye": True})
+        conn.close()
+        out = subprocess.run(MRC + ["fabric", "exec", "h0", "--name", t.name, "--"] + MRC
+                             + ["perf", "client", "h1", "--port", port, "--latency", "--sizes", "64", "--iters",
+                                "50", "--json"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)[0]["verified"] is True
+        assert server.poll() is None
+    finally:
+        ctx.close()
+        server.kill()
+        server.wait()
