@@ -233,7 +233,7 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None, attr: QPAttr | None = No
 
     def check(wr_id: int) -> None:
         off = (wr_id % slots) * msg
-        corrupt[0] += lib.mrc_bench_check(want + ((wr_id // slots) & 1) * window + off, got + off, msg, 0)
+        corrupt[0] += lib.mrc_bench_check(want + ((wr_id // slots) & 1) * window + off, got + off, msg)
         corrupt[1] += msg
     faulter = Faulter(t, plan) if plan else None
     try:

@@ -45,7 +45,7 @@ void comp_complete(struct mrc_ep *ep, struct qp *q)
         /* the slot is free before the completion is seen: the application
          * may post again the moment it polls it */
         STORE_REL(q->sq_head, ring_next(q->sq_head, q->sq_size));
-        ep_cq_push(ep, q->scq, &wc);
+        ep_cq_put(ep, q->scq, &wc);
     }
     cq_wait(ep, &q->scq_wait, 0);
 }

@@ -310,11 +310,11 @@ struct cq *ep_cq(struct mrc_ep *ep, uint32_t cqn);
 int ep_cq_query(struct mrc_ep *ep, uint32_t cqn, struct mrc_cq_stats *st);
 int ep_cq_poll(struct mrc_ep *ep, uint32_t cqn, struct mrc_wc *wc, uint32_t max);
 int ep_cq_push(struct mrc_ep *ep, uint32_t cqn, const struct mrc_wc *wc);
-/* 1 if cqn has room for one more completion (the engine is its only
- * producer: it still has when pushed); else counts the overflow as a push
- * would and returns 0. A completion's queue slot is freed before the
- * completion is pushed: an application that polls it may post again at once. */
+/* The two halves of ep_cq_push, for a caller that frees the completion's
+ * queue slot in between: a completion seen by the application has freed
+ * its slot, so the application may post again the moment it polls it. */
 int ep_cq_room(struct mrc_ep *ep, uint32_t cqn, uint32_t qpn);
+void ep_cq_put(struct mrc_ep *ep, uint32_t cqn, const struct mrc_wc *wc);
 int ep_cq_pending(struct mrc_ep *ep);
 struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn);
 int ep_qp_insert(struct mrc_ep *ep, struct qp *q);

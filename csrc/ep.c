@@ -306,11 +306,13 @@ int ep_cq_query(struct mrc_ep *ep, uint32_t cqn, struct mrc_cq_stats *st)
     return 0;
 }
 
-/* A completion into CQ cqn. A full CQ takes nothing: the caller keeps the
- * completion (in its QP) and offers it again after the application polled;
- * the CQ counts it and raises MRC_EVENT_CQ_ERR once per filling (again only
- * after it drained below half: an application that polls one completion at
- * a time keeps it full without a new event each time). */
+/* A full CQ takes nothing: the caller keeps the completion (in its QP) and
+ * offers it again after the application polled; the CQ counts it and raises
+ * MRC_EVENT_CQ_ERR once per filling (again only after it drained below
+ * half: an application that polls one completion at a time keeps it full
+ * without a new event each time). ep_cq_room says whether there is room
+ * (and counts a full CQ); ep_cq_put then puts the completion in, which it
+ * can: the engine is the ring's only producer. */
 int ep_cq_room(struct mrc_ep *ep, uint32_t cqn, uint32_t qpn)
 {
     struct cq *cq = &ep->cqs[cqn];
@@ -324,17 +326,23 @@ int ep_cq_room(struct mrc_ep *ep, uint32_t cqn, uint32_t qpn)
     return 0;
 }
 
-int ep_cq_push(struct mrc_ep *ep, uint32_t cqn, const struct mrc_wc *wc)
+void ep_cq_put(struct mrc_ep *ep, uint32_t cqn, const struct mrc_wc *wc)
 {
     struct cq *cq = &ep->cqs[cqn];
     uint32_t nt = ring_next(cq->tail, cq->size), head = LOAD_ACQ(cq->head);
-    if (nt == head)
-        return ep_cq_room(ep, cqn, wc->qpn) ? 0 : -ENOSPC;
     if (cq->full && (nt + cq->size - head) % cq->size < cq->size / 2)
         cq->full = 0;
     cq->ring[cq->tail] = *wc;
     STORE_REL(cq->tail, nt);
     ep->cq_dirty |= 1ull << cqn;
+}
+
+/* A completion into CQ cqn, or -ENOSPC (counted) when it is full. */
+int ep_cq_push(struct mrc_ep *ep, uint32_t cqn, const struct mrc_wc *wc)
+{
+    if (!ep_cq_room(ep, cqn, wc->qpn))
+        return -ENOSPC;
+    ep_cq_put(ep, cqn, wc);
     return 0;
 }
 

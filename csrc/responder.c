@@ -115,7 +115,7 @@ static void advance(struct mrc_ep *ep, struct qp *q)
                     }
                     STORE_REL(q->rq_head, ring_next(q->rq_head, q->rq_size)); /* free before it is seen */
                     q->rq_taken++;
-                    ep_cq_push(ep, q->rcq, &wc);
+                    ep_cq_put(ep, q->rcq, &wc);
                 }
                 r->imm_valid = 0;
             }

@@ -240,7 +240,7 @@ static void offer(struct mrc_sim *s, uint32_t src, const struct mrc_txdesc *d, c
         return;
     }
     uint64_t depart = s->now, qbytes = 0;
-    if (s->port_bps[plane] && src < SIM_MAX_EPS) {
+    if (s->port_bps[plane]) {
         /* the sender's own port on this plane first (a host queue: no marks) */
         uint64_t *pb = &s->port_busy[src][plane];
         *pb = (*pb > s->now ? *pb : s->now) + (uint64_t)d->len * 8000000000ull / s->port_bps[plane];
@@ -284,9 +284,6 @@ static void offer(struct mrc_sim *s, uint32_t src, const struct mrc_txdesc *d, c
     }
 }
 
-/* Advance simulated time to until_ns, or until the link is idle, or (with
- * stop_on_cqe) until a completion is waiting. Returns 1 if it stopped for a
- * completion, 0 otherwise. */
 int mrc_sim_set_port_rate(struct mrc_sim *s, uint32_t plane, uint64_t rate_bps)
 {
     if (plane >= s->planes)
@@ -295,6 +292,9 @@ int mrc_sim_set_port_rate(struct mrc_sim *s, uint32_t plane, uint64_t rate_bps)
     return 0;
 }
 
+/* Advance simulated time to until_ns, or until the link is idle, or (with
+ * stop_on_cqe) until a completion is waiting. Returns 1 if it stopped for a
+ * completion, 0 otherwise. */
 int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe)
 {
     for (;;) {

@@ -10,10 +10,8 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdint.h>
-#include <time.h>
-#include <unistd.h>
-
 #include <sched.h>
+#include <unistd.h>
 
 #include "mrc_dp.h"
 
@@ -24,13 +22,6 @@
  * yielding leaves the core to the engines whenever they have work. */
 enum { SPIN_NS = 50000 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The next receive completion on cqn (send completions are passed over);
  * 0 and *out, -ETIMEDOUT after timeout_ns without one, -EIO on an error. */
 static int next_recv(struct mrc_ctx *c, uint32_t cqn, uint64_t timeout_ns, struct mrc_wc *out)
@@ -38,7 +29,7 @@ static int next_recv(struct mrc_ctx *c, uint32_t cqn, uint64_t timeout_ns, struc
     int fd = mrc_cq_fd(c, cqn);
     if (fd < 0)
         return fd;
-    uint64_t start = mono_ns(), deadline = start + timeout_ns;
+    uint64_t start = mrc_ctx_now_ns(), deadline = start + timeout_ns;
     for (;;) {
         struct mrc_wc wc[16];
         int n = mrc_poll_cq(c, cqn, wc, 16);
@@ -57,7 +48,7 @@ static int next_recv(struct mrc_ctx *c, uint32_t cqn, uint64_t timeout_ns, struc
             return 0;
         if (n)
             continue;
-        uint64_t now = mono_ns();
+        uint64_t now = mrc_ctx_now_ns();
         if (now >= deadline)
             return -ETIMEDOUT;
         if (now - start < SPIN_NS) { /* the answer is usually this close: no wake-up for it */
@@ -99,12 +90,12 @@ int64_t mrc_bench_pingpong(struct mrc_ctx *c, uint32_t qpn, uint32_t cqn, const 
             return rc;
         wr.wr_id = i;
         wr.imm_data = i;
-        uint64_t t0 = mono_ns();
+        uint64_t t0 = mrc_ctx_now_ns();
         if ((rc = mrc_post_write(c, qpn, &wr, 1)) < 0)
             return rc;
         if ((rc = next_recv(c, cqn, timeout_ns, &wc)) < 0)
             return rc;
-        rtt_ns[i] = mono_ns() - t0;
+        rtt_ns[i] = mrc_ctx_now_ns() - t0;
     }
     return n;
 }

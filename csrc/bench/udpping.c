@@ -7,16 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 
 #include "mrc_dp.h"
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int64_t mrc_bench_udp_pingpong(int fd, uint32_t size, uint32_t n, uint64_t *rtt_ns)
 {
@@ -25,7 +17,7 @@ int64_t mrc_bench_udp_pingpong(int fd, uint32_t size, uint32_t n, uint64_t *rtt_
         return -EINVAL;
     memset(buf, 0xA5, size);
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t t0 = mono_ns();
+        uint64_t t0 = mrc_ctx_now_ns();
         memcpy(buf, &i, sizeof(i));
         if (send(fd, buf, size, 0) != (ssize_t)size)
             return -errno;
@@ -38,7 +30,7 @@ int64_t mrc_bench_udp_pingpong(int fd, uint32_t size, uint32_t n, uint64_t *rtt_
             if (k >= (ssize_t)sizeof(got) && got == i)
                 break;
         }
-        rtt_ns[i] = mono_ns() - t0;
+        rtt_ns[i] = mrc_ctx_now_ns() - t0;
     }
     return n;
 }

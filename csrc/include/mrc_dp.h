@@ -497,9 +497,8 @@ int mrc_ctx_ep_batch_send_wait(struct mrc_ctx *c, const struct mrc_probe_req *re
  * duration_ns, from the calling thread (the engine thread must not be
  * started). Returns packets sent or -errno. */
 int64_t mrc_bench_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns);
-/* (csrc/bench/verify.c) The bytes of got[0, n) that differ from want; with
- * clear, got is then zeroed, so a later write there has to land again. */
-uint64_t mrc_bench_check(const uint8_t *want, uint8_t *got, uint64_t n, int clear);
+/* (csrc/bench/verify.c) The bytes of got[0, n) that differ from want. */
+uint64_t mrc_bench_check(const uint8_t *want, const uint8_t *got, uint64_t n);
 /* (csrc/bench/udpping.c) The kernel's UDP round trip: n pings of size bytes
  * on a connected UDP socket, each one's round trip into rtt_ns[i]; and the
  * other side, echoing n datagrams (returns early on a receive timeout). */
