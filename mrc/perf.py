@@ -189,7 +189,7 @@ def _serve_client(ctx: Context, conn: cm.Connection, max_size: int, max_qps: int
                 if not (isinstance(n, int) and isinstance(length, int) and 0 <= length <= size and 0 <= n < 1 << 40
                         and isinstance(want, str)):
                     raise ErrnoError(errno.EPROTO, "a check needs iters, check (at most the buffer) and sha256")
-                if rx:
+                if isinstance(rx, _Receiver):  # an echo (latency mode) has nothing to wait for
                     rx.wait_for(base + n, 30)
                     base = rx.count
                 got = hashlib.sha256(memoryview(buf)[:length]).hexdigest()

@@ -207,6 +207,9 @@ def test_a_latency_client_that_names_a_bad_echo_key_costs_the_server_nothing(fab
         assert [w.ok for w in cq.wait(1, timeout=10)] == [True]  # our write landed
         time.sleep(0.5)  # the echo came and was refused
         assert bytes(back) == bytes(64) and not [w for w in cq.poll() if w.opcode == 1 and w.ok]
+        # a check, which only the bandwidth mode sends, is answered, not fatal
+        conn.send({"check": 64, "iters": 1, "sha256": "00"})
+        assert conn.recv()["verified"] is False
         conn.send({"bye": True})
         conn.close()
         out = subprocess.run(MRC + ["fabric", "exec", "h0", "--name", t.name, "--"] + MRC
