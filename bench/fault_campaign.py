@@ -61,6 +61,7 @@ import argparse
 import bisect
 import json
 import os
+import random
 import socket
 import struct
 import sys
@@ -154,8 +155,6 @@ def random_schedule(t: Topology, seconds: float, seed: int, per_minute: float = 
     """T0-T1 link faults at about per_minute events a minute, on random
     planes: a cut healed 1-8 s later, or a flap (3 x 0.2 s down, 0.2 s up).
     Returns the plan and the (src, dst, plane, spine) paths of h0 -> hN it touches."""
-    import random
-
     rng = random.Random(seed)
     src, dst = 0, t.hosts - 1
     plan, paths, at = [], set(), FAULT_AT

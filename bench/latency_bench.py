@@ -35,13 +35,15 @@ from mrc._dp import ffi, lib
 
 from mrc.fabric import apply, ns
 from mrc.fabric.topology import Topology
+from mrc.perf import percentile
 
 MRC = [sys.executable, "-m", "mrc"]
 
 
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
+def summary(xs: list[float]) -> dict:
+    """p50, p99 and min of round trips in microseconds."""
+    return {"p50_us": round(percentile(xs, 0.5), 1), "p99_us": round(percentile(xs, 0.99), 1),
+            "min_us": round(min(xs), 1)}
 
 
 def run_mrc(t: Topology, size: int, iters: int, port: int, spin_us: float | None = None) -> dict:
@@ -86,7 +88,7 @@ def run_udp(t: Topology, size: int, iters: int, port: int) -> dict:
         if n < 0:
             raise RuntimeError(f"UDP ping-pong failed: {os.strerror(-n)}")
         xs = [rtt[i] / 1e3 for i in range(50, iters + 50)]  # the first 50 warm up
-        return {"p50_us": round(pct(xs, 0.5), 1), "p99_us": round(pct(xs, 0.99), 1), "min_us": round(min(xs), 1)}
+        return summary(xs)
     finally:
         srv.close()
         cli.close()
@@ -99,8 +101,7 @@ def run_icmp(t: Topology, size: int, iters: int) -> dict:
     xs = [float(m) * 1e3 for m in re.findall(r"time=([\d.]+) ms", out.stdout)]
     if not xs:
         raise RuntimeError(f"ping -6 {addr} gave no replies: {out.stdout[-300:]} {out.stderr[-300:]}")
-    return {"p50_us": round(pct(xs, 0.5), 1), "p99_us": round(pct(xs, 0.99), 1), "min_us": round(min(xs), 1),
-            "replies": len(xs)}
+    return {**summary(xs), "replies": len(xs)}
 
 
 def main() -> int:
