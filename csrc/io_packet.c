@@ -40,7 +40,9 @@ struct io {
     uint32_t nports;
     int plane_port[MRC_MAX_PLANES]; /* plane -> index into ports, -1 if none */
     struct mrc_peer_cfg *peers;
-    uint8_t live[MRC_MAX_PEERS]; /* slot in use (a deleted peer's slot is reused) */
+    uint8_t live[MRC_MAX_PEERS]; /* slot in use (a deleted peer's slot is reused); a
+                                  * deleted peer's config is zeroed: no paths, so the
+                                  * per-packet lookups need not test this */
     uint32_t npeers;             /* one past the highest slot in use */
     struct txq tx;
 };
@@ -252,7 +254,7 @@ int io_peer_host(const struct io *io, uint16_t peer)
 
 int io_has_path(const struct io *io, uint16_t peer, uint32_t plane)
 {
-    return peer < io->npeers && io->live[peer] && plane < MRC_MAX_PLANES && io->peers[peer].plane[plane].npaths > 0;
+    return peer < io->npeers && plane < MRC_MAX_PLANES && io->peers[peer].plane[plane].npaths > 0;
 }
 
 /* ------------------------------------------------------------------ tx */
@@ -329,7 +331,7 @@ void io_queue_tx(struct io *io, const struct mrc_txdesc *d, const uint8_t *pkt)
 {
     uint32_t plane = ev_plane(d->ev) & (MRC_MAX_PLANES - 1), entropy = ev_entropy(d->ev);
     int pi = io->plane_port[plane];
-    if (pi < 0 || d->peer >= io->npeers || !io->live[d->peer] || io->peers[d->peer].plane[plane].npaths == 0 || d->len + IO_HDRS > IO_FRAME) {
+    if (pi < 0 || d->peer >= io->npeers || io->peers[d->peer].plane[plane].npaths == 0 || d->len + IO_HDRS > IO_FRAME) {
         if (pi >= 0)
             io->ports[pi].st.tx_no_path++;
         return;
@@ -378,7 +380,7 @@ void io_queue_tx(struct io *io, const struct mrc_txdesc *d, const uint8_t *pkt)
 static int peer_of(const struct io *io, const uint8_t *src, uint32_t plane)
 {
     for (uint32_t i = 0; i < io->npeers; i++)
-        if (io->live[i] && io->peers[i].plane[plane].npaths && !memcmp(io->peers[i].plane[plane].final_addr, src, 16))
+        if (io->peers[i].plane[plane].npaths && !memcmp(io->peers[i].plane[plane].final_addr, src, 16))
             return (int)i;
     return -1;
 }
