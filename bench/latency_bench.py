@@ -3,9 +3,10 @@
 On the default fabric, h0 <-> h3:
   mrc    `mrc perf client h3 --latency --sizes 64`: a 64 B WRITE_IMM to the
          server, which writes it straight back when its receive completes;
-         timed from the post to the client's receive completion
-  mrc_nospin  the same with `--spin-us 0` at both ends: engines that sleep as
-         soon as they are idle, so every packet wakes one (what wake-ups cost)
+         timed from the post to the client's receive completion. Both ends
+         wait by progressing the NIC in their own thread (mrc_ctx_progress)
+  mrc_nospin  the same with `--spin-us 0` at both ends: engine threads that
+         sleep as soon as they are idle (the waiting threads do the work)
   udp    a UDP ping-pong in C (csrc/bench/udpping.c, blocking sockets) over
          the kernel's own SRv6 route between the hosts' inner addresses
          (plane 0, one uSID path: the one TCP uses in the other benches)

@@ -240,6 +240,7 @@ struct mrc_ep {
     uint16_t peer_host[MRC_MAX_PEERS]; /* peer index -> the first index of the same host (its addresses) */
     struct cq cqs[MRC_MAX_CQS];
     uint64_t cq_live;        /* bit n: CQ n exists */
+    uint32_t data_first;     /* poll_tx sends data before control packets */
     uint64_t cq_dirty;       /* bit n: completions were added to CQ n (the engine signals and clears) */
     uint32_t cq_waiters;     /* QPs whose completions wait for room in a CQ */
     uint32_t cq_polls;       /* bumped by every poll that took completions (the application's side) */

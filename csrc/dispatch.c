@@ -103,33 +103,34 @@ static void offer_waiting_completions(struct mrc_ep *ep)
     }
 }
 
-int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max)
+/* Control packets waiting in the endpoint's queue, from d[n] on. */
+static uint32_t tx_ctrl(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t buflen, uint32_t *used,
+                        struct mrc_txdesc *d, uint32_t n, uint32_t max)
 {
-    uint32_t n = 0, used = 0;
-    if (LOAD_SC(ep->flush_pending) && __atomic_exchange_n(&ep->flush_pending, 0, __ATOMIC_SEQ_CST)) {
-        for (uint32_t i = 0; i < ep->a.max_qps; i++)
-            if (ep->qps[i] && ep->qps[i]->state == MRC_QPS_ERROR)
-                qp_flush(ep, ep->qps[i], MRC_WC_WR_FLUSH_ERR);
-    }
-    offer_waiting_completions(ep);
-    /* control packets first: they unblock the peer */
     struct ctrl *c;
     while (n < max && (c = ep_ctrl_peek(ep)) != NULL) {
         if (!c->len) { /* a SACK whose update could not be built: nothing to send */
             ep_ctrl_pop(ep);
             continue;
         }
-        if (used + c->len > buflen)
-            return (int)n;
-        memcpy(buf + used, c->buf, c->len);
-        d[n] = (struct mrc_txdesc){.off = used, .len = c->len, .ev = c->ev, .peer = c->peer, .tclass = c->tclass};
+        if (*used + c->len > buflen)
+            break;
+        memcpy(buf + *used, c->buf, c->len);
+        d[n] = (struct mrc_txdesc){.off = *used, .len = c->len, .ev = c->ev, .peer = c->peer, .tclass = c->tclass};
         if (c->probe_id)
             evprobe_left(ep, c->probe_id, now); /* the RTT starts when it leaves */
-        used += c->len;
+        *used += c->len;
         n++;
         ep_ctrl_pop(ep);
     }
-    /* then every active QP in turn, starting after the one served first last time */
+    return n;
+}
+
+/* Data of every active QP in turn, starting after the one served first last
+ * time, from d[n] on. */
+static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t buflen, uint32_t *used,
+                        struct mrc_txdesc *d, uint32_t n, uint32_t max)
+{
     uint32_t nq = ep->nact;
     for (uint32_t k = 0; k < nq && n < max && ep->nact; k++) {
         uint32_t slot = (ep->rr_qp + k) % ep->nact;
@@ -139,11 +140,29 @@ int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t bufle
         comp_on_timer(ep, q, now);
         if (q->state != MRC_QPS_RTS)
             continue;
-        n += (uint32_t)req_poll_tx(ep, q, now, buf, buflen, &used, d + n, max - n);
+        n += (uint32_t)req_poll_tx(ep, q, now, buf, buflen, used, d + n, max - n);
     }
     if (ep->nact)
         ep->rr_qp = (ep->rr_qp + 1) % ep->nact;
-    return (int)n;
+    return n;
+}
+
+int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max)
+{
+    uint32_t n = 0, used = 0;
+    if (LOAD_SC(ep->flush_pending) && __atomic_exchange_n(&ep->flush_pending, 0, __ATOMIC_SEQ_CST)) {
+        for (uint32_t i = 0; i < ep->a.max_qps; i++)
+            if (ep->qps[i] && ep->qps[i]->state == MRC_QPS_ERROR)
+                qp_flush(ep, ep->qps[i], MRC_WC_WR_FLUSH_ERR);
+    }
+    offer_waiting_completions(ep);
+    if (ep->data_first) {
+        n = tx_data(ep, now, buf, buflen, &used, d, n, max);
+        return (int)tx_ctrl(ep, now, buf, buflen, &used, d, n, max);
+    }
+    /* control packets first: they unblock the peer */
+    n = tx_ctrl(ep, now, buf, buflen, &used, d, n, max);
+    return (int)tx_data(ep, now, buf, buflen, &used, d, n, max);
 }
 
 uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now)

@@ -3,7 +3,8 @@
  * the stack's, not the interpreter's: the client posts a receive and a
  * WRITE_IMM and waits for the echo's receive completion; the echo side
  * waits for a receive completion and writes the same length and immediate
- * back. Both poll their CQ for SPIN_NS, yielding, then wait on its
+ * back. Both poll their CQ for SPIN_NS, progressing the NIC themselves
+ * (mrc_ctx_progress: no engine wake-up on the way), then wait on its
  * completion channel (a long or busy spin takes the core the engines need
  * on a small machine: Python polling for 200 us took 470 us per round trip).
  * Through the public API only; not part of the data path. */
@@ -15,8 +16,9 @@
 
 #include "mrc_dp.h"
 
-/* How long a side polls its CQ, yielding, before it sleeps on the channel.
- * Measured (bench/latency_bench.py, 3 rounds each, alternated): sleeping at
+/* How long a side polls its CQ (progressing, or yielding when the engine is
+ * in a pass) before it sleeps on the channel. Measured with yielding alone,
+ * before mrc_ctx_progress (bench/latency_bench.py, 3 rounds each): sleeping at
  * once 30.9-43.6 us p50; 50 us of yielding polls 22.9-23.4 us, p99 39-65
  * against 93-136 us; 100 us 24.2. An echo usually comes back within it, and
  * yielding leaves the core to the engines whenever they have work. */
@@ -30,6 +32,7 @@ static int next_recv(struct mrc_ctx *c, uint32_t cqn, uint64_t timeout_ns, struc
     if (fd < 0)
         return fd;
     uint64_t start = mrc_ctx_now_ns(), deadline = start + timeout_ns;
+    int slept = 0;
     for (;;) {
         struct mrc_wc wc[16];
         int n = mrc_poll_cq(c, cqn, wc, 16);
@@ -52,9 +55,12 @@ static int next_recv(struct mrc_ctx *c, uint32_t cqn, uint64_t timeout_ns, struc
         if (now >= deadline)
             return -ETIMEDOUT;
         if (now - start < SPIN_NS) { /* the answer is usually this close: no wake-up for it */
-            sched_yield();
+            if (mrc_ctx_progress(c) <= 0)
+                sched_yield();
             continue;
         }
+        if (!slept++)
+            mrc_ctx_progress_done(c);
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         uint64_t ms = (deadline - now) / 1000000 + 1;
         if (poll(&pf, 1, (int)(ms > 1000 ? 1000 : ms)) > 0) {

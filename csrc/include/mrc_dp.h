@@ -470,6 +470,15 @@ int mrc_ctx_start(struct mrc_ctx *c);
 /* How long the idle engine thread keeps polling before it sleeps (default
  * 200 us: waking a sleeping thread costs tens of us on a VM). */
 void mrc_ctx_set_spin(struct mrc_ctx *c, uint64_t ns);
+/* Progress the NIC once from the calling thread (receive, complete, send)
+ * unless the engine thread is doing so right now: a thread that waits for a
+ * completion calls it instead of yielding. Returns how much work it did,
+ * -EOPNOTSUPP for a context without an engine thread. */
+int mrc_ctx_progress(struct mrc_ctx *c);
+/* The calling thread stops calling mrc_ctx_progress (it is about to block):
+ * the engine thread takes the ports back at once rather than PROGRESS_NS
+ * (100 us) after the last call. */
+void mrc_ctx_progress_done(struct mrc_ctx *c);
 /* A port's admin state (mrc_ctl_modify_port): the port is up when it is
  * enabled and its link has carrier (the engine follows carrier by itself). */
 int mrc_ctx_port_admin(struct mrc_ctx *c, uint32_t plane, int up);

@@ -311,3 +311,48 @@ def test_query_device_reports_the_limits_the_engine_enforces(pair):
                 dict(linear_cnt=d.max_linear_retry + 1), dict(exp_cnt=d.max_exp_retry + 1)):
         with pytest.raises(ErrnoError):
             ca.create_qp(attr=QPAttr(**bad))
+
+
+def test_a_thread_that_progresses_the_nic_itself_gets_every_completion_and_gives_the_ports_back(pair):
+    """mrc_ctx_progress: the waiting thread runs the NIC instead of waking the
+    engine thread (mrc perf --latency). Its passes deliver data and
+    completions; a pass that found completions leaves its ACKs to the next
+    pass, so a thread that then stops calling (without progress_done) must
+    still see them go out: the engine takes the ports back by itself."""
+    t, ca, cb = pair
+    for c in (ca, cb):
+        c.engine.set_spin(0)  # engines that sleep at once: the callers do the work
+    qa, qb, src, dst, ms, ib, cq = connect(t, ca, cb, 1 << 20, QPAttr(rq_depth=16))
+    cqb = qb.recv_cq
+    work = 0
+    for i in range(8):
+        qb.post_recv([i])
+        qa.post_write(ms, i * 4096, 64 << 10, ib.addr + i * 4096, ib.rkey, wr_id=i, imm=i)
+        got, deadline = [], time.monotonic() + 10
+        while len(got) < 2 and time.monotonic() < deadline:
+            work += ca.engine.progress() + cb.engine.progress()
+            got += cq.poll() + cqb.poll()
+        assert len(got) == 2 and all(w.ok for w in got), (i, got, qa.stats())
+    assert work > 0  # the callers, not only the engine threads, moved packets
+    assert dst[: 7 * 4096 + (64 << 10)] == src[: 7 * 4096 + (64 << 10)]
+    # the receiver's last pass may hold the ACK for this one: it stops without saying
+    qb.post_recv([99])
+    qa.post_write(ms, 0, 4096, ib.addr, ib.rkey, wr_id=99, imm=99)
+    deadline = time.monotonic() + 10
+    while not cqb.poll() and time.monotonic() < deadline:
+        cb.engine.progress()
+    assert cq.wait(1, timeout=5)[0].ok  # its engine sent the ACK: nobody progresses now
+    # and after progress_done the engine thread serves at once
+    cb.engine.progress_done()
+    qa.post_write(ms, 0, 4096, ib.addr, ib.rkey, wr_id=100)
+    assert cq.wait(1, timeout=5)[0].ok
+    assert qa.stats()["timeouts"] == 0, qa.stats()
+
+
+def test_progress_needs_an_engine_thread(fabric):
+    c = host_context(fabric, 0, start=False)
+    try:
+        with pytest.raises(ErrnoError, match="progress"):
+            c.engine.progress()
+    finally:
+        c.close()
