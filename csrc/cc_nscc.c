@@ -40,9 +40,26 @@ static void quick_adapt(struct qp *q, uint64_t now)
     s->last_qa_ns = now;
 }
 
-static void nscc_on_ack(struct qp *q, uint64_t bytes, uint64_t rtt, int ecn, uint64_t now)
+/* The base RTT and the target delay: as configured, or scaled up together
+ * to the lowest RTT this QP has seen when that is longer (slow links, where
+ * one packet's serialization already exceeds the configured target: the
+ * window would shrink to one packet and stay there). */
+struct nscc_scale { uint64_t base_rtt, target; };
+static struct nscc_scale nscc_scale(const struct qp *q)
 {
     const struct mrc_cc_params *c = &q->a.cc;
+    if (q->min_rtt <= c->base_rtt || !c->base_rtt)
+        return (struct nscc_scale){c->base_rtt, c->target_delay};
+    return (struct nscc_scale){q->min_rtt, (uint64_t)((double)c->target_delay * (double)q->min_rtt / (double)c->base_rtt)};
+}
+
+static void nscc_on_ack(struct qp *q, uint64_t bytes, uint64_t rtt, int ecn, uint64_t now)
+{
+    struct mrc_cc_params sc = q->a.cc;
+    struct nscc_scale k = nscc_scale(q);
+    sc.base_rtt = k.base_rtt;
+    sc.target_delay = k.target;
+    const struct mrc_cc_params *c = &sc;
     struct cc_state *s = &q->ccs;
     /* bytes achieved over the last base RTT, for quick adapt */
     if (now - s->achieved_start_ns > c->base_rtt) {

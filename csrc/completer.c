@@ -12,10 +12,15 @@
  * ev.c, the CC ops and ep.c. */
 #include "core.h"
 
-/* 1.024 us x 2^timeout for the first linear_cnt tries, then doubling. */
+/* 1.024 us x 2^timeout for the first linear_cnt tries, then doubling; never
+ * below 4 smoothed RTTs, so that a fabric whose queues hold milliseconds
+ * (slow links, or a rate-limited emulation) does not see every queue as a
+ * loss (a timer expiry retires an EV and starts probes). */
 static uint64_t rto_ns(const struct qp *q)
 {
     uint64_t base = 1024ull << q->a.timeout;
+    if (4 * q->srtt > base)
+        base = 4 * q->srtt;
     if (q->retries < q->a.linear_cnt)
         return base;
     uint32_t sh = q->retries - q->a.linear_cnt + 1;
@@ -132,11 +137,14 @@ static void detect_losses(struct mrc_ep *ep, struct qp *q, uint64_t rack, uint64
     if (rack <= q->rack_sent_ns)
         return;
     q->rack_sent_ns = rack;
+    /* never below half an RTT: paths whose queues differ by milliseconds
+     * (slow links) reorder by that much without losing anything */
+    uint64_t reo = q->reo_ns > q->srtt / 2 ? q->reo_ns : q->srtt / 2;
     for (uint32_t psn = q->una_psn; psn != q->next_psn; psn = psn_add(psn, 1)) {
         struct pent *pe = pe_at(q, psn);
-        if (pe->nrtx == 0 && pe->sent_ns + q->reo_ns >= rack)
+        if (pe->nrtx == 0 && pe->sent_ns + reo >= rack)
             break;
-        if (pe->st == PE_INFLIGHT && pe->sent_ns + q->reo_ns < rack)
+        if (pe->st == PE_INFLIGHT && pe->sent_ns + reo < rack)
             mark_lost(ep, q, pe, now, 1);
     }
 }

@@ -201,6 +201,9 @@ struct qp {
     uint32_t ooo;
     uint32_t last_rx_ev;     /* the EV the last data packet came on */
     uint8_t last_rx_port;    /* and the plane */
+    uint16_t last_rx_ts;     /* and its TSETH timestamp (0: none) */
+    uint32_t last_rx_psn;    /* and its PSN */
+    uint64_t ack_due_ns;     /* data waits for its SACK until then (0: none waits): see RESP_ACK_DELAY_NS */
     uint32_t sack_slot;      /* 1 + the control-ring slot of this QP's plain SACK not sent yet (0: none) */
     struct mrc_qp_stats st;
 };
@@ -382,6 +385,8 @@ void resp_on_data(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t 
                   const struct mrc_meta *m, uint64_t now);
 void resp_on_probe(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const struct mrc_meta *m);
 void resp_retry_completions(struct mrc_ep *ep, struct qp *q);
+void resp_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now);
+uint64_t resp_next_timer(const struct qp *q);
 
 /* evprobe.c: connectionless EV probes (mrc_ep_probe_*). Calls ep.c. */
 int evprobe_on_packet(struct mrc_ep *ep, const struct mrc_pkt *p, const struct mrc_meta *m, uint64_t now);

@@ -137,6 +137,7 @@ static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
         struct qp *q = ep->qps[ep->act[slot]];
         if (!q || q->state != MRC_QPS_RTS)
             continue;
+        resp_on_timer(ep, q, now);
         comp_on_timer(ep, q, now);
         if (q->state != MRC_QPS_RTS)
             continue;
@@ -175,8 +176,10 @@ uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now)
         if (!q || q->state != MRC_QPS_RTS)
             continue;
         uint64_t x = ev_next_timer(q, now), y = comp_next_timer(ep, q, now), z = req_next_tx(ep, q, now);
+        uint64_t r = resp_next_timer(q);
         x = x < y ? x : y;
         x = x < z ? x : z;
+        x = x < r ? x : r;
         if (x < t)
             t = x;
     }

@@ -143,8 +143,8 @@ void ev_transition(struct mrc_ep *ep, struct qp *q, struct ev_entry *e, uint8_t 
         q->nbad--;
     e->state = st;
     switch (st) {
-    case MRC_EV_SKIP:
-        e->until_ns = now + q->a.skip_ns;
+    case MRC_EV_SKIP: /* about one RTT (at least skip_ns) */
+        e->until_ns = now + (q->srtt > q->a.skip_ns ? q->srtt : q->a.skip_ns);
         break;
     case MRC_EV_ASSUMED_BAD:
         q->nbad++;
@@ -254,6 +254,12 @@ void ev_on_congestion(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now
         ev_transition(ep, q, e, MRC_EV_SKIP, now);
 }
 
+/* Probes go at most once per RTT per EV (at least probe_interval_ns apart). */
+static uint64_t probe_interval(const struct qp *q)
+{
+    return q->srtt > q->a.probe_interval_ns ? q->srtt : q->a.probe_interval_ns;
+}
+
 void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now)
 {
     struct ev_entry *e = ev_find(q, ev);
@@ -264,7 +270,7 @@ void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t
     if (++e->probe_ok >= q->a.probe_k)
         ev_transition(ep, q, e, MRC_EV_GOOD, now);
     else
-        e->probe_due_ns = now + q->a.probe_interval_ns / 8;
+        e->probe_due_ns = now + probe_interval(q) / 8;
 }
 
 /* A packet sent on ev was acknowledged after it had been declared lost: the
@@ -306,7 +312,7 @@ void ev_probe_sent(struct qp *q, struct ev_entry *e, uint64_t now)
     }
     e->probing = 1;
     e->probe_sent_ns = now;
-    e->probe_due_ns = now + (q->a.probe_interval_ns << e->probe_shift);
+    e->probe_due_ns = now + (probe_interval(q) << e->probe_shift);
 }
 
 /* When the next probe is due (an ASSUMED_BAD EV waits for it). */

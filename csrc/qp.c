@@ -234,6 +234,7 @@ static void qp_reset(struct mrc_ep *ep, struct qp *q)
     q->reo_ns = q->a.reorder_ns;
     q->msg_bytes = 0;
     q->bytes_unacked = q->rcv_bytes = q->ooo = 0;
+    q->ack_due_ns = 0;
     q->remote_ports = 0xFFFFFFFFu;
     q->nbad = q->rr = 0;
     free(q->evs);

@@ -12,7 +12,12 @@
 
 /* when the bitmap moves to the triggering PSN, it keeps this many PSNs above it
  * (packets sent later that overtook it) */
-enum { SACK_ABOVE_TRIG = 16 };
+/* RESP_ACK_DELAY_NS: received data never waits longer than this for its
+ * SACK. A SACK goes every ack_bytes, or at once when asked; but a sender
+ * whose window shrank after it sent its last packet without an ACK request
+ * can send nothing more, and the bytes that would trigger the SACK never
+ * come: without the delay it waits for its retransmit timer. */
+enum { SACK_ABOVE_TRIG = 16, RESP_ACK_DELAY_NS = 100000 };
 
 static inline uint32_t widx(const struct qp *q, uint32_t psn) { return psn & (q->win - 1); }
 static inline int rbit(const struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); return (int)((q->rbits[i >> 6] >> (i & 63)) & 1); }
@@ -64,6 +69,7 @@ static void send_sack(struct mrc_ep *ep, struct qp *q, uint8_t port, uint32_t ec
     if (plain)
         ep_ctrl_mark_pending(ep, c, q);
     q->bytes_unacked = 0;
+    q->ack_due_ns = 0;
     q->st.sacks_tx += !update;
 }
 
@@ -145,7 +151,6 @@ void resp_on_data(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t 
                   const struct mrc_meta *m, uint64_t now)
 {
     (void)len;
-    (void)now;
     q->st.rx_packets++;
     q->last_rx_ev = m->ev;
     q->last_rx_port = m->port;
@@ -209,7 +214,20 @@ void resp_on_data(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t 
     if (ooo || filled || m->ecn_ce || (p->flags & (MRC_BTH_ACKREQ | MRC_BTH_RTX)) ||
         q->bytes_unacked >= q->a.ack_bytes)
         send_sack(ep, q, m->port, m->ev, m->ecn_ce, psn, 0, ts);
+    q->last_rx_psn = psn;
+    q->last_rx_ts = ts;
+    if (q->bytes_unacked && !q->ack_due_ns)
+        q->ack_due_ns = now + RESP_ACK_DELAY_NS;
 }
+
+/* Data that waited RESP_ACK_DELAY_NS gets its SACK (for the last packet). */
+void resp_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
+{
+    if (q->ack_due_ns && now >= q->ack_due_ns)
+        send_sack(ep, q, q->last_rx_port, q->last_rx_ev, 0, q->last_rx_psn, 0, q->last_rx_ts);
+}
+
+uint64_t resp_next_timer(const struct qp *q) { return q->ack_due_ns ? q->ack_due_ns : MRC_INF_NS; }
 
 /* A RELIABILITY_PROBE of one of the sender's EVs: a SACK with the PR flag,
  * back on the plane it came on, echoing the probed EV. */

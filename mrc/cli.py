@@ -5,6 +5,8 @@
     mrc fabric paths [--json]      every (src, dst, plane, spine) address
     mrc fabric status [--json]     nodes, links, faults in force
     mrc fabric fail|heal|flap|loss|rate ...   real, reversible faults
+    mrc fabric qos TARGET|all --rate R   switch egress queues: rate, ECN, trimming
+    mrc fabric stats [--json]      the switch queues' counters
     mrc fabric exec HOST -- CMD    run a command inside a namespace
     mrc fabric down [--name NAME | --all]
     mrc fabric topology            the fabric as a topology file (docs/topology.md)
@@ -208,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--leaves", type=int, default=2, help="T0 leaf switches per plane (default 2)")
     p.add_argument("--hosts", type=int, default=4, help="hosts, spread over the leaves (default 4)")
     p.add_argument("--check", action="store_true", help="run `check` after building")
+    p.add_argument("--link-rate", metavar="RATE",
+                   help="give every switch port an egress queue at RATE (e.g. 200mbit) that marks ECN, trims MRC "
+                        "data and drops, so congestion builds in the network (default: no queues, as before)")
+    _queue_args(p)
     _json(p)
 
     p = fsub.add_parser("down", help="remove a fabric (or every fabric with --all)",
@@ -272,7 +278,47 @@ def build_parser() -> argparse.ArgumentParser:
     _name(p)
     p.add_argument("target", help="the link")
     p.add_argument("rate", help="bits per second, with k/m/g suffixes: 500mbit, 1gbit")
+
+    p = fsub.add_parser("qos", help="set or remove the egress queues of switch ports",
+                        description="Give the switch ports of TARGET (a link: its switch ends; a switch: all its "
+                                    "ports; all: every switch port) an egress queue: an htb rate and a tc-BPF "
+                                    "program that marks ECN-capable packets CE above --ecn-kb of queue, trims MRC "
+                                    "data packets above --trim-kb and drops above --buffer-kb. A port that has a "
+                                    "queue keeps its counters. `--rate 0` removes the queues.",
+                        epilog="e.g. `mrc fabric qos all --rate 200mbit --ecn-kb 32 --trim-kb 96 --buffer-kb 512`, "
+                               "`mrc fabric qos p0l0 --rate 100mbit`, `mrc fabric qos all --rate 0`")
+    _name(p)
+    p.add_argument("target", help="a link (p0l0-p0s1, h0-p0l0), a switch (p0l0, p0s1) or all")
+    p.add_argument("--rate", required=True, help="bits per second, with k/m/g suffixes (0: remove the queues)")
+    _queue_args(p)
+    _json(p)
+
+    p = fsub.add_parser("stats", help="the switch queues' counters",
+                        description="Per switch port with a queue: packets and bytes sent, marked, trimmed, "
+                                    "dropped, the queue estimate now and its high-water mark, and the settings.")
+    _name(p)
+    p.add_argument("target", nargs="?", help="a link or a switch (default: every port with a queue)")
+    _json(p)
     return top
+
+
+def _queue_args(p: argparse.ArgumentParser) -> None:
+    from mrc.fabric.qos import DEFAULT_THRESHOLDS as d
+
+    p.add_argument("--ecn-kb", type=int, default=d["ecn_kb"],
+                   help=f"mark CE above this many KiB of queue (default {d['ecn_kb']}; 0: never)")
+    p.add_argument("--trim-kb", type=int, default=d["trim_kb"],
+                   help=f"trim MRC data above this many KiB (default {d['trim_kb']}; 0: never)")
+    p.add_argument("--buffer-kb", type=int, default=d["buffer_kb"],
+                   help=f"drop above this many KiB (default {d['buffer_kb']}; 0: never)")
+
+
+def _port_qos(rate: str, a: argparse.Namespace):
+    from mrc.fabric import apply
+    from mrc.fabric.qos import PortQoS
+
+    bps = 0 if rate.strip() in ("0", "off") else apply.parse_rate(rate)
+    return PortQoS(bps, a.ecn_kb, a.trim_kb, a.buffer_kb).check()
 
 
 def _print(obj, as_json: bool, text: str) -> None:
@@ -290,11 +336,18 @@ def fabric_main(a: argparse.Namespace) -> int:
             if not a.json and sys.stderr.isatty():
                 print(f"\rbuilding {t.name}: {done}/{total} operations", end="", file=sys.stderr, flush=True)
 
+        q = _port_qos(a.link_rate, a) if a.link_rate else None  # a bad value fails before anything is built
         secs = apply.up(t, progress)
         if not a.json and sys.stderr.isatty():
             print(file=sys.stderr)
         res = {"name": t.name, "seconds": round(secs, 3), "namespaces": len(t.nodes()), "links": len(t.links()),
                "paths": len(t.paths())}
+        if q:
+            try:
+                res["queues"] = apply.set_queues(t.name, None, q)
+            except BaseException:
+                apply.down(t.name)
+                raise
         if a.check:
             from mrc.fabric.check import check
 
@@ -380,6 +433,22 @@ def fabric_main(a: argparse.Namespace) -> int:
     if a.fcmd == "loss":
         apply.loss(a.name, a.target, a.percent)
         print(f"{a.target}: dropping {a.percent}% in both directions (undo with `mrc fabric heal {a.target}`)")
+        return 0
+    if a.fcmd == "qos":
+        q = _port_qos(a.rate, a)
+        n = apply.set_queues(a.name, None if a.target == "all" else a.target, q)
+        _print({"ports": n, **q.__dict__}, a.json,
+               f"{n} switch port(s): " + (f"{q.rate_bps / 1e6:g} Mbit/s, ECN above {q.ecn_kb} KiB, trim above "
+                                          f"{q.trim_kb} KiB, drop above {q.buffer_kb} KiB" if q.rate_bps
+                                          else "queues removed"))
+        return 0
+    if a.fcmd == "stats":
+        rows = apply.queue_stats(a.name, a.target)
+        head = f"{'port':<16} {'packets':>9} {'MB':>8} {'marked':>8} {'trimmed':>8} {'dropped':>8} {'hwm KiB':>8}"
+        _print(rows, a.json, "\n".join([head] + [
+            f"{r['switch'] + ':' + r['ifname']:<16} {r['packets']:>9} {r['bytes'] / 1e6:>8.1f} {r['marked']:>8} "
+            f"{r['trimmed']:>8} {r['dropped']:>8} {r['hwm_kb']:>8}" for r in rows]) if rows else
+            "no switch port has a queue (see `mrc fabric qos --help`)")
         return 0
     if a.fcmd == "rate":
         bps = apply.rate(a.name, a.target, a.rate)

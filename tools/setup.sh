@@ -27,10 +27,13 @@ if [ "$what" = test ] && ! command -v tshark >/dev/null 2>&1; then
     need+=(tshark)
     echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
 fi
+# the switch queues' BPF program (mrc fabric up --link-rate, mrc fabric qos)
+command -v clang >/dev/null 2>&1 || need+=(clang)
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 # and fuzz the data path with libFuzzer (tools/fuzz.sh)
 if [ "$what" = test ] && ! { command -v clang >/dev/null 2>&1 &&
         ls "$(clang -print-resource-dir)"/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1; }; then
-    need+=(clang libclang-rt-dev)
+    need+=(libclang-rt-dev)
 fi
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
@@ -49,6 +52,8 @@ fi
 echo "== pip install -e .[test]"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test]'
+echo "== build the switch queues' BPF program (csrc/bpf/port_queue.bpf.c)"
+.venv/bin/python -c 'from mrc.fabric import qos; qos.build(force=True)'
 
 case "$what" in
     demo) exec .venv/bin/mrc demo ;;

@@ -15,9 +15,10 @@ import socket
 import subprocess
 import time
 from contextlib import suppress
+from dataclasses import asdict
 
 from mrc.errors import FabricError, PrivilegeError, UsageError
-from mrc.fabric import nl, ns, resolver
+from mrc.fabric import nl, ns, qos, resolver
 from mrc.fabric.plan import Op, link_ops, plan
 from mrc.fabric.topology import NS_PREFIX, Topology
 
@@ -66,11 +67,18 @@ def topology_path(name: str) -> str:
     return os.path.join(STATE_DIR, f"{name}.topology")
 
 
-def save_state(t: Topology, faults: dict | None = None) -> None:
+def save_state(t: Topology, faults: dict | None = None, queues: dict | None = None) -> None:
+    """Write the fabric's state; ``queues`` (switch port -> its queue, see
+    :func:`set_queues`) is kept from the file when not given."""
     os.makedirs(STATE_DIR, exist_ok=True)
+    if queues is None:
+        with suppress(FileNotFoundError, ValueError):
+            with open(state_path(t.name)) as f:
+                queues = json.load(f).get("queues")
     tmp = state_path(t.name) + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"topology": t.to_dict(), "faults": faults or {}, "created": time.time()}, f, indent=1)
+        json.dump({"topology": t.to_dict(), "faults": faults or {}, "queues": queues or {}, "created": time.time()},
+                  f, indent=1)
     os.replace(tmp, state_path(t.name))
 
 
@@ -311,9 +319,12 @@ def heal(name: str, target: str | None = None) -> list[str]:
                 _clear_rate(ex, link)
     finally:
         ex.close()
+    rated = {link.name for link in links if faults.get(link.name, {}).get("rate") is not None}
     for link in links:
         faults.pop(link.name, None)
     save_state(t, faults)
+    if rated:
+        _restore_queues(t, rated)
     return [link.name for link in links]
 
 
@@ -395,6 +406,9 @@ def rate(name: str, target: str, rate_spec: str) -> int:
         raise UsageError("rate must be positive")
     t = load_topology(name)
     link = t.link(target)
+    queued = [p for p in qos.switch_ports(t, link.name) if f"{p[0]}/{p[1]}" in load_state(name).get("queues", {})]
+    if queued:  # the tbf stands in for the switch queue (program included) until the heal
+        qos.apply_ports(t, queued, qos.PortQoS(0))
     ex = Executor(t)
     try:
         for node, ifname in ((link.a_node, link.a_if), (link.b_node, link.b_if)):
@@ -407,6 +421,39 @@ def rate(name: str, target: str, rate_spec: str) -> int:
         ex.close()
     _record(t, "rate", [link.name], bps)
     return bps
+
+
+# ------------------------------------------------------- switch queues (mrc.fabric.qos)
+def set_queues(name: str, target: str | None, q: qos.PortQoS) -> int:
+    """Give the switch ports of ``target`` (a link, a switch, or every one
+    for None) the queue ``q`` and remember it (rate 0 removes it)."""
+    require_root("mrc fabric qos")
+    t = load_topology(name)
+    ports = qos.switch_ports(t, target)
+    n = qos.apply_ports(t, ports, q)
+    queues = load_state(name).get("queues", {})
+    for node, ifname, _ in ports:
+        if q.rate_bps:
+            queues[f"{node}/{ifname}"] = asdict(q)
+        else:
+            queues.pop(f"{node}/{ifname}", None)
+    save_state(t, load_state(name)["faults"], queues)
+    return n
+
+
+def _restore_queues(t: Topology, links: set[str]) -> None:
+    """Put back the queues a rate fault's tbf replaced (its heal removed both)."""
+    queues = load_state(t.name).get("queues", {})
+    for node, ifname, link in qos.switch_ports(t):
+        q = queues.get(f"{node}/{ifname}")
+        if link in links and q:
+            qos.apply_ports(t, [(node, ifname, link)], qos.PortQoS(**q))
+
+
+def queue_stats(name: str, target: str | None = None) -> list[dict]:
+    """Counters of the switch ports with a queue (all, or ``target``'s)."""
+    require_root("mrc fabric stats")
+    return qos.stats(load_topology(name), target)
 
 
 def _del_root_qdisc(ex: Executor, node: str, idx: int) -> None:

@@ -18,6 +18,9 @@ def run(*argv):
     (["fabric", "up", "--planes", "0"], "impossible topology"),
     (["fabric", "up", "--hosts", "1", "--leaves", "1"], "at least 2 hosts"),
     (["fabric", "up", "--name", "Bad_Name"], "not valid"),
+    (["fabric", "up", "--link-rate", "100mbit", "--trim-kb", "600"], "must be below --buffer-kb"),
+    (["fabric", "up", "--link-rate", "fast"], "cannot read rate"),
+    (["fabric", "qos", "all", "--rate", "1mbit", "--ecn-kb", "-1"], "out of range"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, msg):
     r = run(*argv)

@@ -26,6 +26,7 @@ C_LAYERS = [
     ["engine.c"],
     ["bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c",
      "fuzz/fuzz_parse.c", "fuzz/fuzz_responder.c", "fuzz/fuzz_requester.c"],
+    ["bpf/port_queue.bpf.c"],  # the fabric's switch queues (kernel side): calls nothing here
 ]
 #: the stack: these never import mrc.fabric (they take a path resolver)
 STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/errors.py", "mrc/paths.py",

@@ -1,0 +1,271 @@
+"""Switch egress queues on the fabric: a rate, ECN marking, trimming and drops.
+
+Every switch port (the switch end of every link) can get, opt-in
+(``mrc fabric up --link-rate RATE``, ``mrc fabric qos``):
+
+- an htb class limiting the port to RATE, with a deep fifo behind it, so a
+  real queue builds at the port when more arrives than it can send;
+- a tc-BPF program on clsact egress (``csrc/bpf/port_queue.bpf.c``) that keeps
+  a phantom queue (bytes, drained at RATE) and, against it, sets CE on
+  ECN-capable packets above ``ecn_kb``, trims MRC data packets above
+  ``trim_kb`` (protocol.md section 2) and drops above ``buffer_kb``; with per
+  port counters (packets, bytes, marked, trimmed, dropped) and the
+  estimate's high-water mark.
+
+The kernel here has htb, tbf, fifo, clsact and cls_bpf but no red, codel or
+netem (docs/machine-notes are in the repository's README): the program is
+the switch's AQM. It is built with clang and the libbpf headers
+(``tools/setup.sh`` installs them; :func:`build` says what is missing).
+
+Each port loads its own instance of the program, so each has its own two
+maps (``cfg``, written here; ``st``, read here), found through the port's
+tc filter and the bpf(2) system call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass
+
+from mrc.errors import FabricError, UsageError
+from mrc.fabric.topology import Topology
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SOURCE = os.path.join(ROOT, "csrc", "bpf", "port_queue.bpf.c")
+OBJECT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "port_queue.bpf.o")
+FIFO_PACKETS = 100_000  # the htb leaf never drops before the program does
+PRIO = 7  # the filter's preference on clsact egress
+
+_CFG = struct.Struct("<QIIII")  # rate_bytes_per_s, ecn, trim, buffer (bytes), pad
+_ST = struct.Struct("<II8Q")  # lock, pad, last_ns, backlog, hwm, packets, bytes, marked, trimmed, dropped
+ST_FIELDS = ("last_ns", "backlog", "hwm", "packets", "bytes", "marked", "trimmed", "dropped")
+
+
+@dataclass(frozen=True)
+class PortQoS:
+    """A switch port's queue: ``rate_bps`` (0: no limit, no program), and the
+    ECN, trim and buffer thresholds in KiB of the queue estimate (0: off)."""
+
+    rate_bps: int
+    ecn_kb: int = 0
+    trim_kb: int = 0
+    buffer_kb: int = 0
+
+    def check(self) -> PortQoS:
+        if self.rate_bps < 0 or self.rate_bps > 400_000_000_000:
+            raise UsageError(f"link rate {self.rate_bps} b/s is out of range (1 kbit to 400 gbit)")
+        for what, v in (("--ecn-kb", self.ecn_kb), ("--trim-kb", self.trim_kb), ("--buffer-kb", self.buffer_kb)):
+            if not 0 <= v <= 1 << 20:
+                raise UsageError(f"{what} {v} is out of range (0 to 1048576 KiB; 0 turns it off)")
+        if self.buffer_kb and self.trim_kb and self.trim_kb >= self.buffer_kb:
+            raise UsageError(f"--trim-kb {self.trim_kb} must be below --buffer-kb {self.buffer_kb}: "
+                             "a packet is trimmed before the buffer is full")
+        return self
+
+
+DEFAULT_THRESHOLDS = {"ecn_kb": 32, "trim_kb": 96, "buffer_kb": 512}
+
+
+# ------------------------------------------------------------------ building
+def build(force: bool = False) -> str:
+    """Compile the program once (clang -target bpf); returns the object's path."""
+    if not force and os.path.exists(OBJECT) and os.path.getmtime(OBJECT) >= os.path.getmtime(SOURCE):
+        return OBJECT
+    clang = shutil.which("clang")
+    if not clang:
+        raise FabricError("the switch queues need clang to build their BPF program: "
+                          "apt-get install clang libbpf-dev (tools/setup.sh installs both)")
+    if not os.path.exists("/usr/include/bpf/bpf_helpers.h"):
+        raise FabricError("the switch queues need the libbpf headers (/usr/include/bpf/bpf_helpers.h): "
+                          "apt-get install libbpf-dev (tools/setup.sh installs it)")
+    arch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip() or \
+        "x86_64-linux-gnu"
+    tmp = OBJECT + f".{os.getpid()}.tmp"
+    r = subprocess.run([clang, "-O2", "-g", "-target", "bpf", f"-I/usr/include/{arch}", "-Wall", "-Werror",
+                        "-c", SOURCE, "-o", tmp], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise FabricError(f"building {SOURCE} failed:\n{r.stderr.strip()}")
+    os.replace(tmp, OBJECT)
+    return OBJECT
+
+
+# ------------------------------------------------------------------ bpf(2)
+_libc = ctypes.CDLL(None, use_errno=True)
+_SYS_BPF = 321
+_MAP_LOOKUP, _MAP_UPDATE, _PROG_GET_FD, _MAP_GET_FD, _INFO = 1, 2, 13, 14, 15
+
+
+def _bpf(cmd: int, attr: ctypes.Array) -> int:
+    r = _libc.syscall(_SYS_BPF, cmd, attr, ctypes.sizeof(attr))
+    if r < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"bpf({cmd}): {os.strerror(e)}")
+    return r
+
+
+def _fd_by_id(cmd: int, ident: int) -> int:
+    return _bpf(cmd, ctypes.create_string_buffer(struct.pack("<III", ident, 0, 0), 16))
+
+
+def _prog_maps(prog_id: int) -> dict[str, int]:
+    """The program's maps, name -> map fd (the caller closes them)."""
+    fd = _fd_by_id(_PROG_GET_FD, prog_id)
+    try:
+        ids = (ctypes.c_uint32 * 8)()
+        info = ctypes.create_string_buffer(256)
+        struct.pack_into("<IQ", info, 52, 8, ctypes.addressof(ids))  # nr_map_ids, map_ids
+        _bpf(_INFO, ctypes.create_string_buffer(struct.pack("<IIQ", fd, 256, ctypes.addressof(info)), 16))
+        n = struct.unpack_from("<I", info, 52)[0]
+    finally:
+        os.close(fd)
+    out = {}
+    for mid in list(ids)[:n]:
+        mfd = _fd_by_id(_MAP_GET_FD, mid)
+        minfo = ctypes.create_string_buffer(128)
+        _bpf(_INFO, ctypes.create_string_buffer(struct.pack("<IIQ", mfd, 128, ctypes.addressof(minfo)), 16))
+        name = minfo.raw[24:40].split(b"\0")[0].decode()
+        out[name] = mfd
+    return out
+
+
+def _map_rw(fd: int, value: bytes | None, size: int) -> bytes:
+    key = ctypes.c_uint32(0)
+    buf = ctypes.create_string_buffer(value if value is not None else b"", size)
+    attr = ctypes.create_string_buffer(struct.pack("<IIQQQ", fd, 0, ctypes.addressof(key), ctypes.addressof(buf), 0),
+                                       32)
+    _bpf(_MAP_UPDATE if value is not None else _MAP_LOOKUP, attr)
+    return buf.raw
+
+
+# ------------------------------------------------------------------ ports
+def switch_ports(t: Topology, target: str | None = None) -> list[tuple[str, str, str]]:
+    """(node, ifname, link) of every switch port, or of those of ``target``
+    (a link: its switch ends; a switch: all its ports)."""
+    switches = set(t.switch_nodes())
+    out = []
+    for link in t.links():
+        for node, ifname in ((link.a_node, link.a_if), (link.b_node, link.b_if)):
+            if node in switches and target in (None, link.name, node):
+                out.append((node, ifname, link.name))
+    if target is not None and not out:
+        raise UsageError(f"{target!r} is neither a link nor a switch of fabric {t.name} "
+                         "(links look like p0l0-p0s1 or h0-p0l0, switches like p0l0 or p0s1)")
+    return out
+
+
+def _prog_id(t: Topology, node: str, ifname: str) -> int | None:
+    r = subprocess.run(["tc", "-n", t.ns(node), "-j", "filter", "show", "dev", ifname, "egress"],
+                       capture_output=True, text=True)
+    for f in json.loads(r.stdout or "[]") if r.returncode == 0 else []:
+        prog = f.get("options", {}).get("prog")
+        if prog and prog.get("name") == "port_queue":
+            return int(prog["id"])
+    return None
+
+
+def _tc_batch(t: Topology, node: str, lines: list[str], force: bool = False) -> subprocess.CompletedProcess:
+    return subprocess.run(["tc"] + (["-force"] if force else []) + ["-n", t.ns(node), "-batch", "-"],
+                          input="\n".join(lines) + "\n", text=True, capture_output=True)
+
+
+def apply_ports(t: Topology, ports: list[tuple[str, str, str]], q: PortQoS) -> int:
+    """Give each port the queue ``q`` (rate 0: remove it). Returns how many."""
+    q.check()
+    obj = build() if q.rate_bps else None
+    per_node: dict[str, list[str]] = {}
+    for node, ifname, _ in ports:
+        per_node.setdefault(node, []).append(ifname)
+    for node, ifnames in per_node.items():
+        if not q.rate_bps:  # a port without a queue has neither (deleting what is absent is no error)
+            _tc_batch(t, node, [f"qdisc del dev {i} {w}" for i in ifnames for w in ("root", "clsact")], force=True)
+            continue
+        lines, fresh = [], [i for i in ifnames if _prog_id(t, node, i) is None]
+        _tc_batch(t, node, [f"qdisc del dev {i} {w}" for i in fresh for w in ("root", "clsact")], force=True)
+        for i in ifnames:
+            rate = f"htb rate {q.rate_bps}bit ceil {q.rate_bps}bit quantum 9100"
+            if i not in fresh:  # a port that has its queue keeps it (and its counters): a new rate
+                lines.append(f"class change dev {i} parent 1: classid 1:1 {rate}")
+                continue
+            lines += [f"qdisc add dev {i} root handle 1: htb default 1",
+                      f"class add dev {i} parent 1: classid 1:1 {rate}",
+                      f"qdisc add dev {i} parent 1:1 handle 10: pfifo limit {FIFO_PACKETS}",
+                      f"qdisc add dev {i} clsact",
+                      f"filter add dev {i} egress prio {PRIO} handle 1 bpf direct-action obj {obj} sec tc"]
+        r = _tc_batch(t, node, lines)
+        if r.returncode != 0:
+            raise FabricError(f"setting the queues in {t.ns(node)} failed: {r.stderr.strip()}")
+        for i in ifnames:
+            _write_cfg(t, node, i, q)
+    return len(ports)
+
+
+def _write_cfg(t: Topology, node: str, ifname: str, q: PortQoS) -> None:
+    pid = _prog_id(t, node, ifname)
+    if pid is None:
+        raise FabricError(f"the queue program did not load on {node}:{ifname} "
+                          f"(see `tc -n {t.ns(node)} filter show dev {ifname} egress`)")
+    maps = _prog_maps(pid)
+    try:
+        _map_rw(maps["cfg"], _CFG.pack(q.rate_bps // 8, q.ecn_kb * 1024, q.trim_kb * 1024, q.buffer_kb * 1024, 0),
+                _CFG.size)
+    finally:
+        for fd in maps.values():
+            os.close(fd)
+
+
+def port_counters(t: Topology, node: str, ifname: str) -> dict | None:
+    """The port's counters, or None when it has no queue program."""
+    pid = _prog_id(t, node, ifname)
+    if pid is None:
+        return None
+    maps = _prog_maps(pid)
+    try:
+        cfg = _CFG.unpack(_map_rw(maps["cfg"], None, _CFG.size))
+        st = _ST.unpack(_map_rw(maps["st"], None, _ST.size))[2:]
+    finally:
+        for fd in maps.values():
+            os.close(fd)
+    out = dict(zip(ST_FIELDS, st, strict=True))
+    out.pop("last_ns")
+    out["hwm_kb"] = round(out.pop("hwm") / 1024, 1)
+    out["backlog_kb"] = round(out.pop("backlog") / 1024, 1)
+    out.update(rate_bps=cfg[0] * 8, ecn_kb=cfg[1] // 1024, trim_kb=cfg[2] // 1024, buffer_kb=cfg[3] // 1024)
+    return out
+
+
+def stats(t: Topology, target: str | None = None) -> list[dict]:
+    """Counters of every switch port with a queue (or of ``target``'s)."""
+    out = []
+    for node, ifname, link in switch_ports(t, target):
+        c = port_counters(t, node, ifname)
+        if c is not None:
+            out.append({"switch": node, "ifname": ifname, "link": link, **c})
+    return out
+
+
+
+
+def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 3, q: PortQoS | None = None) -> dict:
+    """QP settings that match a fabric whose ports run at ``rate_bps``: the
+    NSCC window a lone QP needs to fill its planes (1.5 x the bandwidth-delay
+    product over the RTT a full-size packet sees crossing ``hops`` store-and-
+    forward ports), and a retransmit timer (1.024 us x 2^timeout) above the
+    longest queue the ports let build (up to the trim threshold, or the
+    buffer): on a 100 Mbit/s port an 8 KiB packet alone takes 655 us, so the
+    timings of a 100 Gbit/s fabric would call every queue a loss. Returns
+    ``{"cc": {...}, "timeout": n}`` for QPAttr / Context.cc_overrides."""
+    ser = (mtu_payload + 200) * 8 / rate_bps  # one packet's serialization, seconds
+    rtt = hops * ser + 200e-6
+    cwnd = int(1.5 * planes * rate_bps / 8 * rtt)
+    q = q or PortQoS(rate_bps, **DEFAULT_THRESHOLDS)
+    worst_kb = q.trim_kb or q.buffer_kb or 1024
+    worst = 2 * hops * worst_kb * 1024 * 8 / rate_bps + rtt  # seconds of queue on the way there and back
+    timeout = 11
+    while 1.024e-6 * (1 << timeout) < worst and timeout < 20:
+        timeout += 1
+    return {"cc": {"max_cwnd": max(cwnd, 4 * mtu_payload)}, "timeout": timeout}

@@ -1,0 +1,215 @@
+"""The switch port queue program (csrc/bpf/port_queue.bpf.c) on crafted
+packets, run by the kernel itself (BPF_PROG_TEST_RUN) as loaded on a real
+fabric port: what it marks, trims and drops, byte for byte."""
+
+import ctypes
+import json
+import os
+import socket
+import struct
+import time
+
+import pytest
+from scapy.layers.inet import TCP
+from scapy.layers.inet6 import UDP, IPv6
+from scapy.layers.l2 import Ether
+
+from mrc import dissect, wire
+from mrc.fabric import apply, qos
+from mrc.fabric.topology import Topology
+
+pytestmark = pytest.mark.root
+
+TC_ACT_OK, TC_ACT_SHOT = 0, 2
+K, T, B = 32, 96, 512  # KiB
+
+
+@pytest.fixture(scope="module")
+def port():
+    t = Topology(planes=1, spines=1, leaves=1, hosts=2, name=f"pq{os.getpid() % 100000}")
+    apply.up(t)
+    try:
+        node, ifname, _ = qos.switch_ports(t, "h1-p0l0")[0]
+        qos.apply_ports(t, [(node, ifname, "h1-p0l0")], qos.PortQoS(1000, K, T, B))  # 1 kbit/s: it never drains
+        pid = qos._prog_id(t, node, ifname)
+        maps = qos._prog_maps(pid)
+        prog = qos._fd_by_id(qos._PROG_GET_FD, pid)
+        yield t, prog, maps
+        os.close(prog)
+        for fd in maps.values():
+            os.close(fd)
+    finally:
+        apply.down(t.name)
+
+
+def run(port, frame: bytes, backlog_kb: float) -> tuple[int, bytes, dict]:
+    """Set the queue estimate, run the program on ``frame``; (verdict, the
+    packet as it leaves, the counters' change)."""
+    t, prog, maps = port
+    before = qos._ST.unpack(qos._map_rw(maps["st"], None, qos._ST.size))
+    st = list(before)
+    st[2], st[3] = time.monotonic_ns(), int(backlog_kb * 1024)  # last_ns, backlog
+    qos._map_rw(maps["st"], qos._ST.pack(*st), qos._ST.size)
+    out = ctypes.create_string_buffer(len(frame) + 256)
+    inp = ctypes.create_string_buffer(frame, len(frame))
+    attr = ctypes.create_string_buffer(80)
+    struct.pack_into("<IIIIQQI", attr, 0, prog, 0, len(frame), len(out), ctypes.addressof(inp),
+                     ctypes.addressof(out), 1)
+    qos._bpf(10, attr)  # BPF_PROG_TEST_RUN
+    _, verdict, _, size_out = struct.unpack_from("<IIII", attr, 0)
+    after = qos._ST.unpack(qos._map_rw(maps["st"], None, qos._ST.size))
+    delta = {k: after[5 + i] - before[5 + i] for i, k in enumerate(("packets", "bytes", "marked", "trimmed",
+                                                                     "dropped"))}
+    return verdict, out.raw[:size_out], delta
+
+
+def udp6_checksum(src: str, dst: str, seg: bytes) -> int:
+    """RFC 8200 8.1: over the pseudo-header and the segment (its checksum field zero)."""
+    data = socket.inet_pton(socket.AF_INET6, src) + socket.inet_pton(socket.AF_INET6, dst) + \
+        struct.pack("!I3xB", len(seg), 17) + seg[:6] + b"\0\0" + seg[8:]
+    data += b"\0" * (len(data) % 2)
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return (~s & 0xFFFF) or 0xFFFF
+
+
+def mrc_frame(t, opcode=wire.OP_WRITE_MIDDLE, payload=b"\xab" * 2048, ecn=wire.ECN_ECT0, **fields):
+    """An MRC data frame on its way from h0 to h1 (uSID container destination),
+    UDP checksum over the final destination as the engine writes it."""
+    body = wire.build(payload, opcode=opcode, dqpn=7, psn=100, va=0x1000, rkey=0x55, dma_len=1 << 20, **fields)
+    seg = struct.pack("!HHHH", 0xC001, wire.UDP_PORT, 8 + len(body), 0) + body
+    ck = udp6_checksum(t.port_address(0, 0), t.port_address(1, 0), seg)
+    ip = struct.pack("!IHBB", 6 << 28 | (wire.DSCP_DATA << 2 | ecn) << 20 | 0x12345, len(seg), 17, 64)
+    ip += socket.inet_pton(socket.AF_INET6, t.port_address(0, 0))
+    ip += socket.inet_pton(socket.AF_INET6, t.path_address(0, 1, 0, 0))
+    return bytes.fromhex("020000000002020000000001") + b"\x86\xdd" + ip + seg[:6] + struct.pack("!H", ck) + seg[8:]
+
+
+def checksum_ok(t, frame: bytes) -> bool:
+    """The UDP checksum over the final destination (where the receiver checks it)."""
+    seg = frame[54:]
+    return udp6_checksum(t.port_address(0, 0), t.port_address(1, 0), seg) == struct.unpack("!H", seg[6:8])[0]
+
+
+def test_below_the_thresholds_a_packet_passes_untouched(port):
+    f = mrc_frame(port[0])
+    assert checksum_ok(port[0], f)
+    verdict, out, d = run(port, f, 0)
+    assert (verdict, out) == (TC_ACT_OK, f)
+    assert d == {"packets": 1, "bytes": len(f), "marked": 0, "trimmed": 0, "dropped": 0}
+    verdict, out, d = run(port, f, K - 1)  # just below the marking threshold
+    assert (verdict, out, d["marked"]) == (TC_ACT_OK, f, 0)
+
+
+def test_above_the_ecn_threshold_only_ecn_capable_packets_get_ce(port):
+    t = port[0]
+    verdict, out, d = run(port, mrc_frame(t), K + 1)
+    assert verdict == TC_ACT_OK and Ether(out)[IPv6].tc & 3 == wire.ECN_CE and d["marked"] == 1
+    assert Ether(out)[IPv6].tc >> 2 == wire.DSCP_DATA and len(out) == len(mrc_frame(t))
+    not_ect = mrc_frame(t, ecn=0)
+    verdict, out, d = run(port, not_ect, K + 1)
+    assert (verdict, out, d["marked"]) == (TC_ACT_OK, not_ect, 0)
+
+
+@pytest.mark.parametrize("opcode,flags,kept", [
+    (wire.OP_WRITE_MIDDLE, 0, ["BTH", "METH", "RETH"]),
+    (wire.OP_WRITE_ONLY_IMM, 0, ["BTH", "METH", "RETH", "ImmDt"]),
+    (wire.OP_WRITE_LAST_IMM, wire.BTH_TS, ["BTH", "METH", "TSETH", "RETH", "ImmDt"]),
+])
+def test_above_the_trim_threshold_mrc_data_is_trimmed_exactly_as_the_protocol_says(port, opcode, flags, kept):
+    t = port[0]
+    f = mrc_frame(t, opcode=opcode, flags=flags, imm=0xC0FFEE, ts=0x1234)
+    verdict, out, d = run(port, f, T + 1)
+    assert verdict == TC_ACT_OK and d["trimmed"] == 1 and d["marked"] == 0
+    hdr = {"BTH": 12, "METH": 4, "TSETH": 4, "RETH": 16, "ImmDt": 4}
+    keep = 14 + 40 + 8 + sum(hdr[k] for k in kept)
+    # the headers through ImmDt, byte for byte, but for the traffic class and the lengths and checksum
+    assert len(out) == keep and out[62:keep] == f[62:keep]
+    p = Ether(out)
+    ip, udp = p[IPv6], p[UDP]
+    assert ip.tc >> 2 == wire.DSCP_TRIMMED and ip.tc & 3 == wire.ECN_ECT0 and ip.fl == 0x12345
+    assert ip.plen == udp.len == keep - 54 and ip.dst == t.path_address(0, 1, 0, 0)
+    assert checksum_ok(t, out)
+    # and the dissector reads it as a trimmed packet: no payload, no ICRC
+    bth = p[dissect.BTH]
+    assert bth.trimmed() and bth.opcode == opcode and bth.psn == 100 and not p.haslayer(dissect.ICRC)
+    assert p[dissect.RETH].va == 0x1000 and p[dissect.RETH].rkey == 0x55
+    if "ImmDt" in kept:
+        assert p[dissect.ImmDt].imm == 0xC0FFEE
+    parsed = wire.parse(bytes(p[dissect.BTH]), trimmed=True)
+    assert parsed["opcode"] == opcode and parsed["payload_len"] == 0
+    # trimmed again downstream: left as it is
+    verdict, again, d = run(port, out, T + 1)
+    assert (verdict, again, d["trimmed"]) == (TC_ACT_OK, out, 0)
+
+
+def test_tcp_and_other_udp_are_never_trimmed(port):
+    t = port[0]
+    ip = IPv6(src=t.port_address(0, 0), dst=t.port_address(1, 0), tc=wire.ECN_ECT0)
+    tcp = bytes(Ether() / ip / TCP(sport=5000, dport=6000, flags="A") / (b"x" * 2000))
+    verdict, out, d = run(port, tcp, T + 1)
+    assert verdict == TC_ACT_OK and len(out) == len(tcp) and d["trimmed"] == 0
+    assert Ether(out)[IPv6].tc & 3 == wire.ECN_CE and d["marked"] == 1  # marked instead: it is ECN-capable
+    other = bytes(Ether() / ip / UDP(sport=1, dport=4792) / (b"y" * 2000))
+    verdict, out, d = run(port, other, T + 1)
+    assert verdict == TC_ACT_OK and len(out) == len(other) and d["trimmed"] == 0
+
+
+def test_an_encapsulated_packet_is_marked_inside_too(port):
+    """Kernel TCP crosses the fabric in IPv6-in-IPv6 (seg6 encap); End.DT6
+    does not copy the outer CE inward, so the switch marks both."""
+    t = port[0]
+    inner = IPv6(src="fd00::1", dst="fd00::2", tc=wire.ECN_ECT0) / TCP(flags="A") / (b"z" * 1000)
+    f = bytes(Ether() / IPv6(src=t.port_address(0, 0), dst=t.port_address(1, 0), tc=wire.ECN_ECT0, nh=41) / inner)
+    verdict, out, d = run(port, f, K + 1)
+    p = Ether(out)
+    assert verdict == TC_ACT_OK and d["marked"] == 1
+    assert p[IPv6].tc & 3 == wire.ECN_CE and p[IPv6].payload.tc & 3 == wire.ECN_CE
+
+
+def test_over_the_buffer_a_packet_is_dropped_and_a_trimmed_one_still_fits(port):
+    t = port[0]
+    f = mrc_frame(t)
+    verdict, _, d = run(port, f, B - 1)  # trimmed: its headers fit
+    assert verdict == TC_ACT_OK and d["trimmed"] == 1 and d["dropped"] == 0
+    verdict, _, d = run(port, f, B + 1)  # even the headers do not
+    assert verdict == TC_ACT_SHOT and d == {"packets": 0, "bytes": 0, "marked": 0, "trimmed": 0, "dropped": 1}
+    tcp = bytes(Ether() / IPv6(src=t.port_address(0, 0), dst=t.port_address(1, 0)) / TCP() / (b"x" * 2000))
+    verdict, _, d = run(port, tcp, B - 1)  # not trimmable: its whole length counts
+    assert verdict == TC_ACT_SHOT and d["dropped"] == 1
+
+
+def run_cli(*argv):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "mrc", *argv], capture_output=True, text=True)
+
+
+def test_the_cli_sets_changes_and_removes_queues_and_faults_keep_them(small_fabric):
+    t = small_fabric
+    r = run_cli("fabric", "qos", "all", "--name", t.name, "--rate", "200mbit", "--json")
+    assert r.returncode == 0, r.stderr
+    ports = qos.switch_ports(t)
+    assert json.loads(r.stdout)["ports"] == len(ports)
+    stats = json.loads(run_cli("fabric", "stats", "--name", t.name, "--json").stdout)
+    assert len(stats) == len(ports) and all(s["rate_bps"] == 200_000_000 and s["trim_kb"] == 96 for s in stats)
+    # a switch's ports only, new thresholds, counters kept
+    assert run_cli("fabric", "qos", "p0l0", "--name", t.name, "--rate", "50mbit", "--trim-kb", "0").returncode == 0
+    by = {(s["switch"], s["ifname"]): s for s in apply.queue_stats(t.name)}
+    assert all((s["rate_bps"], s["trim_kb"]) == ((50_000_000, 0) if sw == "p0l0" else (200_000_000, 96))
+               for (sw, _), s in by.items())
+    # a link cut and healed keeps its queue; a rate fault replaces it and its heal puts it back
+    link = "p0l0-p0s0"
+    apply.fail(t.name, link)
+    apply.heal(t.name, link)
+    apply.rate(t.name, link, "1gbit")
+    assert not apply.queue_stats(t.name, link)  # tbf in its place while the fault lasts
+    apply.heal(t.name, link)
+    back = apply.queue_stats(t.name, link)
+    assert {(s["switch"], s["rate_bps"]) for s in back} == {("p0l0", 50_000_000), ("p0s0", 200_000_000)}
+    # removed everywhere
+    assert run_cli("fabric", "qos", "all", "--name", t.name, "--rate", "0").returncode == 0
+    assert apply.queue_stats(t.name) == []
+    r = run_cli("fabric", "stats", "--name", t.name)
+    assert r.returncode == 0 and "no switch port has a queue" in r.stdout
