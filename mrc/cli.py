@@ -212,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="run `check` after building")
     p.add_argument("--link-rate", metavar="RATE",
                    help="give every switch port an egress queue at RATE (e.g. 200mbit) that marks ECN, trims MRC "
-                        "data and drops, so congestion builds in the network (default: no queues, as before)")
+                        "data and drops, and every host port (NIC) the same rate, so congestion builds in the "
+                        "network (default: no queues, as before)")
     _queue_args(p)
     _json(p)
 
@@ -280,15 +281,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rate", help="bits per second, with k/m/g suffixes: 500mbit, 1gbit")
 
     p = fsub.add_parser("qos", help="set or remove the egress queues of switch ports",
-                        description="Give the switch ports of TARGET (a link: its switch ends; a switch: all its "
-                                    "ports; all: every switch port) an egress queue: an htb rate and a tc-BPF "
+                        description="Give the switch ports of TARGET (a link: its ends; a switch or a host: all "
+                                    "its ports; all: every port) an egress queue: an htb rate and a tc-BPF "
                                     "program that marks ECN-capable packets CE above --ecn-kb of queue, trims MRC "
-                                    "data packets above --trim-kb and drops above --buffer-kb. A port that has a "
-                                    "queue keeps its counters. `--rate 0` removes the queues.",
+                                    "data packets above --trim-kb and drops above --buffer-kb. Host ports (NICs) "
+                                    "get the same rate and a queue that never marks, trims or drops. A port that "
+                                    "has a queue keeps its counters. `--rate 0` removes the queues.",
                         epilog="e.g. `mrc fabric qos all --rate 200mbit --ecn-kb 32 --trim-kb 96 --buffer-kb 512`, "
                                "`mrc fabric qos p0l0 --rate 100mbit`, `mrc fabric qos all --rate 0`")
     _name(p)
-    p.add_argument("target", help="a link (p0l0-p0s1, h0-p0l0), a switch (p0l0, p0s1) or all")
+    p.add_argument("target", help="a link (p0l0-p0s1, h0-p0l0), a switch (p0l0, p0s1), a host (h0) or all")
     p.add_argument("--rate", required=True, help="bits per second, with k/m/g suffixes (0: remove the queues)")
     _queue_args(p)
     _json(p)
@@ -446,7 +448,7 @@ def fabric_main(a: argparse.Namespace) -> int:
         rows = apply.queue_stats(a.name, a.target)
         head = f"{'port':<16} {'packets':>9} {'MB':>8} {'marked':>8} {'trimmed':>8} {'dropped':>8} {'hwm KiB':>8}"
         _print(rows, a.json, "\n".join([head] + [
-            f"{r['switch'] + ':' + r['ifname']:<16} {r['packets']:>9} {r['bytes'] / 1e6:>8.1f} {r['marked']:>8} "
+            f"{r['node'] + ':' + r['ifname']:<16} {r['packets']:>9} {r['bytes'] / 1e6:>8.1f} {r['marked']:>8} "
             f"{r['trimmed']:>8} {r['dropped']:>8} {r['hwm_kb']:>8}" for r in rows]) if rows else
             "no switch port has a queue (see `mrc fabric qos --help`)")
         return 0

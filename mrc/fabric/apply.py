@@ -406,7 +406,7 @@ def rate(name: str, target: str, rate_spec: str) -> int:
         raise UsageError("rate must be positive")
     t = load_topology(name)
     link = t.link(target)
-    queued = [p for p in qos.switch_ports(t, link.name) if f"{p[0]}/{p[1]}" in load_state(name).get("queues", {})]
+    queued = [p for p in sum(qos.ports(t, link.name), []) if f"{p[0]}/{p[1]}" in load_state(name).get("queues", {})]
     if queued:  # the tbf stands in for the switch queue (program included) until the heal
         qos.apply_ports(t, queued, qos.PortQoS(0))
     ex = Executor(t)
@@ -425,26 +425,31 @@ def rate(name: str, target: str, rate_spec: str) -> int:
 
 # ------------------------------------------------------- switch queues (mrc.fabric.qos)
 def set_queues(name: str, target: str | None, q: qos.PortQoS) -> int:
-    """Give the switch ports of ``target`` (a link, a switch, or every one
-    for None) the queue ``q`` and remember it (rate 0 removes it)."""
+    """Give the switch ports of ``target`` (a link: its ends; a switch or a
+    host: its ports; None: every port) the queue ``q``, and the hosts' ports
+    among them a NIC's queue at the same rate (qos.nic); remember them (rate
+    0 removes them). Returns how many switch ports got ``q``."""
     require_root("mrc fabric qos")
     t = load_topology(name)
-    ports = qos.switch_ports(t, target)
-    n = qos.apply_ports(t, ports, q)
+    sw, hosts = qos.ports(t, target)
+    qos.apply_ports(t, sw, q)
+    qos.apply_ports(t, hosts, qos.nic(q))
     queues = load_state(name).get("queues", {})
-    for node, ifname, _ in ports:
-        if q.rate_bps:
-            queues[f"{node}/{ifname}"] = asdict(q)
-        else:
-            queues.pop(f"{node}/{ifname}", None)
+    for ports, pq in ((sw, q), (hosts, qos.nic(q))):
+        for node, ifname, _ in ports:
+            if q.rate_bps:
+                queues[f"{node}/{ifname}"] = asdict(pq)
+            else:
+                queues.pop(f"{node}/{ifname}", None)
     save_state(t, load_state(name)["faults"], queues)
-    return n
+    return len(sw)
 
 
 def _restore_queues(t: Topology, links: set[str]) -> None:
     """Put back the queues a rate fault's tbf replaced (its heal removed both)."""
     queues = load_state(t.name).get("queues", {})
-    for node, ifname, link in qos.switch_ports(t):
+    sw, hosts = qos.ports(t)
+    for node, ifname, link in sw + hosts:
         q = queues.get(f"{node}/{ifname}")
         if link in links and q:
             qos.apply_ports(t, [(node, ifname, link)], qos.PortQoS(**q))

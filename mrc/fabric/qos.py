@@ -146,16 +146,30 @@ def _map_rw(fd: int, value: bytes | None, size: int) -> bytes:
 def switch_ports(t: Topology, target: str | None = None) -> list[tuple[str, str, str]]:
     """(node, ifname, link) of every switch port, or of those of ``target``
     (a link: its switch ends; a switch: all its ports)."""
+    return ports(t, target)[0]
+
+
+def ports(t: Topology, target: str | None = None) -> tuple[list, list]:
+    """The switch ports and the host ports (the hosts' NICs) of ``target``
+    (None: all; a link: its ends; a switch or a host: all its ports), each a
+    list of (node, ifname, link)."""
     switches = set(t.switch_nodes())
-    out = []
+    sw, hosts = [], []
     for link in t.links():
         for node, ifname in ((link.a_node, link.a_if), (link.b_node, link.b_if)):
-            if node in switches and target in (None, link.name, node):
-                out.append((node, ifname, link.name))
-    if target is not None and not out:
-        raise UsageError(f"{target!r} is neither a link nor a switch of fabric {t.name} "
-                         "(links look like p0l0-p0s1 or h0-p0l0, switches like p0l0 or p0s1)")
-    return out
+            if target in (None, link.name, node):
+                (sw if node in switches else hosts).append((node, ifname, link.name))
+    if target is not None and not sw and not hosts:
+        raise UsageError(f"{target!r} is neither a link, a switch nor a host of fabric {t.name} "
+                         "(links look like p0l0-p0s1 or h0-p0l0, switches like p0l0 or p0s1, hosts like h0)")
+    return sw, hosts
+
+
+def nic(q: PortQoS) -> PortQoS:
+    """A host port's queue for a switch port's ``q``: the same rate, and a
+    NIC's queue, which never marks, trims or drops (the sender's window is
+    what bounds it)."""
+    return PortQoS(q.rate_bps)
 
 
 def _prog_id(t: Topology, node: str, ifname: str) -> int | None:
@@ -239,15 +253,14 @@ def port_counters(t: Topology, node: str, ifname: str) -> dict | None:
 
 
 def stats(t: Topology, target: str | None = None) -> list[dict]:
-    """Counters of every switch port with a queue (or of ``target``'s)."""
+    """Counters of every port with a queue, switches' then hosts' (or ``target``'s)."""
     out = []
-    for node, ifname, link in switch_ports(t, target):
+    sw, hosts = ports(t, target)
+    for node, ifname, link in sw + hosts:
         c = port_counters(t, node, ifname)
         if c is not None:
-            out.append({"switch": node, "ifname": ifname, "link": link, **c})
+            out.append({"node": node, "ifname": ifname, "link": link, "host": node in t.host_nodes(), **c})
     return out
-
-
 
 
 def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 3, q: PortQoS | None = None) -> dict:
@@ -258,7 +271,9 @@ def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 
     longest queue the ports let build (up to the trim threshold, or the
     buffer): on a 100 Mbit/s port an 8 KiB packet alone takes 655 us, so the
     timings of a 100 Gbit/s fabric would call every queue a loss. Returns
-    ``{"cc": {...}, "timeout": n}`` for QPAttr / Context.cc_overrides."""
+    ``{"cc": {...}, "timeout": n, "reorder_ns": ns}``: QPAttr fields. The
+    reorder allowance covers the queueing difference between two paths (up
+    to the trim threshold's worth: a trimming fabric drops nothing)."""
     ser = (mtu_payload + 200) * 8 / rate_bps  # one packet's serialization, seconds
     rtt = hops * ser + 200e-6
     cwnd = int(1.5 * planes * rate_bps / 8 * rtt)
@@ -268,4 +283,37 @@ def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 
     timeout = 11
     while 1.024e-6 * (1 << timeout) < worst and timeout < 20:
         timeout += 1
-    return {"cc": {"max_cwnd": max(cwnd, 4 * mtu_payload)}, "timeout": timeout}
+    reorder = 1.5 * worst_kb * 1024 * 8 / rate_bps
+    # a multiplicative decrease of at most 15%: a message here lasts tens of
+    # RTTs, and halving the window on a mark (NSCC's default floor) swung each
+    # flow's rate 2x and the completion tail with it (bench/congestion_bench.py
+    # incast 3:1, alternated: p99 62-82 ms at 0.5, 51-62 at 0.75, 46-52 at 0.85)
+    return {"cc": {"max_cwnd": max(cwnd, 4 * mtu_payload), "max_md_jump": 850}, "timeout": timeout,
+            "reorder_ns": max(200_000, int(reorder * 1e9))}
+
+
+class PortReader:
+    """Fast repeated reads of some ports' counters (a sampler during a run):
+    the maps are opened once, each read is two bpf(2) calls per port."""
+
+    def __init__(self, t: Topology, ports: list[tuple[str, str, str]]) -> None:
+        self.ports, self.fds = [], []
+        for node, ifname, _ in ports:
+            pid = _prog_id(t, node, ifname)
+            if pid is not None:
+                maps = _prog_maps(pid)
+                self.ports.append(f"{node}:{ifname}")
+                self.fds.append(maps)
+
+    def read(self) -> dict[str, dict]:
+        out = {}
+        for name, maps in zip(self.ports, self.fds, strict=True):
+            st = _ST.unpack(_map_rw(maps["st"], None, _ST.size))[2:]
+            out[name] = dict(zip(ST_FIELDS, st, strict=True))
+        return out
+
+    def close(self) -> None:
+        for maps in self.fds:
+            for fd in maps.values():
+                os.close(fd)
+        self.fds = []

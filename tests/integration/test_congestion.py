@@ -56,12 +56,11 @@ def test_a_two_to_one_incast_is_marked_and_trimmed_not_dropped_and_shared_fairly
     t = incast_fabric
     q = PortQoS(RATE, ecn_kb=16, trim_kb=48, buffer_kb=1024)
     n = apply.set_queues(t.name, None, q)
-    assert n == len(apply.queue_stats(t.name)) > 0
+    assert n == len([s for s in apply.queue_stats(t.name) if not s["host"]]) > 0
     ctxs = [host_context(t, h) for h in range(3)]
     try:
         prof = qos.qp_profile(RATE, t.planes, q=q)  # the window and timer of a 100 Mbit/s fabric
-        pairs = [connect_pair(ctxs[h], ctxs[0], 4 << 20, QPAttr(timeout=prof["timeout"], cc=prof["cc"]))
-                 for h in (1, 2)]
+        pairs = [connect_pair(ctxs[h], ctxs[0], 4 << 20, QPAttr(**prof)) for h in (1, 2)]
         total, msg = 12 << 20, 64 << 10
         marks: dict = {}
         threads = [threading.Thread(target=write_all, args=(p, total, msg, marks, i)) for i, p in enumerate(pairs)]
@@ -76,7 +75,7 @@ def test_a_two_to_one_incast_is_marked_and_trimmed_not_dropped_and_shared_fairly
         assert jain(shares) >= 0.9, shares
         assert all(p.verify() for p in pairs)  # the regions end equal to the sources
         # the bottleneck is the receiver's ports: they marked and trimmed, never dropped
-        rx_ports = [s for s in apply.queue_stats(t.name) if s["link"].startswith("h0-")]
+        rx_ports = [s for s in apply.queue_stats(t.name) if s["link"].startswith("h0-") and not s["host"]]
         assert len(rx_ports) == 2
         assert sum(s["marked"] for s in rx_ports) > 0, rx_ports
         assert sum(s["trimmed"] for s in rx_ports) > 0, rx_ports
@@ -91,3 +90,27 @@ def test_a_two_to_one_incast_is_marked_and_trimmed_not_dropped_and_shared_fairly
     finally:
         for c in ctxs:
             c.close()
+
+
+def test_the_congestion_bench_runs_mrc_and_tcp_flows_across_host_processes():
+    """bench/congestion_bench.py end to end at a small scale: one worker
+    process per host, MRC and TCP over the same queued fabric, the JSON the
+    README's table is made of."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, os.path.join(root, "bench", "congestion_bench.py"), "--json", "--hosts", "3",
+                        "--planes", "2", "--spines", "2", "--leaves", "1", "--seconds", "1.5", "--msg", "256K",
+                        "--workloads", "incast", "--transports", "mrc,tcp_cubic"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    w = json.loads(r.stdout)["workloads"]["incast"]
+    for run in (w, w["tcp_cubic"]):
+        assert run["verified"] and run["qp_errors"] == 0 and run["messages"] > 0, run
+        for key in ("utilization", "jain", "drops", "trims", "marks", "p99_ms", "ideal_p99_ms"):
+            assert key in run
+    assert w["utilization"] > 0.5 and w["drops"] == 0, w
+    assert "p99_vs_tcp_cubic" in w and w["cpu_share"]["h0"] > 0

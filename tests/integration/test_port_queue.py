@@ -190,13 +190,16 @@ def test_the_cli_sets_changes_and_removes_queues_and_faults_keep_them(small_fabr
     t = small_fabric
     r = run_cli("fabric", "qos", "all", "--name", t.name, "--rate", "200mbit", "--json")
     assert r.returncode == 0, r.stderr
-    ports = qos.switch_ports(t)
-    assert json.loads(r.stdout)["ports"] == len(ports)
+    sw, hosts = qos.ports(t)
+    assert json.loads(r.stdout)["ports"] == len(sw)
     stats = json.loads(run_cli("fabric", "stats", "--name", t.name, "--json").stdout)
-    assert len(stats) == len(ports) and all(s["rate_bps"] == 200_000_000 and s["trim_kb"] == 96 for s in stats)
+    assert len(stats) == len(sw) + len(hosts) and all(s["rate_bps"] == 200_000_000 for s in stats)
+    # switch ports mark, trim and drop; host ports (NICs) only queue
+    assert all((s["ecn_kb"], s["trim_kb"], s["buffer_kb"]) == ((0, 0, 0) if s["host"] else (32, 96, 512))
+               for s in stats)
     # a switch's ports only, new thresholds, counters kept
     assert run_cli("fabric", "qos", "p0l0", "--name", t.name, "--rate", "50mbit", "--trim-kb", "0").returncode == 0
-    by = {(s["switch"], s["ifname"]): s for s in apply.queue_stats(t.name)}
+    by = {(s["node"], s["ifname"]): s for s in apply.queue_stats(t.name) if not s["host"]}
     assert all((s["rate_bps"], s["trim_kb"]) == ((50_000_000, 0) if sw == "p0l0" else (200_000_000, 96))
                for (sw, _), s in by.items())
     # a link cut and healed keeps its queue; a rate fault replaces it and its heal puts it back
@@ -207,7 +210,7 @@ def test_the_cli_sets_changes_and_removes_queues_and_faults_keep_them(small_fabr
     assert not apply.queue_stats(t.name, link)  # tbf in its place while the fault lasts
     apply.heal(t.name, link)
     back = apply.queue_stats(t.name, link)
-    assert {(s["switch"], s["rate_bps"]) for s in back} == {("p0l0", 50_000_000), ("p0s0", 200_000_000)}
+    assert {(s["node"], s["rate_bps"]) for s in back} == {("p0l0", 50_000_000), ("p0s0", 200_000_000)}
     # removed everywhere
     assert run_cli("fabric", "qos", "all", "--name", t.name, "--rate", "0").returncode == 0
     assert apply.queue_stats(t.name) == []

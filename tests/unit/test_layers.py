@@ -31,7 +31,7 @@ C_LAYERS = [
 #: the stack: these never import mrc.fabric (they take a path resolver)
 STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/errors.py", "mrc/paths.py",
          "mrc/verbs.py", "mrc/cm.py", "mrc/perf.py", "mrc/dissect.py", "mrc/decode.py", "mrc/ctl/__init__.py",
-         "mrc/ctl/profiles.py", "mrc/ctl/endpoint.py", "mrc/ctl/cli.py", "mrc/soak.py"]
+         "mrc/ctl/profiles.py", "mrc/ctl/endpoint.py", "mrc/ctl/cli.py", "mrc/soak.py", "mrc/workload.py"]
 
 DEF = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([a-z_]\w*)\s*\([^;]*?\)\s*\{", re.M | re.S)
 CALL = re.compile(r"\b([a-z_]\w*)\s*\(")

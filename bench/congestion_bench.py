@@ -1,0 +1,396 @@
+"""Congestion on the fabric: incast, a victim flow and all-to-all, MRC against
+kernel TCP (cubic with ECN, bbr) and MPTCP, on a fabric whose switch ports
+queue, mark ECN, trim MRC data and drop (mrc fabric up --link-rate).
+
+Every switch port runs at --rate (default 100 Mbit/s: a host's 8 planes then
+carry 800 Mbit/s, far below what this 2-core VM forwards, so queues build at
+the switches, not in the CPU). One process per fabric host
+(``python -m mrc.workload`` through ``mrc fabric exec``) runs that host's
+flows; each flow writes one --msg message at a time (default 1 MiB) into the
+next slot of its receiver's region and waits for its completion (TCP: for the
+receiver's one-byte answer when the whole message is in), for --seconds.
+
+Workloads (hosts h0..h(H-1)):
+  incast    h1..h(H-1) -> h0: the bottleneck is h0's ports
+  victim    incast h1..h(H-2) -> h0, plus a victim flow h1 -> h(H-1) that
+            shares h1's uplinks with h1's incast flow
+  alltoall  every host -> every other host, with the ports at --alltoall-rate
+            (default --rate x 2 / hosts: the fabric then carries what an
+            incast's receiver does, and the CPUs stay out of the way)
+
+Per workload and transport: per flow goodput (messages completed in the
+steady window, after the first fifth), message completion p50/p99 against
+the ideal (msg x senders into the receiver / its capacity + base RTT),
+utilization of the bottleneck, Jain's fairness index, switch marks, trims,
+drops, retransmitted bytes, QP errors, every region's bytes verified by
+SHA-256, and each host process's CPU share.
+
+    python bench/congestion_bench.py --json                  # 4 hosts: incast 3:1, victim, all-to-all
+    python bench/congestion_bench.py --hosts 8 --workloads incast --json   # 7:1
+    python bench/congestion_bench.py --plots out/            # a PNG per workload (matplotlib)
+
+Needs root (it builds a fabric of namespaces) and clang + libbpf headers for
+the switch queues (tools/setup.sh installs them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+import threading
+import time
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mrc.fabric import apply, baseline, ns, qos  # noqa: E402
+from mrc.fabric.topology import Topology  # noqa: E402
+from mrc.perf import parse_size, percentile  # noqa: E402
+
+TRANSPORTS = ("mrc", "tcp_cubic", "tcp_bbr", "mptcp")
+WORKLOADS = ("incast", "victim", "alltoall")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def log(*a) -> None:
+    print(*a, file=sys.stderr, flush=True)
+
+
+def flows_of(workload: str, hosts: int) -> list[dict]:
+    if workload == "incast":
+        pairs = [(h, 0) for h in range(1, hosts)]
+    elif workload == "victim":
+        pairs = [(h, 0) for h in range(1, hosts - 1)] + [(1, hosts - 1)]
+    elif workload == "alltoall":
+        pairs = [(s, d) for s in range(hosts) for d in range(hosts) if s != d]
+    else:
+        raise SystemExit(f"unknown workload {workload!r}: use {', '.join(WORKLOADS)}")
+    return [{"id": i, "src": f"h{s}", "dst": f"h{d}"} for i, (s, d) in enumerate(pairs)]
+
+
+class Host:
+    """One worker process inside a host's namespace."""
+
+    def __init__(self, fabric: str, host: str) -> None:
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        self.host = host
+        self.p = subprocess.Popen([sys.executable, "-m", "mrc", "fabric", "exec", host, "--name", fabric, "--",
+                                   sys.executable, "-m", "mrc.workload"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=env)
+
+    def ask(self, obj: dict, timeout: float = 120) -> dict:
+        self.p.stdin.write(json.dumps(obj) + "\n")
+        self.p.stdin.flush()
+        box: list = []
+        th = threading.Thread(target=lambda: box.append(self.p.stdout.readline()), daemon=True)
+        th.start()
+        th.join(timeout)
+        if not box or not box[0]:
+            raise RuntimeError(f"{self.host}'s worker did not answer {sorted(obj)} (exit {self.p.poll()})")
+        ans = json.loads(box[0])
+        if "error" in ans:
+            raise RuntimeError(f"{self.host}: {ans['error']}")
+        return ans
+
+    def close(self) -> None:
+        try:
+            if self.p.poll() is None:
+                self.p.stdin.write(json.dumps({"bye": True}) + "\n")
+                self.p.stdin.flush()
+                self.p.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.p.kill()
+            self.p.wait()
+
+
+def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, reader: qos.PortReader) -> dict:
+    flows = flows_of(workload, t.hosts)
+    for f in flows:  # TCP: one stream per pair, on the plane a hash of its addresses and ports picks (ECMP)
+        s, d, port = int(f["src"][1:]), int(f["dst"][1:]), 21000 + f["id"]
+        f.update(addr=t.inner_address(d, zlib.crc32(f"{s}/{d}/{port}".encode()) % t.planes), port=port)
+    names = sorted({f["src"] for f in flows} | {f["dst"] for f in flows}, key=lambda h: int(h[1:]))
+    prof = qos.qp_profile(q.rate_bps, t.planes, q=q)
+    prof["cc"].update(a.cc)
+    hosts = {h: Host(t.name, h) for h in names}
+    try:
+        setup = {"transport": transport, "msg": a.msg, "slots": 4, "flows": flows, "qp": prof}
+        infos: dict = {}
+        for h, w in hosts.items():
+            for k, v in w.ask({"setup": {**setup, "host": h}})["infos"].items():
+                infos.setdefault(int(k), {})[h] = v
+        # connect every end (in parallel: a TCP receiver accepts while its senders connect; an MRC QP
+        # sends nothing before the start)
+        threads = []
+        for h, w in hosts.items():
+            peers = {f["id"]: infos[f["id"]][f["dst"] if h == f["src"] else f["src"]] for f in flows
+                     if h in (f["src"], f["dst"])}
+            threads.append(threading.Thread(target=w.ask, args=({"connect": peers},), daemon=True))
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        before = apply.queue_stats(t.name)
+        at = time.monotonic_ns() + 300_000_000
+        samples: list = []
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                samples.append((round((time.monotonic_ns() - at) / 1e9, 3), reader.read()))
+                time.sleep(0.05)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        results: dict = {}
+        cpu: dict = {}
+        lock = threading.Lock()
+
+        def start(w):
+            ans = w.ask({"start": {"at_ns": at, "seconds": a.seconds}}, timeout=a.seconds + 120)
+            with lock:
+                results.update({int(k): v for k, v in ans["result"].items()})
+                cpu[w.host] = ans["cpu_share"]
+
+        threads = [threading.Thread(target=start, args=(w,)) for w in hosts.values()]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        stop.set()
+        sampler.join()
+        after = apply.queue_stats(t.name)
+        # every region holds what its sender wrote (the slots it filled)
+        verified = True
+        for h, w in hosts.items():
+            want = {f["id"]: min(len(results[f["id"]]["messages"]), 4) * a.msg for f in flows if f["dst"] == h}
+            if want:
+                got = w.ask({"hash": want})["hashes"]
+                verified &= all(got[str(k)] == results[k]["sha256"] for k in want)
+        out = summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q)
+        out["cpu_share"] = dict(sorted(cpu.items(), key=lambda kv: int(kv[0][1:])))
+        return out
+    finally:
+        for w in hosts.values():
+            w.close()
+
+
+def summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q) -> dict:
+    w0 = a.seconds / 5  # the steady window: after the first fifth
+    span = a.seconds - w0
+    good = {}
+    lat = []
+    for f in flows:
+        r = results[f["id"]]
+        done = [m for m in r["messages"] if w0 <= m[1] <= a.seconds]
+        good[f["id"]] = len(done) * a.msg * 8 / span
+        lat += [m[1] - m[0] for m in done]
+    cap_host = t.planes * q.rate_bps
+    base_rtt = 3 * (8192 + 200) * 8 / q.rate_bps + 200e-6
+    if workload == "alltoall":
+        senders, capacity = t.hosts - 1, t.hosts * cap_host
+        group = list(good)
+    elif workload == "incast":
+        senders, capacity = t.hosts - 1, cap_host
+        group = list(good)
+    else:
+        senders, capacity = t.hosts - 2, cap_host
+        group = [f["id"] for f in flows if f["dst"] == "h0"]
+    into = sum(good[i] for i in group)
+    xs = [good[i] for i in group]
+    jain = sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)) if any(xs) else 0.0
+    key = {"marked", "trimmed", "dropped"}
+    delta = {k: sum(b[k] for b in after) - sum(b[k] for b in before) for k in key}
+    bottleneck = {"h0"} if workload != "alltoall" else {f"h{h}" for h in range(t.hosts)}
+    peak = {}
+    for _, snap in samples:
+        for port, c in snap.items():
+            peak[port] = max(peak.get(port, 0), c["backlog"])
+    out = {
+        "transport": transport, "flows": len(flows), "senders_per_receiver": senders,
+        "goodput_mbps": {str(i): round(g / 1e6, 2) for i, g in good.items()},
+        "utilization": round(into / capacity, 4), "jain": round(jain, 4),
+        "p50_ms": round(percentile(lat, 0.5) * 1e3, 2), "p90_ms": round(percentile(lat, 0.9) * 1e3, 2),
+        "p99_ms": round(percentile(lat, 0.99) * 1e3, 2), "max_ms": round(max(lat, default=0) * 1e3, 2),
+        "ideal_p99_ms": round((a.msg * 8 * senders / cap_host + base_rtt) * 1e3, 2),
+        "messages": len(lat), "marks": delta["marked"], "trims": delta["trimmed"], "drops": delta["dropped"],
+        "rtx_bytes": sum(r.get("stats", {}).get("rtx_bytes", 0) for r in results.values()),
+        "sent_bytes": sum(r.get("stats", {}).get("tx_packets", 0) * 8192 for r in results.values()),
+        **{name: sum(r.get("stats", {}).get(k, 0) for r in results.values())
+           for name, k in (("timeouts", "timeouts"), ("losses", "losses"), ("ecn_echoes", "ecn_marks"),
+                           ("trim_nacks", "trims"), ("probes", "probes_tx"))},
+        "qp_errors": sum(bool(r.get("qp_error")) or bool(r.get("error")) for r in results.values()),
+        "errors": [r["error"] for r in results.values() if r.get("error")][:3],
+        "verified": verified,
+        "bottleneck_peak_kb": {p: round(v / 1024, 1) for p, v in sorted(peak.items())
+                               if p.split(":")[1] in bottleneck and v},
+    }
+    if workload == "victim":
+        victim = flows[-1]["id"]
+        fair = cap_host - cap_host / senders  # h1's uplinks less its incast flow's share of h0
+        out["victim_mbps"] = round(good[victim] / 1e6, 2)
+        out["victim_fair_share_ratio"] = round(good[victim] / fair, 4)
+    out["_series"] = {"flows": {str(f["id"]): {"timeline": results[f["id"]]["timeline"],
+                                               "cwnd": results[f["id"]]["cwnd"]} for f in flows},
+                      "ports": [(ts, {p: c["backlog"] for p, c in snap.items() if p.split(":")[1] in bottleneck})
+                                for ts, snap in samples]}
+    return out
+
+
+def workload_qos(workload: str, t: Topology, q: qos.PortQoS, a) -> qos.PortQoS:
+    """All-to-all loads every host's ports at once: at --rate the fabric
+    would carry hosts x planes x rate, and this machine's two cores (which
+    forward every packet and run every engine) become the bottleneck. Its
+    ports run at --alltoall-rate (default: --rate x 2 / hosts, so the fabric
+    carries what an incast's receiver does)."""
+    if workload != "alltoall":
+        return q
+    rate = apply.parse_rate(a.alltoall_rate) if a.alltoall_rate else q.rate_bps * 2 // t.hosts
+    return qos.PortQoS(rate, q.ecn_kb, q.trim_kb, q.buffer_kb)
+
+
+def idle_cpu(t: Topology, a, seconds: float = 2.0) -> float:
+    """The CPU share of a host process whose context has no traffic: its
+    engine thread must sleep, not spin (two cores serve 8 hosts here)."""
+    w = Host(t.name, "h0")
+    try:
+        w.ask({"setup": {"transport": "mrc", "msg": a.msg, "flows": [], "host": "h0"}})
+        w.ask({"connect": {}})
+        return w.ask({"start": {"at_ns": time.monotonic_ns() + 200_000_000, "seconds": seconds}})["cpu_share"]
+    finally:
+        w.close()
+
+
+def plot(path: str, workload: str, runs: dict) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("--plots needs matplotlib (pip install matplotlib)")
+        return False
+    r = runs["mrc"]["_series"]
+    fig, ax = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+    for fid, s in r["flows"].items():
+        tl = s["timeline"][::5]  # samples every 50 ms: goodput over 250 ms (messages complete whole)
+        xs = [b[0] for b in tl[1:]]
+        ys = [(b[1] - a_[1]) * 8 / max(1e-9, b[0] - a_[0]) / 1e6 for a_, b in zip(tl, tl[1:], strict=False)]
+        ax[0].plot(xs, ys, label=f"flow {fid}", lw=0.8)
+        ax[2].plot([c[0] for c in s["cwnd"]], [c[1] / 1024 for c in s["cwnd"]], lw=0.8)
+    for port in sorted({p for _, snap in r["ports"] for p in snap}):
+        ax[1].plot([ts for ts, snap in r["ports"]], [snap.get(port, 0) / 1024 for _, snap in r["ports"]], lw=0.8,
+                   label=port)
+    ax[0].set_ylabel("goodput Mbit/s")
+    ax[1].set_ylabel("queue estimate KiB")
+    ax[2].set_ylabel("NSCC window KiB")
+    ax[2].set_xlabel("seconds")
+    ax[0].legend(fontsize=6, ncol=4)
+    ax[1].legend(fontsize=6, ncol=4)
+    m = runs["mrc"]
+    ax[0].set_title(f"MRC {workload}: utilization {m['utilization']}, Jain {m['jain']}, marks {m['marks']}, "
+                    f"trims {m['trims']}, drops {m['drops']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def build(a) -> tuple[Topology, qos.PortQoS]:
+    t = Topology(planes=a.planes, spines=a.spines, leaves=a.leaves, hosts=a.hosts,
+                 name=f"cg{secrets.token_hex(3)}")
+    q = qos.PortQoS(apply.parse_rate(a.rate), a.ecn_kb, a.trim_kb, a.buffer_kb).check()
+    apply.up(t)
+    apply.wire_sized(t)  # switches forward wire-size packets (TCP's GSO super-packets are cut at the leaf)
+    apply.set_queues(t.name, None, q)
+    for h in range(t.hosts):
+        ns.command(t.ns(t.host(h)), ["sysctl", "-qw", "net.ipv4.tcp_ecn=1"], check=True)
+        baseline.mptcp_setup(t, h)
+    return t, q
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print one JSON object (progress on stderr)")
+    ap.add_argument("--hosts", type=int, default=4)
+    ap.add_argument("--planes", type=int, default=8)
+    ap.add_argument("--spines", type=int, default=4)
+    ap.add_argument("--leaves", type=int, default=2)
+    ap.add_argument("--rate", default="100mbit", help="every switch port's rate (default 100mbit)")
+    ap.add_argument("--alltoall-rate", help="the ports' rate during all-to-all (default: --rate x 2 / hosts)")
+    ap.add_argument("--ecn-kb", type=int, default=32)
+    ap.add_argument("--trim-kb", type=int, default=96)
+    ap.add_argument("--buffer-kb", type=int, default=1024)
+    ap.add_argument("--msg", type=parse_size, default=1 << 20, help="message size (default 1M)")
+    ap.add_argument("--seconds", type=float, default=5.0, help="length of each run (default 5)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--transports", default=",".join(TRANSPORTS))
+    ap.add_argument("--plots", metavar="DIR", help="write a PNG per workload into DIR")
+    ap.add_argument("--cc", action="append", default=[], metavar="NAME=VALUE",
+                    help="an NSCC parameter for every MRC QP (struct mrc_cc_params), e.g. gamma=400; repeatable")
+    a = ap.parse_args()
+    try:
+        a.cc = {k: int(v) for k, v in (x.split("=", 1) for x in a.cc)}
+    except ValueError:
+        print("congestion_bench: --cc takes NAME=INTEGER, e.g. --cc gamma=400", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("congestion_bench: needs root (it builds a fabric of namespaces)", file=sys.stderr)
+        return 2
+    workloads = [w for w in a.workloads.split(",") if w]
+    transports = [x for x in a.transports.split(",") if x]
+    for x in transports:
+        if x not in TRANSPORTS:
+            print(f"congestion_bench: unknown transport {x!r} (use {', '.join(TRANSPORTS)})", file=sys.stderr)
+            return 2
+    t, q = build(a)
+    out = {"cc": a.cc, "rate_bps": q.rate_bps, "ecn_kb": q.ecn_kb, "trim_kb": q.trim_kb, "buffer_kb": q.buffer_kb,
+           "hosts": t.hosts, "planes": t.planes, "msg": a.msg, "seconds": a.seconds, "workloads": {}}
+    reader = qos.PortReader(t, qos.switch_ports(t))
+    cur = q
+    try:
+        out["idle_engine_cpu_share"] = idle_cpu(t, a)
+        log(f"an idle MRC context (engine thread, no traffic) takes {out['idle_engine_cpu_share']} of a CPU")
+        for wl in workloads:
+            wq = workload_qos(wl, t, q, a)
+            if wq != cur:
+                log(f"{wl}: switch ports at {wq.rate_bps / 1e6:g} Mbit/s")
+                apply.set_queues(t.name, None, wq)
+                cur = wq
+            runs = {}
+            for tr in transports:
+                log(f"{wl} / {tr} ...")
+                runs[tr] = run_once(t, wl, tr, a, wq, reader)
+                r = runs[tr]
+                log(f"  utilization {r['utilization']}  jain {r['jain']}  p99 {r['p99_ms']} ms "
+                    f"(ideal {r['ideal_p99_ms']})  marks {r['marks']}  trims {r['trims']}  drops {r['drops']}  "
+                    f"verified {r['verified']}  errors {r['qp_errors']}"
+                    + (f"  victim {r['victim_fair_share_ratio']}" if "victim_fair_share_ratio" in r else ""))
+            if a.plots and "mrc" in runs:
+                os.makedirs(a.plots, exist_ok=True)
+                png = os.path.join(a.plots, f"congestion_{wl}.png")
+                if plot(png, wl, runs):
+                    runs["mrc"]["plot"] = png
+            res = {tr: {k: v for k, v in r.items() if k != "_series"} for tr, r in runs.items()}
+            mrc = res.get("mrc")
+            if mrc:  # the MRC run's keys at the top, the baselines beside them
+                res = {**mrc, **{tr: r for tr, r in res.items() if tr != "mrc"}}
+                for tr in transports:
+                    if tr != "mrc" and runs[tr]["p99_ms"]:
+                        res[f"p99_vs_{tr}"] = round(mrc["p99_ms"] / runs[tr]["p99_ms"], 3)
+            res["rate_bps"] = wq.rate_bps
+            out["workloads"][wl] = res
+    finally:
+        reader.close()
+        apply.down(t.name)
+    if a.json:
+        print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""Switch queue settings and the QP settings that go with a slow fabric (no root)."""
+
+import pytest
+
+from mrc.errors import UsageError
+from mrc.fabric.qos import PortQoS, qp_profile
+
+
+def test_queue_settings_are_checked():
+    assert PortQoS(100_000_000, 32, 96, 512).check()
+    for bad in (PortQoS(-1), PortQoS(10**9, ecn_kb=-1), PortQoS(10**9, trim_kb=600, buffer_kb=512),
+                PortQoS(10**12)):
+        with pytest.raises(UsageError):
+            bad.check()
+
+
+@pytest.mark.parametrize("rate", [25_000_000, 100_000_000, 1_000_000_000])
+def test_the_qp_profile_outlasts_the_longest_queue_and_fills_the_planes(rate):
+    q = PortQoS(rate, 32, 96, 512)
+    p = qp_profile(rate, 8, q=q)
+    trim_queue_s = 96 * 1024 * 8 / rate
+    assert 1.024e-6 * (1 << p["timeout"]) > 2 * 3 * trim_queue_s  # a full queue each way is no timeout
+    assert p["reorder_ns"] / 1e9 >= trim_queue_s  # nor a reordering loss
+    one_packet_rtt = 3 * 8192 * 8 / rate
+    assert p["cc"]["max_cwnd"] >= 8 * rate / 8 * one_packet_rtt  # a lone QP can fill its 8 planes
+    assert p["cc"]["max_md_jump"] == 850
