@@ -306,6 +306,8 @@ def build(a) -> tuple[Topology, qos.PortQoS]:
     apply.up(t)
     apply.wire_sized(t)  # switches forward wire-size packets (TCP's GSO super-packets are cut at the leaf)
     apply.set_queues(t.name, None, q)
+    if a.no_nic_rate:  # the control: hosts send at whatever rate their CPU manages
+        qos.apply_ports(t, qos.ports(t)[1], qos.PortQoS(0))
     for h in range(t.hosts):
         ns.command(t.ns(t.host(h)), ["sysctl", "-qw", "net.ipv4.tcp_ecn=1"], check=True)
         baseline.mptcp_setup(t, h)
@@ -330,6 +332,8 @@ def main() -> int:
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--transports", default=",".join(TRANSPORTS))
     ap.add_argument("--plots", metavar="DIR", help="write a PNG per workload into DIR")
+    ap.add_argument("--no-nic-rate", action="store_true",
+                    help="a control: leave the hosts' ports unlimited (only the switch ports queue)")
     ap.add_argument("--cc", action="append", default=[], metavar="NAME=VALUE",
                     help="an NSCC parameter for every MRC QP (struct mrc_cc_params), e.g. gamma=400; repeatable")
     a = ap.parse_args()
@@ -348,7 +352,8 @@ def main() -> int:
             print(f"congestion_bench: unknown transport {x!r} (use {', '.join(TRANSPORTS)})", file=sys.stderr)
             return 2
     t, q = build(a)
-    out = {"cc": a.cc, "rate_bps": q.rate_bps, "ecn_kb": q.ecn_kb, "trim_kb": q.trim_kb, "buffer_kb": q.buffer_kb,
+    out = {"cc": a.cc, "nic_rate": not a.no_nic_rate,
+           "rate_bps": q.rate_bps, "ecn_kb": q.ecn_kb, "trim_kb": q.trim_kb, "buffer_kb": q.buffer_kb,
            "hosts": t.hosts, "planes": t.planes, "msg": a.msg, "seconds": a.seconds, "workloads": {}}
     reader = qos.PortReader(t, qos.switch_ports(t))
     cur = q
@@ -361,6 +366,8 @@ def main() -> int:
                 log(f"{wl}: switch ports at {wq.rate_bps / 1e6:g} Mbit/s")
                 apply.set_queues(t.name, None, wq)
                 cur = wq
+                if a.no_nic_rate:
+                    qos.apply_ports(t, qos.ports(t)[1], qos.PortQoS(0))
             runs = {}
             for tr in transports:
                 log(f"{wl} / {tr} ...")

@@ -288,7 +288,14 @@ def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 
     # RTTs, and halving the window on a mark (NSCC's default floor) swung each
     # flow's rate 2x and the completion tail with it (bench/congestion_bench.py
     # incast 3:1, alternated: p99 62-82 ms at 0.5, 51-62 at 0.75, 46-52 at 0.85)
-    return {"cc": {"max_cwnd": max(cwnd, 4 * mtu_payload), "max_md_jump": 850}, "timeout": timeout,
+    # one base RTT for every QP: the NIC and the switch ports a full packet
+    # crosses, and the way back; a QP that measured its own (the engine's
+    # fallback when the configured one is shorter) would take whatever queue
+    # it met at its start for base, and a latecomer would crowd the others out
+    base = (hops + 1) * ser + 300e-6
+    cc = {"max_cwnd": max(cwnd, 4 * mtu_payload), "max_md_jump": 850, "base_rtt": int(base * 1e9),
+          "target_delay": int(0.75 * base * 1e9)}
+    return {"cc": cc, "timeout": timeout,
             "reorder_ns": max(200_000, int(reorder * 1e9))}
 
 
