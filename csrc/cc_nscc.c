@@ -44,13 +44,20 @@ static void quick_adapt(struct qp *q, uint64_t now)
  * to the lowest RTT this QP has seen when that is longer (slow links, where
  * one packet's serialization already exceeds the configured target: the
  * window would shrink to one packet and stay there). */
+uint64_t cc_base_rtt(const struct qp *q)
+{
+    const struct mrc_cc_params *c = &q->a.cc;
+    return q->min_rtt <= c->base_rtt || !c->base_rtt ? c->base_rtt : q->min_rtt;
+}
+
 struct nscc_scale { uint64_t base_rtt, target; };
 static struct nscc_scale nscc_scale(const struct qp *q)
 {
     const struct mrc_cc_params *c = &q->a.cc;
-    if (q->min_rtt <= c->base_rtt || !c->base_rtt)
+    uint64_t base = cc_base_rtt(q);
+    if (base == c->base_rtt)
         return (struct nscc_scale){c->base_rtt, c->target_delay};
-    return (struct nscc_scale){q->min_rtt, (uint64_t)((double)c->target_delay * (double)q->min_rtt / (double)c->base_rtt)};
+    return (struct nscc_scale){base, (uint64_t)((double)c->target_delay * (double)base / (double)c->base_rtt)};
 }
 
 static void nscc_on_ack(struct qp *q, uint64_t bytes, uint64_t rtt, int ecn, uint64_t now)

@@ -134,6 +134,9 @@ struct cc_ops {
     void (*on_loss)(struct qp *q, uint64_t now);
 };
 extern const struct cc_ops mrc_cc_nscc, mrc_cc_fixed;
+/* The base RTT NSCC works with: the configured one, or the lowest RTT the QP
+ * has seen when that is longer (cc_nscc.c). */
+uint64_t cc_base_rtt(const struct qp *q);
 
 struct cc_state {
     uint64_t cwnd;

@@ -318,6 +318,8 @@ int qp_query(struct mrc_ep *ep, uint32_t qpn, struct mrc_qp_stats *st)
     st->epsn = q->epsn;
     st->cwnd = q->ccs.cwnd;
     st->srtt_ns = q->srtt;
+    st->min_rtt_ns = q->min_rtt;
+    st->base_rtt_ns = cc_base_rtt(q);
     st->inflight = q->inflight;
     st->good_evs = ev_count_good(q);
     st->bad_evs = ev_count_bad(q);

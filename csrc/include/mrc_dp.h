@@ -338,6 +338,8 @@ struct mrc_qp_stats {
      * stalls, they tell resends that went unanswered from resends never made */
     uint32_t retries_max, head_rtx_max;
     uint64_t rnr_naks;       /* NACK NO_RESOURCE: a WRITE_IMM found no receive posted (retried on the timer) */
+    uint64_t min_rtt_ns;     /* the lowest RTT sample so far */
+    uint64_t base_rtt_ns;    /* the base RTT NSCC works with: configured, or min_rtt_ns when longer */
 };
 
 /* A CQ: its depth, completions waiting, and how many times a completion

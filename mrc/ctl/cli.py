@@ -88,6 +88,7 @@ def add_parser(sub) -> None:
     p = cs.add_parser("port", help="set a port's admin state (a disabled port reports DOWN)")
     p.add_argument("state", choices=["down", "up"])
     p.add_argument("plane", type=int)
+    cs.add_parser("qp", help="each QP's NSCC window, in flight, RTTs (smoothed, lowest, base) and counters")
     cc = cs.add_parser("cc", help="show or set the NSCC profile new QPs get")
     ccs = cc.add_subparsers(dest="cccmd")
     ccs.add_parser("show")
@@ -172,6 +173,15 @@ def run(a) -> int:
             r = c.call("probe", **args)
             _out(a, r, probe_matrix(r))
             return 0 if any(p["status"] == "ok" for p in r["probes"]) else 1
+        if a.ccmd == "qp":
+            r = c.call("qps")
+            head = (f"{'QP':>8} {'state':<6} {'window':>9} {'inflight':>9} {'srtt us':>8} {'min us':>8} "
+                    f"{'base us':>8} {'losses':>7} {'ecn':>7} {'trims':>6} {'good/bad EVs':>12}")
+            _out(a, r, "\n".join([head] + [
+                f"{q['qpn']:>8} {q['state_name']:<6} {q['cwnd']:>9} {q['inflight']:>9} {q['srtt_ns'] / 1e3:>8.1f} "
+                f"{q['min_rtt_ns'] / 1e3:>8.1f} {q['base_rtt_ns'] / 1e3:>8.1f} {q['losses']:>7} {q['ecn_marks']:>7} "
+                f"{q['trims']:>6} {q['good_evs']:>5}/{q['bad_evs']:<6}" for q in r["qps"]]))
+            return 0
         if a.ccmd == "port":
             r = c.call("port", plane=a.plane, up=a.state == "up")
             _out(a, r, f"plane {r['plane']}: {r['admin']}")

@@ -13,7 +13,8 @@ process that exits cannot lend its PID to another). At most ``MAX_CLIENTS``
 connections are served at once (the next gets EBUSY) and a silent one is
 closed after ``IDLE_TIMEOUT`` s. ``mrc ctl`` is the client.
 
-Operations: ``info``; ``ev_list`` [qpn]; ``ev_set`` qpn, state (DENIED or
+Operations: ``info``; ``qps`` (each QP's window, RTTs and counters);
+``ev_list`` [qpn]; ``ev_set`` qpn, state (DENIED or
 GOOD) and either ev or path (every EV that takes that destination
 address); ``events`` [after] (EV events since a sequence number, with drop
 counts); ``port`` plane, up; ``cc_show``; ``cc_set`` config (the NSCC
@@ -278,6 +279,17 @@ class ControlServer:
                                              for p, s in zip(self.ctx.ports, st, strict=True)],
                 "qps": sorted(self.ctx.live_qps()), "host": self.ctx.resolver.host,
                 "peers": len(self.ctx.peers()), "regions": self.ctx.live_regions()}
+
+    def op_qps(self, req: dict) -> dict:
+        """Every live QP's transport state: NSCC window and in flight, RTTs
+        (smoothed, lowest, the base NSCC works with), losses and signals."""
+        keys = ("state_name", "cwnd", "inflight", "srtt_ns", "min_rtt_ns", "base_rtt_ns", "tx_bytes", "rtx_bytes",
+                "losses", "timeouts", "ecn_marks", "trims", "good_evs", "bad_evs")
+        out = []
+        for qpn, qp in sorted(self.ctx.live_qps().items()):
+            st = qp.stats()
+            out.append({"qpn": qpn, **{k: st[k] for k in keys}})
+        return {"qps": out}
 
     def op_ev_list(self, req: dict) -> dict:
         qp = self._qp(req)

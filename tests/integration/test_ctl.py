@@ -87,6 +87,21 @@ def test_ev_list_shows_every_ev_with_its_path(ctl):
     assert all(e["state"] == "GOOD" for e in r["evs"])
 
 
+def test_qp_shows_the_window_and_the_rtts_nscc_works_with(ctl):
+    t, ca, cb, qa, ms, ib, srv, *_ = ctl
+    write(ca, qa, ms, ib, 8 << 20)
+    r = json.loads(mrc_ctl(srv, "qp").stdout)
+    (q,) = r["qps"]
+    st = qa.stats()
+    assert q["qpn"] == qa.qpn and q["state_name"] == "RTS" and q["cwnd"] == st["cwnd"] > 0
+    assert 0 < q["min_rtt_ns"] <= q["srtt_ns"] * 4  # samples were taken
+    cfg = ca.cc_config()["base_rtt"]
+    assert q["base_rtt_ns"] == max(cfg, q["min_rtt_ns"])  # the configured base, or the lowest RTT when longer
+    plain = subprocess.run([sys.executable, "-m", "mrc", "ctl", "--endpoint", srv.path, "qp"],
+                           capture_output=True, text=True, timeout=30)
+    assert plain.returncode == 0 and str(qa.qpn) in plain.stdout and "base us" in plain.stdout
+
+
 def test_a_denied_path_is_never_used_and_allow_restores_it(ctl):
     t, ca, cb, qa, ms, ib, srv, *_ = ctl
     bad = t.path_address(0, 1, 1, 0)  # plane 1 through spine p1s0
