@@ -501,8 +501,12 @@ int mrc_ctx_progress(struct mrc_ctx *c)
     int sent = 1, work = engine_pass(c, now, &sent);
     ring_cqs(c);
     signal_async(c);
-    /* a timer this pass armed may be due before the sleeping engine wakes */
-    int wake = sent && work && LOAD_SC(c->sleeping) && mrc_ep_next_timer(c->ep, now) < LOAD_SC(c->sleep_until);
+    /* a timer this pass armed may be due before the sleeping engine wakes;
+     * and a pass that left its ACKs for later needs the engine to look by
+     * the end of PROGRESS_NS, not at the end of a sleep begun before it */
+    uint64_t until = LOAD_SC(c->sleep_until);
+    int wake = LOAD_SC(c->sleeping) && (sent ? work && mrc_ep_next_timer(c->ep, now) < until
+                                             : until > now + PROGRESS_NS);
     pthread_mutex_unlock(&c->lock);
     if (wake)
         ring_fd(c->wake_fd);
