@@ -47,6 +47,7 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from mrc.errors import MrcError  # noqa: E402
 from mrc.fabric import apply, baseline, ns, qos  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
 from mrc.perf import parse_size, percentile  # noqa: E402
@@ -240,6 +241,24 @@ def summarize(t, workload, transport, flows, results, before, after, samples, ve
     return out
 
 
+def check_args(a, workloads: list[str]) -> str | None:
+    """What is wrong with the command line, in a sentence (before anything is built)."""
+    bad = [w for w in workloads if w not in WORKLOADS]
+    if bad or not workloads:
+        return f"unknown workload {', '.join(bad) or '(none)'}: use {', '.join(WORKLOADS)}"
+    if a.hosts < 2 or ("victim" in workloads and a.hosts < 4):
+        return "incast needs at least 2 hosts, the victim workload 4 (2 incast senders, a victim's receiver)"
+    if a.seconds <= 0 or a.msg <= 0:
+        return "--seconds and --msg must be positive"
+    try:
+        qos.PortQoS(apply.parse_rate(a.rate), a.ecn_kb, a.trim_kb, a.buffer_kb).check()
+        if a.alltoall_rate:
+            qos.PortQoS(apply.parse_rate(a.alltoall_rate)).check()
+    except MrcError as e:
+        return str(e)
+    return None
+
+
 def workload_qos(workload: str, t: Topology, q: qos.PortQoS, a) -> qos.PortQoS:
     """All-to-all loads every host's ports at once: at --rate the fabric
     would carry hosts x planes x rate, and this machine's two cores (which
@@ -351,6 +370,10 @@ def main() -> int:
         if x not in TRANSPORTS:
             print(f"congestion_bench: unknown transport {x!r} (use {', '.join(TRANSPORTS)})", file=sys.stderr)
             return 2
+    problem = check_args(a, workloads)
+    if problem:
+        print(f"congestion_bench: {problem}", file=sys.stderr)
+        return 2
     t, q = build(a)
     out = {"cc": a.cc, "nic_rate": not a.no_nic_rate,
            "rate_bps": q.rate_bps, "ecn_kb": q.ecn_kb, "trim_kb": q.trim_kb, "buffer_kb": q.buffer_kb,

@@ -24,3 +24,23 @@ def test_the_qp_profile_outlasts_the_longest_queue_and_fills_the_planes(rate):
     one_packet_rtt = 3 * 8192 * 8 / rate
     assert p["cc"]["max_cwnd"] >= 8 * rate / 8 * one_packet_rtt  # a lone QP can fill its 8 planes
     assert p["cc"]["max_md_jump"] == 850
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--workloads", "foo"], "unknown workload foo"),
+    (["--hosts", "3", "--workloads", "victim"], "the victim workload 4"),
+    (["--rate", "fast"], "cannot read rate"),
+    (["--trim-kb", "900", "--buffer-kb", "512"], "must be below --buffer-kb"),
+])
+def test_the_congestion_bench_refuses_bad_arguments_in_a_line_before_building_anything(args, msg):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, os.path.join(root, "bench", "congestion_bench.py"), *args],
+                       capture_output=True, text=True, timeout=60)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("congestion_bench: ")
+    if os.geteuid() == 0:
+        assert msg in lines[0]
