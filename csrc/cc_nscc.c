@@ -50,22 +50,12 @@ uint64_t cc_base_rtt(const struct qp *q)
     return q->min_rtt <= c->base_rtt || !c->base_rtt ? c->base_rtt : q->min_rtt;
 }
 
-struct nscc_scale { uint64_t base_rtt, target; };
-static struct nscc_scale nscc_scale(const struct qp *q)
-{
-    const struct mrc_cc_params *c = &q->a.cc;
-    uint64_t base = cc_base_rtt(q);
-    if (base == c->base_rtt)
-        return (struct nscc_scale){c->base_rtt, c->target_delay};
-    return (struct nscc_scale){base, (uint64_t)((double)c->target_delay * (double)base / (double)c->base_rtt)};
-}
-
 static void nscc_on_ack(struct qp *q, uint64_t bytes, uint64_t rtt, int ecn, uint64_t now)
 {
-    struct mrc_cc_params sc = q->a.cc;
-    struct nscc_scale k = nscc_scale(q);
-    sc.base_rtt = k.base_rtt;
-    sc.target_delay = k.target;
+    struct mrc_cc_params sc = q->a.cc; /* with the base RTT and target this QP works with */
+    sc.base_rtt = cc_base_rtt(q);
+    if (sc.base_rtt != q->a.cc.base_rtt)
+        sc.target_delay = (uint64_t)((double)sc.target_delay * (double)sc.base_rtt / (double)q->a.cc.base_rtt);
     const struct mrc_cc_params *c = &sc;
     struct cc_state *s = &q->ccs;
     /* bytes achieved over the last base RTT, for quick adapt */

@@ -296,10 +296,11 @@ def build_parser() -> argparse.ArgumentParser:
     _json(p)
 
     p = fsub.add_parser("stats", help="the switch queues' counters",
-                        description="Per switch port with a queue: packets and bytes sent, marked, trimmed, "
-                                    "dropped, the queue estimate now and its high-water mark, and the settings.")
+                        description="Per port with a queue (switches', then hosts'): packets and bytes sent, "
+                                    "marked, trimmed, dropped, the queue estimate now and its high-water mark, and "
+                                    "the settings.")
     _name(p)
-    p.add_argument("target", nargs="?", help="a link or a switch (default: every port with a queue)")
+    p.add_argument("target", nargs="?", help="a link, a switch or a host (default: every port with a queue)")
     _json(p)
     return top
 

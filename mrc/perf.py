@@ -95,7 +95,8 @@ def _write_template(qp, mr, length: int, remote_addr: int, rkey: int):
 class _Echo(threading.Thread):
     """Latency mode (server side): every WRITE_IMM that arrives is written
     straight back, same length and immediate, into the client's echo region,
-    by a C loop (csrc/bench/pingpong.c) that sleeps on the CQ's channel."""
+    by a C loop (csrc/bench/pingpong.c) that progresses the NIC itself for
+    50 us, then sleeps on the CQ's channel."""
 
     def __init__(self, ctx: Context, cq, qp, mr, echo: tuple[int, int], depth: int) -> None:
         super().__init__(daemon=True)
@@ -373,7 +374,8 @@ def latency(server_host: str, sizes: list[int], iters: int = 1000, port: int = c
     """Round trips: a WRITE_IMM of each size to the server, which writes it
     straight back (same length and immediate) into our echo region; one at a
     time, timed in C (csrc/bench/pingpong.c) from the post to our receive
-    completion. Both sides sleep on their CQ's channel between messages."""
+    completion. Both sides wait by progressing the NIC themselves for 50 us,
+    then sleep on their CQ's channel."""
     resolver = resolver or from_environment()
     addr = cm.setup_address(server_host, resolver)
     ctx, ctl = _open(ports, resolver, spin_us)

@@ -21,7 +21,9 @@ standard output, in this order:
    answer once the whole message is in), and goes on for ``seconds``.
    Answers ``{"result": {id: {"messages": [[post_s, done_s], ...],
    "timeline": [[t_s, bytes], ...], "cwnd": [[t_s, bytes], ...], "stats",
-   "sha256", "bytes"}}, "cpu_share"}``, times from ``at_ns``; ``cpu_share``:
+   "sha256", "written", "bytes"}}, "cpu_share"}``, times from ``at_ns``;
+   ``sha256`` is that of the first ``written`` bytes of the source (the
+   slots the flow filled: what its receiver's region must hold); ``cpu_share``:
    this process's CPU time (engine thread included) over the run's wall time.
 4. ``{"hash": {id: nbytes}}``: the SHA-256 of the first ``nbytes`` of each
    region this host received into. Answers ``{"hashes": {id: hex}}``.
@@ -229,6 +231,7 @@ class Worker:
         for f in senders:
             r = {"messages": f.messages, "timeline": f.timeline, "cwnd": f.cwnd, "bytes": f.done_bytes,
                  "error": f.error,
+                 "written": self._written(f),
                  "sha256": hashlib.sha256(memoryview(self._src(f))[:self._written(f)]).hexdigest()}
             if self.transport == "mrc":
                 st = f.qp.stats()

@@ -521,7 +521,8 @@ int64_t mrc_bench_udp_echo(int fd, uint32_t n);
  * to n WRITE_IMMs with the same length and immediate into tmpl's remote
  * region, reposting each receive, and returns early, with the count, after
  * timeout_ns without one. Completions on cqn only; each wait polls for 50 us
- * (yielding), then sleeps on the CQ's channel; -errno on an error. */
+ * (progressing the NIC: mrc_ctx_progress), then sleeps on the CQ's channel;
+ * -errno on an error. */
 int64_t mrc_bench_pingpong(struct mrc_ctx *c, uint32_t qpn, uint32_t cqn, const struct mrc_wr *tmpl, uint32_t n,
                            int echo, uint64_t timeout_ns, uint64_t *rtt_ns);
 

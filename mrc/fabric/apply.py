@@ -406,7 +406,7 @@ def rate(name: str, target: str, rate_spec: str) -> int:
         raise UsageError("rate must be positive")
     t = load_topology(name)
     link = t.link(target)
-    queued = [p for p in sum(qos.ports(t, link.name), []) if f"{p[0]}/{p[1]}" in load_state(name).get("queues", {})]
+    queued = [p for p in sum(qos.ports(t, link.name), []) if _queue_key(p) in load_state(name).get("queues", {})]
     if queued:  # the tbf stands in for the switch queue (program included) until the heal
         qos.apply_ports(t, queued, qos.PortQoS(0))
     ex = Executor(t)
@@ -436,11 +436,11 @@ def set_queues(name: str, target: str | None, q: qos.PortQoS) -> int:
     qos.apply_ports(t, hosts, qos.nic(q))
     queues = load_state(name).get("queues", {})
     for ports, pq in ((sw, q), (hosts, qos.nic(q))):
-        for node, ifname, _ in ports:
+        for port in ports:
             if q.rate_bps:
-                queues[f"{node}/{ifname}"] = asdict(pq)
+                queues[_queue_key(port)] = asdict(pq)
             else:
-                queues.pop(f"{node}/{ifname}", None)
+                queues.pop(_queue_key(port), None)
     save_state(t, load_state(name)["faults"], queues)
     return len(sw)
 
@@ -449,10 +449,15 @@ def _restore_queues(t: Topology, links: set[str]) -> None:
     """Put back the queues a rate fault's tbf replaced (its heal removed both)."""
     queues = load_state(t.name).get("queues", {})
     sw, hosts = qos.ports(t)
-    for node, ifname, link in sw + hosts:
-        q = queues.get(f"{node}/{ifname}")
-        if link in links and q:
-            qos.apply_ports(t, [(node, ifname, link)], qos.PortQoS(**q))
+    for port in sw + hosts:
+        q = queues.get(_queue_key(port))
+        if port[2] in links and q:
+            qos.apply_ports(t, [port], qos.PortQoS(**q))
+
+
+def _queue_key(port: tuple[str, str, str]) -> str:
+    """How the state file names a port's queue: node/ifname."""
+    return f"{port[0]}/{port[1]}"
 
 
 def queue_stats(name: str, target: str | None = None) -> list[dict]:

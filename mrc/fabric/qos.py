@@ -24,6 +24,7 @@ tc filter and the bpf(2) system call.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -123,13 +124,21 @@ def _prog_maps(prog_id: int) -> dict[str, int]:
         n = struct.unpack_from("<I", info, 52)[0]
     finally:
         os.close(fd)
-    out = {}
-    for mid in list(ids)[:n]:
-        mfd = _fd_by_id(_MAP_GET_FD, mid)
-        minfo = ctypes.create_string_buffer(128)
-        _bpf(_INFO, ctypes.create_string_buffer(struct.pack("<IIQ", mfd, 128, ctypes.addressof(minfo)), 16))
-        name = minfo.raw[24:40].split(b"\0")[0].decode()
-        out[name] = mfd
+    out: dict[str, int] = {}
+    try:
+        for mid in list(ids)[:n]:
+            mfd = _fd_by_id(_MAP_GET_FD, mid)
+            try:
+                minfo = ctypes.create_string_buffer(128)
+                _bpf(_INFO, ctypes.create_string_buffer(struct.pack("<IIQ", mfd, 128, ctypes.addressof(minfo)), 16))
+            except BaseException:
+                os.close(mfd)
+                raise
+            out[minfo.raw[24:40].split(b"\0")[0].decode()] = mfd
+    except BaseException:  # none of them leaks
+        for fd in out.values():
+            os.close(fd)
+        raise
     return out
 
 
@@ -140,6 +149,23 @@ def _map_rw(fd: int, value: bytes | None, size: int) -> bytes:
                                        32)
     _bpf(_MAP_UPDATE if value is not None else _MAP_LOOKUP, attr)
     return buf.raw
+
+
+@contextlib.contextmanager
+def _port_maps(t: Topology, node: str, ifname: str):
+    """The port program's maps (name -> fd), or None when it has no program; closed after."""
+    pid = _prog_id(t, node, ifname)
+    maps = _prog_maps(pid) if pid is not None else None
+    try:
+        yield maps
+    finally:
+        for fd in (maps or {}).values():
+            os.close(fd)
+
+
+def _counters(st_fd: int) -> dict:
+    """The st map's counters (ST_FIELDS)."""
+    return dict(zip(ST_FIELDS, _ST.unpack(_map_rw(st_fd, None, _ST.size))[2:], strict=True))
 
 
 # ------------------------------------------------------------------ ports
@@ -219,32 +245,21 @@ def apply_ports(t: Topology, ports: list[tuple[str, str, str]], q: PortQoS) -> i
 
 
 def _write_cfg(t: Topology, node: str, ifname: str, q: PortQoS) -> None:
-    pid = _prog_id(t, node, ifname)
-    if pid is None:
-        raise FabricError(f"the queue program did not load on {node}:{ifname} "
-                          f"(see `tc -n {t.ns(node)} filter show dev {ifname} egress`)")
-    maps = _prog_maps(pid)
-    try:
+    with _port_maps(t, node, ifname) as maps:
+        if maps is None:
+            raise FabricError(f"the queue program did not load on {node}:{ifname} "
+                              f"(see `tc -n {t.ns(node)} filter show dev {ifname} egress`)")
         _map_rw(maps["cfg"], _CFG.pack(q.rate_bps // 8, q.ecn_kb * 1024, q.trim_kb * 1024, q.buffer_kb * 1024, 0),
                 _CFG.size)
-    finally:
-        for fd in maps.values():
-            os.close(fd)
 
 
 def port_counters(t: Topology, node: str, ifname: str) -> dict | None:
     """The port's counters, or None when it has no queue program."""
-    pid = _prog_id(t, node, ifname)
-    if pid is None:
-        return None
-    maps = _prog_maps(pid)
-    try:
+    with _port_maps(t, node, ifname) as maps:
+        if maps is None:
+            return None
         cfg = _CFG.unpack(_map_rw(maps["cfg"], None, _CFG.size))
-        st = _ST.unpack(_map_rw(maps["st"], None, _ST.size))[2:]
-    finally:
-        for fd in maps.values():
-            os.close(fd)
-    out = dict(zip(ST_FIELDS, st, strict=True))
+        out = _counters(maps["st"])
     out.pop("last_ns")
     out["hwm_kb"] = round(out.pop("hwm") / 1024, 1)
     out["backlog_kb"] = round(out.pop("backlog") / 1024, 1)
@@ -263,6 +278,12 @@ def stats(t: Topology, target: str | None = None) -> list[dict]:
     return out
 
 
+def unloaded_rtt_s(rate_bps: int, mtu_payload: int = 8192, hops: int = 3) -> float:
+    """The round trip of a full-size packet over ``hops`` store-and-forward
+    ports at ``rate_bps`` with no queue (and its small answer), in seconds."""
+    return hops * (mtu_payload + 200) * 8 / rate_bps + 200e-6
+
+
 def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 3, q: PortQoS | None = None) -> dict:
     """QP settings that match a fabric whose ports run at ``rate_bps``: the
     NSCC window a lone QP needs to fill its planes (1.5 x the bandwidth-delay
@@ -275,7 +296,7 @@ def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 
     reorder allowance covers the queueing difference between two paths (up
     to the trim threshold's worth: a trimming fabric drops nothing)."""
     ser = (mtu_payload + 200) * 8 / rate_bps  # one packet's serialization, seconds
-    rtt = hops * ser + 200e-6
+    rtt = unloaded_rtt_s(rate_bps, mtu_payload, hops)
     cwnd = int(1.5 * planes * rate_bps / 8 * rtt)
     q = q or PortQoS(rate_bps, **DEFAULT_THRESHOLDS)
     worst_kb = q.trim_kb or q.buffer_kb or 1024
@@ -284,17 +305,18 @@ def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 
     while 1.024e-6 * (1 << timeout) < worst and timeout < 20:
         timeout += 1
     reorder = 1.5 * worst_kb * 1024 * 8 / rate_bps
-    # a multiplicative decrease of at most 15%: a message here lasts tens of
-    # RTTs, and halving the window on a mark (NSCC's default floor) swung each
-    # flow's rate 2x and the completion tail with it (bench/congestion_bench.py
-    # incast 3:1, alternated: p99 62-82 ms at 0.5, 51-62 at 0.75, 46-52 at 0.85)
     # one base RTT for every QP: the NIC and the switch ports a full packet
     # crosses, and the way back; a QP that measured its own (the engine's
     # fallback when the configured one is shorter) would take whatever queue
     # it met at its start for base, and a latecomer would crowd the others out
     base = (hops + 1) * ser + 300e-6
-    cc = {"max_cwnd": max(cwnd, 4 * mtu_payload), "max_md_jump": 850, "base_rtt": int(base * 1e9),
-          "target_delay": int(0.75 * base * 1e9)}
+    cc = {"max_cwnd": max(cwnd, 4 * mtu_payload), "base_rtt": int(base * 1e9), "target_delay": int(0.75 * base * 1e9),
+          # a multiplicative decrease of at most 15%: a message here lasts tens
+          # of RTTs, and halving the window on a mark (NSCC's default floor)
+          # swung each flow's rate 2x and the completion tail with it
+          # (congestion_bench incast 3:1, alternated: p99 62-82 ms at 0.5,
+          # 51-62 at 0.75, 46-52 at 0.85)
+          "max_md_jump": 850}
     return {"cc": cc, "timeout": timeout,
             "reorder_ns": max(200_000, int(reorder * 1e9))}
 
@@ -313,11 +335,7 @@ class PortReader:
                 self.fds.append(maps)
 
     def read(self) -> dict[str, dict]:
-        out = {}
-        for name, maps in zip(self.ports, self.fds, strict=True):
-            st = _ST.unpack(_map_rw(maps["st"], None, _ST.size))[2:]
-            out[name] = dict(zip(ST_FIELDS, st, strict=True))
-        return out
+        return {name: _counters(maps["st"]) for name, maps in zip(self.ports, self.fds, strict=True)}
 
     def close(self) -> None:
         for maps in self.fds:
