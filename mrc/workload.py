@@ -43,6 +43,7 @@ import threading
 import time
 
 TRANSPORTS = ("mrc", "tcp_cubic", "tcp_bbr", "mptcp")
+MAX_MSG, MAX_SLOTS, MAX_FLOWS, MAX_SECONDS = 256 << 20, 64, 4096, 3600
 IPPROTO_MPTCP = 262
 SAMPLE_S = 0.05
 
@@ -73,14 +74,41 @@ class _Flow:
         self.error: str | None = None
 
 
+def _int(d: dict, key: str, lo: int, hi: int, default: int | None = None) -> int:
+    v = d.get(key, default)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise ValueError(f"{key} must be an integer from {lo} to {hi}, not {str(v)[:40]!r}")
+    return v
+
+
+def _flows(setup: dict, me: str) -> list[_Flow]:
+    """This host's flows, every field checked."""
+    flows = setup.get("flows")
+    if not isinstance(flows, list) or len(flows) > MAX_FLOWS:
+        raise ValueError(f"flows must be a list of at most {MAX_FLOWS}")
+    out = []
+    for f in flows:
+        if not isinstance(f, dict) or not all(isinstance(f.get(k), str) for k in ("src", "dst")):
+            raise ValueError("a flow needs src and dst host names")
+        _int(f, "id", 0, MAX_FLOWS)
+        if f.get("port") is not None:
+            _int(f, "port", 1, 65535)
+        if me in (f["src"], f["dst"]):
+            out.append(_Flow(f, me))
+    return out
+
+
 class Worker:
     def __init__(self, setup: dict) -> None:
+        if not isinstance(setup, dict) or not isinstance(setup.get("host"), str):
+            raise ValueError("setup needs this worker's host name")
         self.host = setup["host"]
-        self.transport = setup["transport"]
+        self.transport = setup.get("transport")
         if self.transport not in TRANSPORTS:
-            raise ValueError(f"unknown transport {self.transport!r}: use one of {', '.join(TRANSPORTS)}")
-        self.msg, self.slots = int(setup["msg"]), int(setup.get("slots", 4))
-        self.flows = [_Flow(f, self.host) for f in setup["flows"] if self.host in (f["src"], f["dst"])]
+            raise ValueError(f"unknown transport {str(self.transport)[:40]!r}: use one of {', '.join(TRANSPORTS)}")
+        # memory: a source or a region of msg x slots per flow
+        self.msg, self.slots = _int(setup, "msg", 1, MAX_MSG), _int(setup, "slots", 1, MAX_SLOTS, 4)
+        self.flows = _flows(setup, self.host)
         self.ctx = None
         self.socks: list[socket.socket] = []
         self.qp_attr = setup.get("qp", {})
@@ -251,10 +279,12 @@ class Worker:
             f.error = f"{type(e).__name__}: {e}"
 
     def hashes(self, want: dict) -> dict:
+        if not isinstance(want, dict):
+            raise ValueError("hash takes {flow id: bytes}")
         out = {}
         for f in self.flows:
             if not f.sends and str(f.id) in want:
-                n = int(want[str(f.id)])
+                n = _int(want, str(f.id), 0, len(f.buf))
                 out[f.id] = hashlib.sha256(memoryview(f.buf)[:n]).hexdigest()
         return {"hashes": out}
 
@@ -273,17 +303,27 @@ def main() -> int:
     try:
         while True:
             req = _recv()
+            if not isinstance(req, dict):
+                raise ValueError("a request is a JSON object")
             if "setup" in req:
+                if w is not None:
+                    raise ValueError("setup comes once")
                 w = Worker(req["setup"])
                 _send(w.setup())
+            elif "bye" in req:
+                return 0
+            elif w is None:
+                raise ValueError(f"{sorted(req)[:3]} before setup")
             elif "connect" in req:
                 _send(w.connect(req["connect"]))
             elif "start" in req:
-                _send(w.start(int(req["start"]["at_ns"]), float(req["start"]["seconds"])))
+                st = req["start"]
+                seconds = st.get("seconds") if isinstance(st, dict) else None
+                if not isinstance(seconds, (int, float)) or not 0 < seconds <= MAX_SECONDS:
+                    raise ValueError(f"start needs seconds, more than 0 and at most {MAX_SECONDS}")
+                _send(w.start(_int(st, "at_ns", 0, 1 << 63), float(seconds)))
             elif "hash" in req:
                 _send(w.hashes(req["hash"]))
-            elif "bye" in req:
-                return 0
             else:
                 raise ValueError(f"unknown request {sorted(req)}")
     except Exception as e:

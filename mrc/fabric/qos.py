@@ -49,7 +49,8 @@ ST_FIELDS = ("last_ns", "backlog", "hwm", "packets", "bytes", "marked", "trimmed
 
 @dataclass(frozen=True)
 class PortQoS:
-    """A switch port's queue: ``rate_bps`` (0: no limit, no program), and the
+    """A switch port's queue: ``rate_bps`` (0: no limit, no program; else 1
+    kbit/s to 400 Gbit/s), and the
     ECN, trim and buffer thresholds in KiB of the queue estimate (0: off)."""
 
     rate_bps: int
@@ -58,7 +59,7 @@ class PortQoS:
     buffer_kb: int = 0
 
     def check(self) -> PortQoS:
-        if self.rate_bps < 0 or self.rate_bps > 400_000_000_000:
+        if self.rate_bps and not 1000 <= self.rate_bps <= 400_000_000_000 or self.rate_bps < 0:
             raise UsageError(f"link rate {self.rate_bps} b/s is out of range (1 kbit to 400 gbit)")
         for what, v in (("--ecn-kb", self.ecn_kb), ("--trim-kb", self.trim_kb), ("--buffer-kb", self.buffer_kb)):
             if not 0 <= v <= 1 << 20:

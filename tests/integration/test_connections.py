@@ -354,5 +354,10 @@ def test_progress_needs_an_engine_thread(fabric):
     try:
         with pytest.raises(ErrnoError, match="progress"):
             c.engine.progress()
+        c.engine.progress_done()  # nothing to give back: no error, nothing happens
     finally:
         c.close()
+    started = host_context(fabric, 0)
+    started.close()
+    with pytest.raises(ErrnoError, match="closed"):  # a closed context is refused, not touched
+        started.engine.progress()

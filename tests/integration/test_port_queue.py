@@ -156,6 +156,38 @@ def test_tcp_and_other_udp_are_never_trimmed(port):
     assert verdict == TC_ACT_OK and len(out) == len(other) and d["trimmed"] == 0
 
 
+def test_hostile_and_malformed_frames_pass_untouched_and_are_never_trimmed(port):
+    """Above every threshold but the buffer, frames that are not what they
+    claim: the program reads nothing past their end, changes nothing and
+    trims nothing (only a well-formed MRC data packet is trimmed)."""
+    t = port[0]
+    full = mrc_frame(t)  # ECT, MRC data, 2 KiB payload
+    eth_ip = full[:14 + 40]
+    not_ect = bytes([full[14], full[15] & 0xCF]) + full[16:]  # the same without ECT: CE may not be set
+    bad = {
+        # (an IPv6 frame shorter than its header never reaches a forwarding
+        # port, and the kernel's test run refuses one: nothing to try there)
+        "an IPv6 header and nothing after it": full[:14 + 40],
+        "UDP to 4791, no BTH": not_ect[:14 + 40 + 8 - 2] + full[14 + 40 + 8 - 2:14 + 40 + 8],
+        "MRC data header cut before RETH": full[:14 + 40 + 8 + 12 + 4],
+        "headers only: nothing to cut": full[:14 + 40 + 8 + 12 + 4 + 16],
+        "an IPv4 frame": bytes.fromhex("020000000002020000000001") + b"\x08\x00" + bytes(40),
+        "a hop-by-hop header before UDP": eth_ip[:20] + b"\x00" + eth_ip[21:] + bytes([17, 0]) + bytes(6) +
+        full[54:],
+        "unknown opcode 0xff": full[:62] + b"\xff" + full[63:],
+    }
+    for what, f in bad.items():
+        if len(f) > 54 and f[12:14] == b"\x86\xdd":  # keep IPv6's own length honest where there is one
+            f = f[:18] + struct.pack("!H", len(f) - 54) + f[20:]
+        try:
+            verdict, out, d = run(port, f, T + 1)
+        except OSError as e:
+            raise AssertionError(f"{what}: {e}") from e
+        assert verdict == TC_ACT_OK and d["trimmed"] == 0 and d["dropped"] == 0, what
+        assert len(out) == len(f) and (out == f or d["marked"] == 1), what  # at most CE, on an ECT header
+        assert d["packets"] == 1, what  # counted, as every frame that leaves
+
+
 def test_an_encapsulated_packet_is_marked_inside_too(port):
     """Kernel TCP crosses the fabric in IPv6-in-IPv6 (seg6 encap); End.DT6
     does not copy the outer CE inward, so the switch marks both."""
@@ -211,6 +243,16 @@ def test_the_cli_sets_changes_and_removes_queues_and_faults_keep_them(small_fabr
     apply.heal(t.name, link)
     back = apply.queue_stats(t.name, link)
     assert {(s["node"], s["rate_bps"]) for s in back} == {("p0l0", 50_000_000), ("p0s0", 200_000_000)}
+    # a target the fabric does not have, or a rate below 1 kbit: one line, nothing changed
+    before = apply.queue_stats(t.name)
+    for args, msg in ((["nosuch", "--rate", "1mbit"], "neither a link, a switch nor a host"),
+                      (["all", "--rate", "500bit"], "out of range"),
+                      (["all", "--rate", "1mbit", "--buffer-kb", "-1"], "out of range")):
+        r = run_cli("fabric", "qos", *args, "--name", t.name)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1 and msg in lines[0], r.stderr
+    assert [(s["node"], s["ifname"], s["rate_bps"]) for s in apply.queue_stats(t.name)] == \
+        [(s["node"], s["ifname"], s["rate_bps"]) for s in before]
     # removed everywhere
     assert run_cli("fabric", "qos", "all", "--name", t.name, "--rate", "0").returncode == 0
     assert apply.queue_stats(t.name) == []

@@ -8,7 +8,8 @@ from mrc.fabric.qos import PortQoS, qp_profile
 
 def test_queue_settings_are_checked():
     assert PortQoS(100_000_000, 32, 96, 512).check()
-    for bad in (PortQoS(-1), PortQoS(10**9, ecn_kb=-1), PortQoS(10**9, trim_kb=600, buffer_kb=512),
+    assert PortQoS(0).check() and PortQoS(1000).check()  # off; the slowest port
+    for bad in (PortQoS(-1), PortQoS(999), PortQoS(10**9, ecn_kb=-1), PortQoS(10**9, trim_kb=600, buffer_kb=512),
                 PortQoS(10**12)):
         with pytest.raises(UsageError):
             bad.check()
