@@ -314,9 +314,8 @@ def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 
     cc = {"max_cwnd": max(cwnd, 4 * mtu_payload), "base_rtt": int(base * 1e9), "target_delay": int(0.75 * base * 1e9),
           # a multiplicative decrease of at most 15%: a message here lasts tens
           # of RTTs, and halving the window on a mark (NSCC's default floor)
-          # swung each flow's rate 2x and the completion tail with it
-          # (congestion_bench incast 3:1, alternated: p99 62-82 ms at 0.5,
-          # 51-62 at 0.75, 46-52 at 0.85)
+          # swings each flow's rate 2x and the completion tail with it (README,
+          # congestion: incast 3:1 p99 with 0.5 and 0.85, alternated)
           "max_md_jump": 850}
     return {"cc": cc, "timeout": timeout,
             "reorder_ns": max(200_000, int(reorder * 1e9))}
