@@ -77,6 +77,7 @@ from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup
 from mrc.fabric.faults import FaultScheduler
 from mrc.fabric.pair import qp_pair
 from mrc.fabric.topology import Topology
+from mrc.perf import gc_paused
 from mrc.verbs import QPAttr
 
 FAULT_AT = 1.5        # seconds into a run when the first fault fires
@@ -277,26 +278,27 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None, attr: QPAttr | None = No
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         monitor = PauseMonitor()
-        while True:
-            now = time.monotonic()
-            if now - t0 >= seconds or errors:
-                break
-            while posted - done < depth:
-                off = (posted % slots) * msg
-                qa.post_write(ms, ((posted // slots) & 1) * window + off, msg, ib.addr + off, ib.rkey, wr_id=posted)
-                posted += 1
-            wcs = cq.poll()
-            now = time.monotonic()
-            if wcs:
-                bad = [w for w in wcs if not w.ok]
-                errors += len(bad)
-                for w in wcs:
-                    if w.ok:
-                        check(w.wr_id)
-                rec.add(now, msg * (len(wcs) - len(bad)))
-                done += len(wcs)
-            else:
-                cq.get_event(0.002)
+        with gc_paused():  # the loop polls the completions whose gaps are measured
+            while True:
+                now = time.monotonic()
+                if now - t0 >= seconds or errors:
+                    break
+                while posted - done < depth:
+                    off = (posted % slots) * msg
+                    qa.post_write(ms, ((posted // slots) & 1) * window + off, msg, ib.addr + off, ib.rkey, wr_id=posted)
+                    posted += 1
+                wcs = cq.poll()
+                now = time.monotonic()
+                if wcs:
+                    bad = [w for w in wcs if not w.ok]
+                    errors += len(bad)
+                    for w in wcs:
+                        if w.ok:
+                            check(w.wr_id)
+                    rec.add(now, msg * (len(wcs) - len(bad)))
+                    done += len(wcs)
+                else:
+                    cq.get_event(0.002)
         stop.set()
         sampler.join()
         pauses = [((a - t0_ns) / 1e9, b / 1e9) for a, b in monitor.stop()]
@@ -401,14 +403,15 @@ def run_tcp(t, seconds, plan, proto=0, port=5201) -> dict:
             faulter.go()
         cli.settimeout(0.1)
         chunk = memoryview(b"\0" * (1 << 20))
-        while time.monotonic() - t0 < seconds:
-            try:
-                cli.send(chunk)
-            except TimeoutError:
-                continue
-            except OSError as e:
-                errors.append(f"sender: {e}")
-                break
+        with gc_paused():  # the same for the receiver's reads (one process)
+            while time.monotonic() - t0 < seconds:
+                try:
+                    cli.send(chunk)
+                except TimeoutError:
+                    continue
+                except OSError as e:
+                    errors.append(f"sender: {e}")
+                    break
         mss = 0
         if proto == 0:
             info = cli.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)

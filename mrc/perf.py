@@ -12,7 +12,9 @@ server to hash what landed and compares it with its own source.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import gc
 import hashlib
 import json
 import os
@@ -44,6 +46,28 @@ def percentile(xs: list[float], q: float) -> float:
         return 0.0
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """No cyclic garbage collection inside a timed loop. A full (generation 2)
+    collection walks every object the process holds and stops every Python
+    thread while it does: 12-21 ms here once a run had logged ~10,000 EV
+    events, long enough to be the longest gap between completions of a
+    whole run (seen with ``gc.callbacks``: the collection and the gap
+    coincided to the millisecond). The loop's own garbage is freed by
+    reference counting as usual; what survives from before is frozen, and
+    the collector comes back on (if it was on) when the loop ends."""
+    was = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was:
+            gc.enable()
 
 
 class _Receiver(threading.Thread):
@@ -318,31 +342,32 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
             t_post: dict[int, float] = {}
             t0 = time.perf_counter()
             last_draw = 0.0
-            while done < iters:
-                while posted < iters and posted - done < depth:
-                    t_post[posted] = time.perf_counter()
-                    qp = mine[posted % qps]  # round robin over the QPs
-                    qp.post_write(mr, 0, size, remote.addr, remote.rkey, wr_id=posted,
-                                  imm=(posted & 0xFFFFFFFF) if imm else None)
-                    posted += 1
-                wcs = cq.poll()
-                if not wcs:
-                    cq.get_event(0.005)
-                    continue
-                now = time.perf_counter()
-                for w in wcs:
-                    if not w.ok:
-                        raise UsageError(f"work request {w.wr_id} of size {size} failed: {w.status_name} "
-                                         f"(QP {w.qpn})")
-                    lat.append(now - t_post.pop(w.wr_id))
-                    done += 1
-                if now - alive > TICK:  # the server drops a client silent for its idle timeout
-                    conn.send({"tick": done})
-                    alive = now
-                if progress and now - last_draw > 0.2:
-                    last_draw = now
-                    bar = "#" * int(30 * done / iters)
-                    print(f"\r{size:>10} B [{bar:<30}] {done}/{iters}", end="", file=sys.stderr, flush=True)
+            with gc_paused():
+                while done < iters:
+                    while posted < iters and posted - done < depth:
+                        t_post[posted] = time.perf_counter()
+                        qp = mine[posted % qps]  # round robin over the QPs
+                        qp.post_write(mr, 0, size, remote.addr, remote.rkey, wr_id=posted,
+                                      imm=(posted & 0xFFFFFFFF) if imm else None)
+                        posted += 1
+                    wcs = cq.poll()
+                    if not wcs:
+                        cq.get_event(0.005)
+                        continue
+                    now = time.perf_counter()
+                    for w in wcs:
+                        if not w.ok:
+                            raise UsageError(f"work request {w.wr_id} of size {size} failed: {w.status_name} "
+                                             f"(QP {w.qpn})")
+                        lat.append(now - t_post.pop(w.wr_id))
+                        done += 1
+                    if now - alive > TICK:  # the server drops a client silent for its idle timeout
+                        conn.send({"tick": done})
+                        alive = now
+                    if progress and now - last_draw > 0.2:
+                        last_draw = now
+                        bar = "#" * int(30 * done / iters)
+                        print(f"\r{size:>10} B [{bar:<30}] {done}/{iters}", end="", file=sys.stderr, flush=True)
             dt = time.perf_counter() - t0
             st1 = _sum_stats(mine)
             verified = None
@@ -469,40 +494,41 @@ def stream(ctx: Context, qp, mr, remote, total: int, msg: int = 1 << 20, depth: 
     fired: list = []
     gaps: list[tuple[float, float]] = []  # (start, length) of every gap over 0.5 ms
     workers: list[threading.Thread] = []
-    while done < n:
-        while posted < n and posted - done < depth:
-            off = (posted % slots) * msg
-            qp.post_write(mr, off, msg, remote.addr + off, remote.rkey, wr_id=posted)
-            posted += 1
-        wcs = cq.poll()
-        now = time.perf_counter()
-        if wcs:
-            for w in wcs:
-                if not w.ok:
-                    raise UsageError(f"write {w.wr_id} failed: {w.status_name} (QP {qp.state})")
-            # a stall is a gap between two completions; the wait for the first
-            # one is latency (the pipeline filling), not a stall
-            if done and now - last_wc > max_stall:
-                max_stall, stall_at = now - last_wc, last_wc - t0
-            if done and now - last_wc > 0.0005:
-                gaps.append((last_wc - t0, now - last_wc))
-            last_wc = now
-            done += len(wcs)
-            while events and done >= events[0][0] * n:
-                # faults run beside the transfer, as an operator's would: the
-                # completion loop must not wait for them
-                frac, fn = events.pop(0)
-                at = round(now - t0, 3)
-                th = threading.Thread(target=lambda fn=fn, at=at: fired.append((at, fn())), daemon=True)
-                th.start()
-                workers.append(th)
-        else:
-            cq.get_event(0.002)
-        if on_tick and now - last_tick >= tick:
-            cur = qp.stats()["plane_tx"]
-            rates = [(c - p) * qp.attr_mtu * 8 / (now - last_tick) / 1e9 for c, p in zip(cur, prev, strict=True)]
-            on_tick(now - t0, done / n, rates[: ctx.planes])
-            prev, last_tick = cur, now
+    with gc_paused():
+        while done < n:
+            while posted < n and posted - done < depth:
+                off = (posted % slots) * msg
+                qp.post_write(mr, off, msg, remote.addr + off, remote.rkey, wr_id=posted)
+                posted += 1
+            wcs = cq.poll()
+            now = time.perf_counter()
+            if wcs:
+                for w in wcs:
+                    if not w.ok:
+                        raise UsageError(f"write {w.wr_id} failed: {w.status_name} (QP {qp.state})")
+                # a stall is a gap between two completions; the wait for the first
+                # one is latency (the pipeline filling), not a stall
+                if done and now - last_wc > max_stall:
+                    max_stall, stall_at = now - last_wc, last_wc - t0
+                if done and now - last_wc > 0.0005:
+                    gaps.append((last_wc - t0, now - last_wc))
+                last_wc = now
+                done += len(wcs)
+                while events and done >= events[0][0] * n:
+                    # faults run beside the transfer, as an operator's would: the
+                    # completion loop must not wait for them
+                    frac, fn = events.pop(0)
+                    at = round(now - t0, 3)
+                    th = threading.Thread(target=lambda fn=fn, at=at: fired.append((at, fn())), daemon=True)
+                    th.start()
+                    workers.append(th)
+            else:
+                cq.get_event(0.002)
+            if on_tick and now - last_tick >= tick:
+                cur = qp.stats()["plane_tx"]
+                rates = [(c - p) * qp.attr_mtu * 8 / (now - last_tick) / 1e9 for c, p in zip(cur, prev, strict=True)]
+                on_tick(now - t0, done / n, rates[: ctx.planes])
+                prev, last_tick = cur, now
     dt = time.perf_counter() - t0
     for th in workers:
         th.join()

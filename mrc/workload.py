@@ -239,21 +239,24 @@ class Worker:
                 sending.append(threads[-1])
             elif self.transport != "mrc":
                 threads.append(threading.Thread(target=self._guard, args=(self._tcp_recv, f), daemon=True))
-        while time.monotonic() < t0:
-            time.sleep(min(0.01, max(0.0, t0 - time.monotonic())))
-        cpu0 = time.process_time()  # this process: the engine thread and the flows' threads
-        for th in threads:
-            th.start()
-        senders = [f for f in self.flows if f.sends]
-        while (time.monotonic() < end or any(th.is_alive() for th in threads)) and time.monotonic() < end + 60:
-            now = time.monotonic()
-            for f in senders:
-                f.timeline.append([round(now - t0, 4), f.done_bytes])
-                if self.transport == "mrc":
-                    f.cwnd.append([round(now - t0, 4), f.qp.stats()["cwnd"]])
-            if now > end and not any(th.is_alive() for th in sending) and self.transport == "mrc":
-                break
-            time.sleep(SAMPLE_S)
+        from mrc.perf import gc_paused
+
+        with gc_paused():  # a full collection would stall every flow's thread
+            while time.monotonic() < t0:
+                time.sleep(min(0.01, max(0.0, t0 - time.monotonic())))
+            cpu0 = time.process_time()  # this process: the engine thread and the flows' threads
+            for th in threads:
+                th.start()
+            senders = [f for f in self.flows if f.sends]
+            while (time.monotonic() < end or any(th.is_alive() for th in threads)) and time.monotonic() < end + 60:
+                now = time.monotonic()
+                for f in senders:
+                    f.timeline.append([round(now - t0, 4), f.done_bytes])
+                    if self.transport == "mrc":
+                        f.cwnd.append([round(now - t0, 4), f.qp.stats()["cwnd"]])
+                if now > end and not any(th.is_alive() for th in sending) and self.transport == "mrc":
+                    break
+                time.sleep(SAMPLE_S)
         cpu, wall = time.process_time() - cpu0, time.monotonic() - t0
         out = {}
         for f in senders:
