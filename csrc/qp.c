@@ -86,6 +86,16 @@ static int attr_ok(const struct mrc_ep *ep, const struct mrc_qp_attr *a)
            a->max_wimm <= MRC_MAX_WIMM;
 }
 
+/* Where a QP's EV rotation starts: a hash of its number. QPs that all
+ * started at slot 0 would spray in step (every sender's first packet on the
+ * same plane and spine, then every second one on the next...) and collide
+ * at the switch ports the paths share (mrc sim: an all-to-all at 16 NICs ran
+ * its leaf uplinks into trimming). */
+static uint32_t rotation_start(const struct qp *q)
+{
+    return q->nslots ? (uint32_t)(((uint64_t)q->qpn * 0x9E3779B97F4A7C15ull) >> 40) % q->nslots : 0;
+}
+
 static void qp_free(struct qp *q)
 {
     if (!q)
@@ -139,6 +149,7 @@ int qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *a, uint32_t *qpn)
     scq->users++;
     rcq->users++;
     ep_pd_hold(ep, q->pd, 1);
+    q->rr = rotation_start(q);
     *qpn = q->qpn;
     return 0;
 }
@@ -243,6 +254,7 @@ static void qp_reset(struct mrc_ep *ep, struct qp *q)
     q->slot = NULL;
     if (ev_init(q) < 0) /* a QP that cannot have its EVs back stays in ERROR */
         qp_to_error(ep, q, MRC_WC_WR_FLUSH_ERR);
+    q->rr = rotation_start(q);
     q->cc->init(q);
     cq_wait(ep, &q->scq_wait, 0);
     cq_wait(ep, &q->rcq_wait, 0);
