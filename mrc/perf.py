@@ -41,6 +41,18 @@ def parse_size(s: str) -> int:
         raise UsageError(f"cannot read size {s!r}: use bytes or K/M/G, e.g. 4K,64K,1M") from None
 
 
+def parse_rate(rate: str) -> int:
+    """'1gbit', '500mbit', '10m', '100G' -> bits per second."""
+    s = rate.strip().lower().removesuffix("bit").removesuffix("bps").removesuffix("b")
+    units = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+    try:
+        if s and s[-1] in units:
+            return int(float(s[:-1]) * units[s[-1]])
+        return int(float(s))
+    except ValueError:
+        raise UsageError(f"cannot read rate {rate!r}: use for example 1gbit, 500mbit or 100m") from None
+
+
 def percentile(xs: list[float], q: float) -> float:
     if not xs:
         return 0.0

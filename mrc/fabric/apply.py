@@ -21,6 +21,7 @@ from mrc.errors import FabricError, PrivilegeError, UsageError
 from mrc.fabric import nl, ns, qos, resolver
 from mrc.fabric.plan import Op, link_ops, plan
 from mrc.fabric.topology import NS_PREFIX, Topology
+from mrc.perf import parse_rate  # noqa: F401  (mrc fabric and the benches read rates through here)
 
 STATE_DIR = os.environ.get("MRC_STATE_DIR", "/run/mrc/fabrics")
 
@@ -384,18 +385,6 @@ def loss_ruleset(ifname: str, percent: float) -> str:
 def _clear_loss(t: Topology, link) -> None:
     node, ifname = _switch_end(link)
     _nft(t, node, f"table inet mrcloss_{ifname}\ndelete table inet mrcloss_{ifname}\n")
-
-
-def parse_rate(rate: str) -> int:
-    """'1gbit', '500mbit', '10m' -> bits per second."""
-    s = rate.strip().lower().removesuffix("bit").removesuffix("bps").removesuffix("b")
-    units = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
-    try:
-        if s and s[-1] in units:
-            return int(float(s[:-1]) * units[s[-1]])
-        return int(float(s))
-    except ValueError:
-        raise UsageError(f"cannot read rate {rate!r}: use for example 1gbit, 500mbit or 100m") from None
 
 
 def rate(name: str, target: str, rate_spec: str) -> int:

@@ -57,6 +57,17 @@ def usid(kind: int, plane: int, index: int) -> int:
     return (kind << 12) | (plane << 8) | index
 
 
+def host_usid(h: int, plane: int) -> int:
+    """A host port's uSID: kind 0xB for hosts 0-255; kinds 0xC-0xE carry host
+    bits 8-9 (the simulator's 1,024 hosts, csrc/simfab.c; a namespace
+    fabric stops at 256).
+
+    >>> hex(host_usid(2, 1)), hex(host_usid(1023, 7))
+    ('0xb102', '0xe7ff')
+    """
+    return usid(KIND_HOST + (h >> 8), plane, h & 0xFF)
+
+
 def container(usids: list[int]) -> str:
     """The IPv6 address ``fc00:0:u1:u2:...::`` for a list of uSIDs.
 
@@ -201,7 +212,7 @@ class Topology:
         return usid(KIND_T1, p, s)
 
     def port_usid(self, h: int, p: int) -> int:
-        return usid(KIND_HOST, p, h)
+        return host_usid(h, p)
 
     def port_address(self, h: int, p: int) -> str:
         """The address host ``h``'s plane-``p`` port owns: ``fc00:0:<port uSID>::``."""
@@ -289,8 +300,8 @@ class Topology:
                 hops.append(self.leaf(p, idx))
             elif kind == KIND_T1:
                 hops.append(self.spine(p, idx))
-            elif kind == KIND_HOST:
-                host = self.host(idx)
+            elif KIND_HOST <= kind < KIND_HOST + 4:
+                host = self.host((kind - KIND_HOST) << 8 | idx)
             else:
                 continue  # a function (such as End.DT6), not a node
             plane = p if plane is None else plane
