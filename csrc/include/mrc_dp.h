@@ -615,6 +615,67 @@ int mrc_sim_stats(struct mrc_sim *s, struct mrc_sim_stats *st);
  * NULL stops recording; mrc_sim_recorded says how many bytes were written. */
 int mrc_sim_record(struct mrc_sim *s, uint8_t *buf, uint32_t cap);
 uint32_t mrc_sim_recorded(const struct mrc_sim *s);
+
+/* ------------------------------------------------ the fabric simulator
+ * H hosts x P planes, each plane a 2-tier Clos (L T0 leaves, S T1 spines),
+ * in virtual time (csrc/simfab.c; docs/sim.md). Every host is a context
+ * driven by hand with an application of WRITE flows in C; every switch
+ * forwards on the uSID destination as the kernel's End with next-CSID does
+ * (the address plan of mrc.fabric.topology: host uSID kinds 0xB-0xE carry
+ * host bits 8-9) and queues at its egress ports with the rules of the
+ * fabric's BPF queues. Deterministic for a seed. Links are numbered:
+ * host link (h, p) = p * H + h; leaf-spine link (p, l, s) =
+ * P * H + (p * L + l) * S + s. */
+struct mrc_fab_cfg {
+    uint32_t hosts, planes, leaves, spines;
+    uint64_t rate_bps;       /* every link and NIC port, each direction */
+    uint64_t hop_ns;         /* per link: propagation and switching */
+    uint32_t buffer_bytes;   /* per switch egress port: drop above (0: never) */
+    uint32_t ecn_bytes;      /* mark CE above (0: never) */
+    uint32_t trim_bytes;     /* trim MRC data above (0: never) */
+    uint32_t max_qps;        /* per host */
+    uint32_t cq_depth;
+    uint64_t bucket_ns;      /* time series resolution */
+    uint64_t seed;
+};
+struct mrc_fab_flow {
+    uint32_t src, dst;
+    uint64_t bytes;          /* to write in all */
+    uint32_t msg;            /* per WRITE */
+    uint32_t depth;          /* WRITEs in flight */
+    uint64_t start_ns;
+    uint32_t single_path;    /* one EV per plane (so one hashed spine), as ECMP places a RoCE flow per port */
+};
+enum mrc_fab_tier_id { MRC_FAB_NIC = 0, MRC_FAB_LEAF_UP = 1, MRC_FAB_SPINE_DOWN = 2, MRC_FAB_LEAF_DOWN = 3 };
+/* packets and bytes a tier's ports took in; of those offered, marked, trimmed, dropped (buffer),
+ * down_dropped (refused: the port's link was down); cut: taken in, then lost when the link failed */
+struct mrc_fab_tier { uint64_t packets, bytes, marked, trimmed, dropped, down_dropped, cut, hwm_bytes; };
+struct mrc_fab_stats {
+    uint64_t now_ns, events, sent, delivered, no_route, flows_done, buckets;
+    struct mrc_fab_tier tier[4];
+};
+struct mrc_fab_flow_stats {
+    uint32_t src, dst, qpn, errors;
+    uint64_t bytes, done, msgs, start_ns, end_ns, first_ns, max_gap_ns, max_gap_end_ns;
+};
+struct mrc_fab;
+int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, struct mrc_fab **out);
+void mrc_fab_destroy(struct mrc_fab *f);
+int mrc_fab_add_flow(struct mrc_fab *f, const struct mrc_fab_flow *fl);      /* the flow's index */
+int mrc_fab_link_at(struct mrc_fab *f, uint32_t link, int up, uint64_t at_ns); /* a scheduled change */
+/* Run until until_ns or until every flow is done (1) or nothing is left to happen (0). */
+int mrc_fab_run(struct mrc_fab *f, uint64_t until_ns);
+int mrc_fab_stats(struct mrc_fab *f, struct mrc_fab_stats *st);
+int mrc_fab_flow_stats(struct mrc_fab *f, uint32_t flow, struct mrc_fab_flow_stats *st, struct mrc_qp_stats *qp);
+/* The series: per bucket, the payload bytes completed, then per plane the
+ * bytes its leaf uplinks sent (buckets x (1 + planes) values). */
+int64_t mrc_fab_series(struct mrc_fab *f, uint64_t *out, uint64_t max);
+/* Forwarding alone: from host src's port on plane, where does a packet for
+ * daddr go? The nodes it passes (kind << 28 | plane << 24 | index; kind 0
+ * host, 1 leaf, 2 spine), the last the host it reaches; -ENETUNREACH with
+ * the nodes so far in *n when a node has no route. */
+int mrc_fab_trace(struct mrc_fab *f, uint32_t src, uint32_t plane, const uint8_t *daddr, uint32_t *nodes,
+                  uint32_t max, uint32_t *n);
 /* CDEF END */
 
 #endif

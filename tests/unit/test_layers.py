@@ -24,6 +24,7 @@ C_LAYERS = [
     ["dispatch.c"],
     ["simlink.c", "io_packet.c", "link_watch.c"],
     ["engine.c"],
+    ["simfab.c", "simfab_setup.c"],  # the fabric simulator drives whole contexts
     ["bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c",
      "fuzz/fuzz_parse.c", "fuzz/fuzz_responder.c", "fuzz/fuzz_requester.c"],
     ["bpf/port_queue.bpf.c"],  # the fabric's switch queues (kernel side): calls nothing here
@@ -31,7 +32,7 @@ C_LAYERS = [
 #: the stack: these never import mrc.fabric (they take a path resolver)
 STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/errors.py", "mrc/paths.py",
          "mrc/verbs.py", "mrc/cm.py", "mrc/perf.py", "mrc/dissect.py", "mrc/decode.py", "mrc/ctl/__init__.py",
-         "mrc/ctl/profiles.py", "mrc/ctl/endpoint.py", "mrc/ctl/cli.py", "mrc/soak.py", "mrc/workload.py"]
+         "mrc/ctl/profiles.py", "mrc/ctl/endpoint.py", "mrc/ctl/cli.py", "mrc/soak.py", "mrc/workload.py", "mrc/sim.py"]
 
 DEF = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([a-z_]\w*)\s*\([^;]*?\)\s*\{", re.M | re.S)
 CALL = re.compile(r"\b([a-z_]\w*)\s*\(")

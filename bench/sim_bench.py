@@ -1,0 +1,180 @@
+"""The engine at scale in virtual time (mrc sim, csrc/simfab.c): the issue's
+scenarios with their targets, on one core.
+
+    python bench/sim_bench.py --json                 # every scenario (about 10 minutes here)
+    python bench/sim_bench.py --only victim,gap      # some
+    python bench/sim_bench.py --quick --json         # the same scenarios, smaller (CI-sized)
+
+Scenarios (default fabric: 8 planes, 100 Gb/s links, 1 us per hop, 32
+hosts per leaf, as many spines as hosts per leaf, 1 MiB switch buffers, ECN
+above 64 KiB, trimming above 128 KiB):
+  permutation  1,024 NICs, 16 MiB each to a random other; spraying against
+               one EV per plane (ECMP-hashed) in the same run
+  alltoall     256 NICs, 16 MiB each spread over the 255 others
+  t1           a permutation with one T1 switch failing mid-run: goodput in
+               the 20 us windows before and after (skipping 2 us)
+  flap         a T0-T1 link flapping every 10 ms (down 5 ms, up 5 ms) for
+               60 ms of a permutation at 25 Gb/s links, against no flap
+  victim       a 7:1 incast plus one flow from an incast sender to another
+               host, 64 MiB each: the victim's goodput over its max-min fair
+               share (the rest of its sender's NIC)
+  gap          a leaf-spine link failing under a permutation: the longest
+               gap between completions (64 KiB WRITEs) of any flow
+  speed        data packets per CPU second against the engine alone over the
+               in-memory link (bench/engine_bench.py), alternated in the run
+Each scenario reports nics, goodput_ratio (to line rate), single_path_ratio
+where it applies, p99_us, max_gap_us, qp_errors, drops, trims, wall_s
+(CPU seconds of the run), sim_pps (packets simulated per CPU second),
+peak_rss_mb and per_qp_bytes, and whether its target held.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from mrc import sim as msim  # noqa: E402
+
+KEYS = ("nics", "goodput_ratio", "p50_us", "p99_us", "max_us", "max_gap_us", "qp_errors", "unfinished", "drops",
+        "down_drops", "trims", "marks", "timeouts", "wall_s", "sim_pps", "sim_data_pps", "packets", "peak_rss_mb",
+        "per_qp_bytes")
+
+
+def pick(r: dict) -> dict:
+    return {k: r[k] for k in KEYS if k in r}
+
+
+def window(s: msim.FabricSim, at_ns: int, span_ns: int, skip_ns: int) -> tuple[float, float]:
+    """Payload Gb/s in the span before at_ns and in the span after at_ns + skip_ns."""
+    b = s.fab.bucket_ns
+    rows = s.series
+
+    def rate(a, z):
+        return sum(r[0] for r in rows[a // b:z // b]) * 8 / (z - a)
+    return rate(at_ns - span_ns, at_ns), rate(at_ns + skip_ns, at_ns + skip_ns + span_ns)
+
+
+def permutation(q: bool) -> dict:
+    fab = msim.Fabric(hosts=64 if q else 1024, seed=1)
+    spray = msim.simulate(fab, "permutation", 16 << 20).result
+    single = msim.simulate(fab, "permutation", 16 << 20, single_path=True).result
+    out = pick(spray) | {"single_path_ratio": single["goodput_ratio"], "single_path_p99_us": single["p99_us"],
+                         "single_path_wall_s": single["wall_s"],
+                         "spray_over_single": round(spray["goodput_ratio"] / single["goodput_ratio"], 3)}
+    out["target"] = "spray >= 0.95 of line rate and >= 1.3 x single path; the 1,024-NIC run <= 300 s"
+    out["met"] = (spray["goodput_ratio"] >= 0.95 and out["spray_over_single"] >= 1.3 and spray["wall_s"] <= 300
+                  and spray["qp_errors"] == 0)
+    return out
+
+
+def alltoall(q: bool) -> dict:
+    fab = msim.Fabric(hosts=32 if q else 256, seed=1)
+    r = msim.simulate(fab, "alltoall", 16 << 20, 64 << 10).result
+    out = pick(r) | {"target": ">= 0.90 of line rate, zero drops with trimming on"}
+    out["met"] = r["goodput_ratio"] >= 0.90 and r["drops"] == 0 and r["qp_errors"] == 0
+    return out
+
+
+def t1(q: bool) -> dict:
+    fab = msim.Fabric(hosts=64 if q else 256, seed=1)
+    at = 100_000
+    s = msim.simulate(fab, "permutation", 32 << 20, faults=[msim.parse_fault(f"t1:3.1@{at}ns", fab)])
+    r = s.result
+    before, after = window(s, at, 20_000, 2_000)
+    bound = 1 - 1 / (fab.planes * fab.spines)
+    out = pick(r) | {"before_gbps": round(before, 1), "after_gbps": round(after, 1),
+                     "after_over_before": round(after / before, 4) if before else 0.0, "bound": round(bound, 4),
+                     "target": "goodput after >= (1 - 1/(P x S)) x before, zero QP errors"}
+    out["met"] = out["after_over_before"] >= bound and r["qp_errors"] == 0
+    return out
+
+
+def flap(q: bool) -> dict:
+    fab = msim.Fabric(hosts=16, planes=8, leaves=2, spines=8, rate_bps=25_000_000_000, seed=1)
+    size = (64 if q else 192) << 20
+    calm = msim.simulate(fab, "permutation", size).result
+    spec = f"link:0.0.0/10ms@0+{calm['sim_time_us'] / 1000:.3f}ms"
+    r = msim.simulate(fab, "permutation", size, faults=[msim.parse_fault(spec, fab, flap=True)]).result
+    out = pick(r) | {"no_flap_ratio": calm["goodput_ratio"], "flap": spec, "rate_gbps": 25,
+                     "vs_no_flap": round(r["goodput_ratio"] / calm["goodput_ratio"], 4),
+                     "target": "goodput >= 0.98 x no flap"}
+    out["met"] = out["vs_no_flap"] >= 0.98 and r["qp_errors"] == 0
+    return out
+
+
+def victim(q: bool) -> dict:
+    fab = msim.Fabric(hosts=16 if q else 64, seed=1)
+    r = msim.simulate(fab, "victim", 64 << 20, 256 << 10).result
+    out = pick(r) | {k: r[k] for k in ("victim_gbps", "victim_fair_gbps", "victim_ratio")}
+    out["target"] = "victim >= 0.95 of its fair share"
+    out["met"] = r["victim_ratio"] >= 0.95 and r["qp_errors"] == 0
+    return out
+
+
+def gap(q: bool) -> dict:
+    fab = msim.Fabric(hosts=32 if q else 128, seed=1)
+    no = msim.simulate(fab, "permutation", 16 << 20, 64 << 10).result
+    r = msim.simulate(fab, "permutation", 16 << 20, 64 << 10, faults=[msim.parse_fault("link:0.0.0@80us", fab)]).result
+    out = pick(r) | {"no_fault_max_gap_us": no["max_gap_us"], "target": "longest completion gap <= 50 us"}
+    out["met"] = r["max_gap_us"] <= 50 and r["qp_errors"] == 0 and r["down_drops"] > 0
+    return out
+
+
+def speed(q: bool) -> dict:
+    """Data packets per CPU second against the engine alone (two contexts over the in-memory link,
+    bench/engine_bench.py) in the same run, alternated: the simulator runs that engine at every NIC, so
+    the engine is its ceiling and the ratio is the simulator's own cost."""
+    from engine_bench import run as engine_run
+
+    fab = msim.Fabric(hosts=64, seed=1)
+    ratios, sims, engines = [], [], []
+    for _ in range(2 if q else 3):
+        e = engine_run(64 if q else 256, 4096)["packets_per_sec_per_core"]
+        r = msim.simulate(fab, "permutation", (8 if q else 32) << 20).result
+        engines.append(e)
+        sims.append(r["sim_data_pps"])
+        ratios.append(r["sim_data_pps"] / e)
+    ratios.sort()
+    out = pick(r) | {"sim_data_pps_runs": sims, "engine_only_pps_runs": engines,
+                     "sim_over_engine": round(ratios[len(ratios) // 2], 3),
+                     "sim_over_engine_spread": [round(ratios[0], 3), round(ratios[-1], 3)],
+                     "target": ">= 2 M simulated packets per second on one core (all packets, ACKs included)"}
+    out["met"] = r["sim_pps"] >= 2_000_000
+    return out
+
+
+SCENARIOS = {"permutation": permutation, "alltoall": alltoall, "t1": t1, "flap": flap, "victim": victim, "gap": gap,
+             "speed": speed}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print JSON only (progress goes to stderr)")
+    ap.add_argument("--only", default=",".join(SCENARIOS), help="scenarios, comma separated (default: all)")
+    ap.add_argument("--quick", action="store_true", help="smaller fabrics (CI-sized); the same scenarios")
+    a = ap.parse_args()
+    want = [x for x in a.only.split(",") if x]
+    bad = [x for x in want if x not in SCENARIOS]
+    if bad:
+        print(f"unknown scenario(s) {', '.join(bad)}: pick from {', '.join(SCENARIOS)}", file=sys.stderr)
+        return 2
+    out = {"quick": a.quick, "scenarios": {}}
+    for name in want:
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        r = SCENARIOS[name](a.quick)
+        out["scenarios"][name] = r
+        print(f"  {'met' if r['met'] else 'NOT met'}: {r['target']}; goodput {r['goodput_ratio']}, "
+              f"p99 {r['p99_us']} us, longest gap {r['max_gap_us']} us, {r['wall_s']} s, {r['sim_pps']} packets/s",
+              file=sys.stderr, flush=True)
+    if a.json:
+        print(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+/* The fabric simulator's state, shared by its two files: simfab.c runs it
+ * (forwarding, queues, hosts, events), simfab_setup.c builds it and reads
+ * it out (csrc/simfab.c says what it models). */
+#ifndef MRC_SIMFAB_H
+#define MRC_SIMFAB_H
+#include "core.h"
+
+enum { FAB_BATCH = 16, FAB_TXBUF = 256 << 10, FAB_WCS = 64 };
+enum { NODE_HOST = 0, NODE_LEAF = 1, NODE_SPINE = 2 };
+enum { EVT_PKT = 0, EVT_WAKE = 1, EVT_LINK = 2, EVT_FLOW = 3 };
+enum { KIND_T0 = 0x1, KIND_T1 = 0x2, KIND_HOST = 0xB };
+/* on the wire beyond the MRC packet: Ethernet, IPv6, UDP, FCS, preamble and gap */
+#define WIRE_EXTRA (MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN + 4 + 20)
+#define PS_INF UINT64_MAX
+
+struct fport { uint64_t busy; uint64_t backlog_at; uint32_t epoch; uint8_t down; };
+
+/* A packet in flight: what forwarding reads (64 bytes, cache-resident)
+ * apart from its bytes, which only the two hosts and a trimming port touch. */
+struct fpkt {
+    struct fpkt *next;       /* free list */
+    uint8_t *data;
+    uint32_t len, port, epoch, node, wire, ev;
+    uint16_t src;
+    uint8_t tclass, is_data, ce, trimmed;
+    uint8_t daddr[16];
+};
+
+struct fev { uint64_t t, seq; void *p; uint32_t kind, arg; };
+
+struct fhost {
+    struct mrc_ctx *ctx;
+    struct mrc_ep *ep;
+    uint64_t wake, gen;
+    uint32_t lkey, rkey;
+    uint16_t *g2l;                 /* host index -> this context's peer number (0xFFFF: none) */
+    uint16_t l2g[MRC_MAX_PEERS];   /* and back */
+    uint32_t npeers;
+};
+
+struct fflow {
+    struct mrc_fab_flow c;
+    uint32_t qpn, dqpn, errors;
+    uint64_t posted, done, msgs, seq, first, end, last, max_gap, max_gap_end;
+};
+
+struct mrc_fab {
+    struct mrc_fab_cfg c;
+    struct mrc_qp_attr qa;
+    uint64_t ppb;            /* picoseconds per byte at the link rate */
+    uint64_t now, seq;
+    struct fhost *hosts;
+    struct fport *ports;
+    uint32_t nlinks, slot;
+    struct fev *heap;
+    uint64_t hn, hcap;
+    struct fpkt *freel;
+    struct fflow *flows;
+    uint32_t nflows, flows_cap;
+    uint8_t *mem;            /* every host's one region (placement goes there) */
+    uint8_t *txbuf;
+    struct mrc_txdesc txd[FAB_BATCH];
+    uint64_t *series;
+    uint64_t series_len, series_cap;
+    struct mrc_fab_stats st;
+};
+
+/* ------------------------------------------------------------ the address plan */
+static inline uint16_t usid(uint32_t kind, uint32_t plane, uint32_t idx) { return (uint16_t)(kind << 12 | plane << 8 | (idx & 0xFF)); }
+static inline uint16_t host_usid(uint32_t h, uint32_t plane) { return usid(KIND_HOST + (h >> 8), plane, h); }
+static inline uint32_t host_leaf(const struct mrc_fab *f, uint32_t h) { return (uint32_t)((uint64_t)h * f->c.leaves / f->c.hosts); }
+static inline uint32_t node(uint32_t kind, uint32_t plane, uint32_t idx) { return kind << 28 | plane << 24 | idx; }
+static inline uint16_t active(const uint8_t *a) { return (uint16_t)(a[4] << 8 | a[5]); }
+
+/* an event at t (ps); kind EVT_*, arg a host, link or flow, p a packet */
+int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t arg, void *p);
+
+#endif
