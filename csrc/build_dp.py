@@ -14,8 +14,8 @@ HEADER = os.path.join(HERE, "include", "mrc_dp.h")
 # the core (sans-I/O), lowest layer first; then the in-memory link; then the
 # I/O side and the engine thread; then benchmark support (csrc/core.h, io.h)
 SOURCES = ["wire.c", "crc32c.c", "ep.c", "ev.c", "cc_nscc.c", "qp.c", "requester.c", "completer.c", "responder.c",
-           "evprobe.c", "dispatch.c", "simlink.c", "io_packet.c", "link_watch.c", "engine.c", "simfab.c", "simfab_setup.c",
-           "bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c"]
+           "evprobe.c", "dispatch.c", "simlink.c", "io_packet.c", "link_watch.c", "engine.c",
+           "simfab.c", "simfab_setup.c", "bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c"]
 
 
 def cdef_text() -> str:

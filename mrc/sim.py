@@ -376,6 +376,9 @@ def main(a) -> int:
     if size <= 0 or msg <= 0:
         raise UsageError("--size and --msg must be positive")
     faults = [parse_fault(s, fab) for s in a.fail] + [parse_fault(s, fab, flap=True) for s in a.flap]
+    if a.incast < 1:
+        raise UsageError("--incast must be at least 1")
+    flows_for(a.workload, fab, size, a.incast, fab.seed)  # a workload that cannot be built says so first
     runs = {}
     for single in ([False, True] if a.single_path else [False]):
         name = "single_path" if single else "spray"
@@ -423,18 +426,22 @@ def plots(runs: dict, faults: list[Fault], fab: Fabric, outdir: str) -> list[str
         raise UsageError("--plots needs matplotlib: pip install 'mrc[bench]'") from None
     os.makedirs(outdir, exist_ok=True)
     paths = []
+
+    def save(fig, ax, name: str, xlabel: str, ylabel: str) -> None:
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.legend()
+        ax.grid(alpha=0.3)
+        paths.append(os.path.join(outdir, name))
+        fig.tight_layout()
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, s in runs.items():
         xs = sorted(s.fcts_us)
         ax.plot(xs, [(i + 1) / len(xs) for i in range(len(xs))], label=name)
-    ax.set_xlabel("flow completion time (us)")
-    ax.set_ylabel("fraction of flows")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    paths.append(os.path.join(outdir, "sim_fct_cdf.png"))
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, ax, "sim_fct_cdf.png", "flow completion time (us)", "fraction of flows")
     fig, ax = plt.subplots(figsize=(7, 4))
     bucket = fab.bucket_ns
     for name, s in runs.items():
@@ -442,12 +449,5 @@ def plots(runs: dict, faults: list[Fault], fab: Fabric, outdir: str) -> list[str
         ax.plot(ts, [row[0] * 8 / (bucket / 1e9) / 1e12 for row in s.series], label=f"{name}: goodput (Tb/s)")
     for f in faults:
         ax.axvline(f.at_ns / 1e3, color="red", ls="--", lw=0.8)
-    ax.set_xlabel("virtual time (us)")
-    ax.set_ylabel("Tb/s")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    paths.append(os.path.join(outdir, "sim_goodput.png"))
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    save(fig, ax, "sim_goodput.png", "virtual time (us)", "Tb/s")
     return paths

@@ -77,7 +77,7 @@ def test_a_plane_that_is_down_is_passed_over():
     got = evs(send(ctx, qp, mr, 12))
     planes = [p for p, _ in got]
     assert set(planes) == {0, 2, 3} and len(planes) == 12
-    assert all(b == {0: 2, 2: 3, 3: 0}[a] for a, b in zip(planes, planes[1:]))  # the turn, plane 1 left out
+    assert all(b == {0: 2, 2: 3, 3: 0}[a] for a, b in zip(planes, planes[1:], strict=False))  # plane 1 left out
 
 
 def test_an_ecn_marked_ev_is_skipped_for_skip_ns_then_used_again():

@@ -21,6 +21,11 @@ def run(*argv):
     (["fabric", "up", "--link-rate", "100mbit", "--trim-kb", "600"], "must be below --buffer-kb"),
     (["fabric", "up", "--link-rate", "fast"], "cannot read rate"),
     (["fabric", "qos", "all", "--rate", "1mbit", "--ecn-kb", "-1"], "out of range"),
+    (["sim", "--hosts", "2000"], "2 to 1024 hosts"),
+    (["sim", "--hosts", "8", "--fail", "t1:0.99@1us"], "spine 99 does not exist"),
+    (["sim", "--hosts", "8", "--flap", "link:0.0.0/1ms"], "say how long it flaps"),
+    (["sim", "--hosts", "8", "--hop-delay", "soon"], "cannot read time"),
+    (["sim", "--hosts", "4", "--workload", "victim"], "needs 9 hosts"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, msg):
     r = run(*argv)
@@ -76,3 +81,11 @@ def test_core_package_imports_without_scapy():
     code = "import sys; sys.modules['scapy'] = None; import mrc, mrc.wire, mrc.fabric.apply, mrc.cli; print('ok')"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_sim_prints_json_a_script_can_read():
+    r = run("sim", "--hosts", "4", "--planes", "2", "--size", "1M", "--single-path", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["fabric"]["hosts"] == 4 and out["spray"]["nics"] == 4 and out["spray"]["unfinished"] == 0
+    assert out["spray"]["qp_errors"] == 0 and out["single_path"]["single_path"] is True
