@@ -443,6 +443,8 @@ int mrc_fab_run(struct mrc_fab *f, uint64_t until_ns)
             return 0;
         }
         struct fev e = pop(f);
+        if (f->hn && f->heap[0].kind == EVT_PKT)
+            __builtin_prefetch(f->heap[0].p); /* the next packet's header (from memory: payloads evict it) */
         f->now = e.t;
         f->st.events++;
         switch (e.kind) {
