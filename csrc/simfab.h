@@ -13,7 +13,7 @@ enum { KIND_T0 = 0x1, KIND_T1 = 0x2, KIND_HOST = 0xB };
 #define WIRE_EXTRA (MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN + 4 + 20)
 #define PS_INF UINT64_MAX
 
-struct fport { uint64_t busy; uint64_t backlog_at; uint32_t epoch; uint8_t down; };
+struct fport { uint64_t busy; uint32_t epoch; uint8_t down; }; /* busy: when its FIFO drains (ps) */
 
 /* A packet in flight: what forwarding reads (64 bytes, cache-resident)
  * apart from its bytes, which only the two hosts and a trimming port touch. */

@@ -21,7 +21,7 @@ import random
 import re
 import resource
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mrc._dp import ffi, lib
 from mrc.core import QPAttr
@@ -205,19 +205,15 @@ def flows_for(workload: str, fab: Fabric, size: int, incast: int = 7, seed: int 
     raise UsageError(f"unknown workload {workload!r}: pick from {', '.join(WORKLOADS)}")
 
 
-@dataclass
-class Result:
-    out: dict = field(default_factory=dict)
-    series: list = field(default_factory=list)
-    fcts_us: list = field(default_factory=list)
-
-
 class FabricSim:
     """One simulated fabric with its flows (``run`` once)."""
 
     def __init__(self, fab: Fabric, single_path: bool = False, max_qps: int = 64,
                  flow_bytes: int | None = None) -> None:
-        self.fab, self.single_path, self.max_qps = fab, single_path, max_qps
+        self.fab, self.single_path = fab, single_path
+        self.result: dict = {}
+        self.series: list = []
+        self.fcts_us: list = []
         self.attr = fab.qp_attr(single_path, flow_bytes)
         cfg = ffi.new("struct mrc_fab_cfg *", {
             "hosts": fab.hosts, "planes": fab.planes, "leaves": fab.leaves, "spines": fab.spines,
