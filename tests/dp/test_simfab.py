@@ -8,7 +8,7 @@ import json
 import pytest
 
 from mrc import sim as msim
-from mrc.errors import UsageError
+from mrc.errors import ErrnoError, UsageError
 from mrc.fabric.topology import KIND_T0, KIND_T1, Topology, container, host_usid, usid
 
 G100 = 100_000_000_000
@@ -175,3 +175,37 @@ def test_a_two_host_run_agrees_with_the_in_memory_link_within_5_percent():
     a.close()
     b.close()
     link.close()
+
+
+def test_the_c_api_refuses_what_it_cannot_build_and_changes_nothing():
+    from mrc._dp import ffi, lib
+
+    fab = small()
+    attr = fab.qp_attr().to_c()
+    out = ffi.new("struct mrc_fab **")
+    for bad in ({"hosts": 1}, {"hosts": 1025}, {"planes": 0}, {"planes": 17}, {"rate_bps": 0}, {"bucket_ns": 0},
+                {"leaves": 17}, {"spines": 0}):
+        cfg = {"hosts": 16, "planes": 4, "leaves": 2, "spines": 8, "rate_bps": G100, "hop_ns": 1000,
+               "max_qps": 8, "cq_depth": 64, "bucket_ns": 10_000, **bad}
+        assert lib.mrc_fab_create(ffi.new("struct mrc_fab_cfg *", cfg), attr, out) < 0, bad
+    with msim.FabricSim(fab, max_qps=4) as s:
+        for src, dst, n, msg in ((0, 0, 1 << 20, 1 << 16), (0, 16, 1 << 20, 1 << 16), (99, 1, 1 << 20, 1 << 16),
+                                 (0, 1, 0, 1 << 16), (0, 1, 1 << 20, 0), (0, 1, 1 << 30, 128 << 20)):
+            fl = ffi.new("struct mrc_fab_flow *", {"src": src, "dst": dst, "bytes": n, "msg": msg, "depth": 4})
+            assert lib.mrc_fab_add_flow(s._f, fl) < 0, (src, dst, n, msg)
+        assert lib.mrc_fab_link_at(s._f, 10**6, 0, 0) < 0
+        assert lib.mrc_fab_flow_stats(s._f, 0, ffi.new("struct mrc_fab_flow_stats *"), ffi.NULL) < 0  # no flow yet
+        nodes, n = ffi.new("uint32_t[4]"), ffi.new("uint32_t *")
+        assert lib.mrc_fab_trace(s._f, 16, 0, bytes(16), nodes, 4, n) < 0 and lib.mrc_fab_trace(s._f, 0, 4, bytes(16),
+                                                                                                  nodes, 4, n) < 0
+        s.add_flows([(0, 1, 1 << 20)], 1 << 16)  # still usable after all that
+        r = s.run()
+        assert r["unfinished"] == 0 and r["qp_errors"] == 0 and r["no_route"] == 0
+
+
+def test_a_host_with_more_peers_than_a_context_knows_is_refused_in_a_clear_error():
+    fab = msim.Fabric(hosts=300, planes=1, leaves=10, spines=2)
+    with msim.FabricSim(fab, max_qps=300) as s:
+        s.add_flows([(0, d, 4096) for d in range(1, 257)], 4096)  # 256 peers: as many as a context knows
+        with pytest.raises(ErrnoError, match="ENOSPC"):
+            s.add_flows([(0, 257, 4096)], 4096)
