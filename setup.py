@@ -7,6 +7,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.11",
     packages=find_packages(include=["mrc", "mrc.*"]),
+    package_data={"mrc.dash": ["static/*.html", "static/*.js", "static/*.css", "static/vendor/*"]},
     setup_requires=["cffi>=1.15"],
     cffi_modules=["csrc/build_dp.py:ffibuilder"],
     install_requires=["cffi>=1.15", "pyroute2==0.9.7"],
@@ -15,7 +16,9 @@ setup(
         "dissect": ["scapy>=2.5"],
         # topology files written in YAML (mrc.paths; JSON needs nothing)
         "yaml": ["pyyaml>=6"],
-        "test": ["pytest>=7", "hypothesis>=6", "scapy>=2.5", "pyyaml>=6"],
+        # mrc dash, the web view (its page and Chart.js ship inside the package)
+        "dash": ["aiohttp>=3.9"],
+        "test": ["pytest>=7", "hypothesis>=6", "scapy>=2.5", "pyyaml>=6", "aiohttp>=3.9", "selenium>=4.10"],
         # bench/fault_campaign.py --plots
         "bench": ["matplotlib>=3.5"],
     },

@@ -113,6 +113,30 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="build the default fabric, prove every path, cut a link, tear down",
                        description="The main demo: needs root; always removes what it built.")
     d.add_argument("--name", help="fabric name (default: demo<pid>)")
+    d.add_argument("--dash", action="store_true",
+                   help="serve the live web view (mrc dash) of the demo's fabric: print its URL, wait for a page "
+                        "to open it (up to --dash-wait s), and keep the fabric up --dash-linger s at the end")
+    d.add_argument("--dash-port", type=int, default=8080, help="the web view's port (default 8080)")
+    d.add_argument("--dash-wait", type=float, default=60.0, help="seconds to wait for a page (default 60)")
+    d.add_argument("--dash-linger", type=float, default=30.0, help="seconds the fabric stays up after the "
+                                                                  "transfer for the page (default 30)")
+
+    dash = sub.add_parser("dash", help="a live web view of a running fabric and its MRC connections, with fault "
+                                       "buttons (needs the dash extra: aiohttp)",
+                          description="Serves one page that shows the fabric (links coloured by state and load), "
+                                      "per-plane and per-host rates, every MRC context in the fabric's hosts with "
+                                      "its QPs and a QP's EV grid, EV events and link changes on a timeline, and "
+                                      "the switch queues, updated 5 times a second. Clicking a link or switch "
+                                      "fails, heals, flaps, adds loss or limits its rate (as `mrc fabric` does) "
+                                      "with the token printed at start; without it the page is read-only. It binds "
+                                      "to 127.0.0.1 unless told otherwise. Example: `mrc fabric up --name lab` "
+                                      "then `mrc dash --name lab` and open the URL it prints. docs/dash.md.")
+    dash.add_argument("--name", help="the fabric (default: the only one up)")
+    dash.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
+    dash.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
+                                                          "only; 0.0.0.0 opens it to the network)")
+    dash.add_argument("--hz", type=float, default=5.0, help="updates per second (0.5-20, default 5)")
+    dash.add_argument("--token", help="the token that allows changes (default: a random one, or $MRC_DASH_TOKEN)")
 
     perf = sub.add_parser("perf", help="RDMA WRITE bandwidth and latency over MRC (like ib_write_bw)",
                           description="Run `mrc perf server` on one host and `mrc perf client SERVER` on another, "
@@ -521,7 +545,25 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "demo":
             from mrc import demo
 
-            return demo.main(a.name)
+            dash_opts = {"port": a.dash_port, "wait": a.dash_wait, "linger": a.dash_linger} if a.dash else None
+            return demo.main(a.name, dash=dash_opts)
+        if a.cmd == "dash":
+            from mrc.dash.server import run
+            from mrc.fabric import apply
+
+            name = a.name
+            if name is None:
+                found = apply.list_fabrics()
+                if len(found) != 1:
+                    raise UsageError(f"{len(found)} fabrics are up ({', '.join(found) or 'none'}): name one with "
+                                     "--name" if found else "no fabric is up: `mrc fabric up --name lab` first")
+                name = found[0]
+            if not 1 <= a.port <= 65535:
+                raise UsageError(f"--port must be 1-65535, not {a.port}")
+            if not 0.5 <= a.hz <= 20:
+                raise UsageError(f"--hz must be 0.5-20, not {a.hz}")
+            apply.require_root("mrc dash (it reads the fabric's namespaces)")
+            return run(name, a.port, a.bind, a.hz, a.token)
         if a.cmd == "perf":
             from mrc import perf
 

@@ -8,8 +8,14 @@ down what it built."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import secrets
+import subprocess
 import sys
+import time
+import urllib.request
 
 from mrc.fabric import apply, ns
 from mrc.fabric.check import check, matrix
@@ -20,7 +26,7 @@ from mrc.fabric.topology import Topology
 from mrc.perf import stream
 
 
-def transfer(t: Topology, total: int = 3 << 30, out=sys.stdout) -> dict:
+def transfer(t: Topology, total: int = 3 << 30, out=sys.stdout, serve_ctl: bool = False) -> dict:
     src_h, dst_h = 0, t.hosts - 1
     window = 64 << 20
     link = f"{t.leaf(3, t.host_leaf(src_h))}-{t.spine(3, 1)}"
@@ -29,7 +35,14 @@ def transfer(t: Topology, total: int = 3 << 30, out=sys.stdout) -> dict:
     # faults come from another process, as an operator's would: this one keeps
     # polling completions undisturbed, and the fault process (started now, at
     # the lowest priority) costs the transfer no interpreter start-up
-    with qp_pair(t, src_h, dst_h, window) as p, FaultScheduler(t.name) as faults:
+    with qp_pair(t, src_h, dst_h, window) as p, FaultScheduler(t.name) as faults, contextlib.ExitStack() as ctl:
+        if serve_ctl:  # the web view finds the contexts through their control sockets
+            from mrc.ctl import endpoint
+
+            for ctx, h in ((p.ca, src_h), (p.cb, dst_h)):
+                server = endpoint.serve(ctx, out, tag=t.host(h))
+                if server is not None:
+                    ctl.callback(server.close)
 
         def cut_link():
             faults.now("fail", link)
@@ -58,15 +71,59 @@ def transfer(t: Topology, total: int = 3 << 30, out=sys.stdout) -> dict:
         return res
 
 
-def main(name: str | None = None) -> int:
+class DashProcess:
+    """``mrc dash`` for the demo's fabric, in its own process (the demo's
+    polling loop keeps its CPU), with a token made here."""
+
+    def __init__(self, name: str, port: int) -> None:
+        self.port = port
+        self.token = secrets.token_urlsafe(18)
+        self.proc = subprocess.Popen([sys.executable, "-m", "mrc", "dash", "--name", name, "--port", str(port),
+                                      "--token", self.token], stdout=subprocess.PIPE, text=True)
+        self.banner = self.proc.stdout.readline().strip()
+        if self.proc.poll() is not None or not self.banner:
+            raise RuntimeError(f"mrc dash did not start (exit {self.proc.wait()}): is the dash extra installed "
+                               f"(pip install 'mrc[dash]') and port {port} free?")
+
+    def pages(self) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/state", timeout=2) as r:
+                return json.load(r).get("pages", 0)
+        except OSError:
+            return 0
+
+    def wait_for_page(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.pages():
+                return True
+            time.sleep(0.5)
+        return False
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def main(name: str | None = None, dash: dict | None = None) -> int:
+    """``dash``: {"port", "wait", "linger"} to serve the web view (mrc demo --dash)."""
     name = name or f"demo{os.getpid() % 100000}"
     apply.exit_cleanly_on_sigterm()  # a killed demo still removes its fabric
     t = Topology(name=name)
     print(f"== building fabric {name}: {t.planes} planes x ({t.spines} T1 spines, {t.leaves} T0 leaves), "
           f"{t.hosts} hosts, one port per plane", flush=True)
+    view = None
     try:
         secs = apply.up(t)
         print(f"   up in {secs:.2f} s: {len(t.nodes())} namespaces, {len(t.links())} veth links")
+        if dash:
+            view = DashProcess(name, dash["port"])
+            print(f"\n== the live web view: open http://127.0.0.1:{dash['port']}/?token={view.token}\n"
+                  f"   ({view.banner})", flush=True)
         print("\n== status")
         print(status_text(t, apply.load_state(name), ns.list_netns())[1])
         example = t.path_address(0, t.hosts - 1, plane=3, spine=1)
@@ -75,7 +132,11 @@ def main(name: str | None = None) -> int:
         print("\n== checking every (src, dst, plane, spine) path with one packet each")
         r = check(t)
         print(matrix(t, r))
-        res = transfer(t)
+        if view is not None:
+            print(f"   waiting up to {dash['wait']:.0f} s for a page to open it ...", flush=True)
+            print("   a page is watching" if view.wait_for_page(dash["wait"]) else "   no page came; going on")
+        # with a page watching, a transfer long enough to see (about 15 s here)
+        res = transfer(t, total=(16 << 30) if view is not None else (3 << 30), serve_ctl=view is not None)
         for (at, what), stall in zip(sorted(res["events"]), res["max_stall_after_each_event_ms"], strict=True):
             print(f"   at {at:6.3f} s: {what}; longest stall until the next event: {stall} ms")
         print(f"\n== transfer: {res['bytes'] >> 20} MiB in {res['seconds']} s = {res['gbps']} Gb/s; "
@@ -86,8 +147,14 @@ def main(name: str | None = None) -> int:
         ok = r["failed_count"] == 0 and res["verified"] and res["qp_state"] == "RTS"
         print("\n== result: " + ("the transfer rode out a link cut and a plane cut with no error"
                                  if ok else "FAILED"))
+        if view is not None and dash["linger"] > 0:
+            print(f"== the fabric stays up {dash['linger']:.0f} s for the web view (Ctrl-C ends it)", flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                time.sleep(dash["linger"])
         return 0 if ok else 1
     finally:
+        if view is not None:
+            view.close()
         removed = apply.down(name)
         print(f"== torn down: {len(removed)} namespaces removed", file=sys.stderr)
 

@@ -2,7 +2,8 @@
 # Set up mrc on a fresh Debian machine (as root) and run the demo or the tests.
 #
 #   bash tools/setup.sh demo     install, then build the default fabric, prove it, tear down
-#   bash tools/setup.sh test     install (also tshark and clang), then run the whole
+#                                (demo --dash: with the live web view, mrc dash)
+#   bash tools/setup.sh test     install (also tshark, clang and chromium), then run the whole
 #                                test suite, the sanitizer build of the C tests, the
 #                                fuzzers for 20 s each and a 10 s soak (what CI runs)
 #   bash tools/setup.sh          install only
@@ -35,6 +36,11 @@ if [ "$what" = test ] && ! { command -v clang >/dev/null 2>&1 &&
         ls "$(clang -print-resource-dir)"/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1; }; then
     need+=(libclang-rt-dev)
 fi
+# the web view's browser test drives Debian's chromium (never a downloaded build)
+if [ "$what" = test ]; then
+    command -v chromium >/dev/null 2>&1 || need+=(chromium)
+    command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+fi
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need+=(python3-venv)
 python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
     || need+=(python3-dev)
@@ -49,14 +55,14 @@ if [ ! -x .venv/bin/python ]; then
     echo "== python3 -m venv .venv"
     python3 -m venv .venv
 fi
-echo "== pip install -e .[test]"
+echo "== pip install -e .[test,dash]"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test]'
+.venv/bin/python -m pip install -q -e '.[test,dash]'
 echo "== build the switch queues' BPF program (csrc/bpf/port_queue.bpf.c)"
 .venv/bin/python -c 'from mrc.fabric import qos; qos.build(force=True)'
 
 case "$what" in
-    demo) exec .venv/bin/mrc demo ;;
+    demo) exec .venv/bin/mrc demo "${@:2}" ;;
     test)
         .venv/bin/python -m pytest -q tests
         echo "== the C data path again, built with AddressSanitizer and UBSan"

@@ -1,7 +1,8 @@
 """The control endpoint: a context's controller API from another process.
 
 ``ControlServer(ctx)`` serves a UNIX stream socket (by default
-``/run/mrc/ctl/<pid>.sock``; ``MRC_CTL_DIR`` moves the directory). Each
+``/run/mrc/ctl/<pid>.sock``, or ``<pid>-<tag>.sock`` for each of several
+contexts in one process; ``MRC_CTL_DIR`` moves the directory). Each
 request is one JSON object on a line, ``{"op": ..., ...}``; each answer is
 one line, ``{"ok": true, ...}`` or ``{"ok": false, "errno": N, "error":
 "..."}``, each at most ``MAX_LINE`` bytes. The socket is created mode 0600
@@ -31,6 +32,7 @@ import errno
 import grp
 import json
 import os
+import re
 import socket
 import stat
 import struct
@@ -49,6 +51,8 @@ MAX_LINE = 64 << 10      # bytes in one request
 MAX_CLIENTS = 16         # connections served at once
 IDLE_TIMEOUT = 300.0     # seconds a connection may stay silent
 SO_PEERPIDFD = 77        # Linux 6.5: a pidfd of the connecting process
+_TAG = re.compile(r"[A-Za-z0-9_.]{1,32}")
+_SOCK_NAME = re.compile(r"(\d+)(?:-[A-Za-z0-9_.]{1,32})?\.sock")
 
 
 def ctl_dir() -> str:
@@ -278,6 +282,7 @@ class ControlServer:
                                               "carrier_downs": s["carrier_downs"]}
                                              for p, s in zip(self.ctx.ports, st, strict=True)],
                 "qps": sorted(self.ctx.live_qps()), "host": self.ctx.resolver.host,
+                "topology": getattr(self.ctx.resolver, "name", None),
                 "peers": len(self.ctx.peers()), "regions": self.ctx.live_regions()}
 
     def op_qps(self, req: dict) -> dict:
@@ -408,11 +413,14 @@ class ControlServer:
         self.close()
 
 
-def serve(ctx, out=None) -> ControlServer | None:
+def serve(ctx, out=None, tag: str | None = None) -> ControlServer | None:
     """A ControlServer for ``ctx``, or None (with a note on ``out``) when the
-    socket directory cannot be written (not root): the tools run on without."""
+    socket directory cannot be written (not root): the tools run on without.
+    ``tag`` names one of several contexts of this process (``<pid>-<tag>.sock``)."""
+    if tag is not None and not _TAG.fullmatch(tag):
+        raise ValueError(f"a control socket tag is 1-32 letters, digits, '_' or '.', not {tag!r}")
     try:
-        return ControlServer(ctx)
+        return ControlServer(ctx, os.path.join(ctl_dir(), f"{os.getpid()}-{tag}.sock") if tag else None)
     except OSError as e:
         if out is not None:
             print(f"note: no control endpoint ({e}); `mrc ctl` cannot reach this process", file=out)
@@ -460,7 +468,8 @@ class ControlClient:
 
 
 def endpoints() -> list[str]:
-    """Control sockets whose process is still alive."""
+    """Control sockets whose process is still alive (``<pid>.sock`` and
+    ``<pid>-<tag>.sock``)."""
     d = ctl_dir()
     try:
         names = sorted(os.listdir(d))
@@ -468,7 +477,8 @@ def endpoints() -> list[str]:
         return []
     out = []
     for n in names:
-        if n.endswith(".sock") and n[:-5].isdigit() and os.path.exists(f"/proc/{n[:-5]}"):
+        m = _SOCK_NAME.fullmatch(n)
+        if m and os.path.exists(f"/proc/{m.group(1)}"):
             out.append(os.path.join(d, n))
     return out
 

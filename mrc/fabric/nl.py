@@ -22,10 +22,14 @@ import struct
 
 # linux/netlink.h, linux/rtnetlink.h
 NLMSG_ERROR = 2
+NLMSG_DONE = 3
+RTM_GETLINK = 18
+RTM_NEWLINK = 16
 RTM_NEWROUTE = 24
 RTM_DELROUTE = 25
 NLM_F_REQUEST = 0x1
 NLM_F_ACK = 0x4
+NLM_F_DUMP = 0x300
 NLM_F_EXCL = 0x200
 NLM_F_CREATE = 0x400
 NLA_F_NESTED = 0x8000
@@ -40,6 +44,12 @@ RTPROT_STATIC = 4
 RT_SCOPE_UNIVERSE = 0
 RTN_UNICAST = 1
 RT_TABLE_MAIN = 254
+# linux/if_link.h, linux/if.h
+IFLA_IFNAME = 3
+IFLA_OPERSTATE = 16
+IFLA_STATS64 = 23
+IF_OPER_UP = 6
+IFF_UP = 0x1
 # linux/lwtunnel.h
 LWTUNNEL_ENCAP_SEG6 = 5
 LWTUNNEL_ENCAP_SEG6_LOCAL = 7
@@ -151,6 +161,59 @@ def encap_red(segment: str) -> tuple[int, bytes]:
     return LWTUNNEL_ENCAP_SEG6, _nest(RTA_ENCAP, _attr(SEG6_IPTUNNEL_SRH, tun))
 
 
+def link_dump_message(seq: int = 1) -> bytes:
+    """RTM_GETLINK for every interface of the namespace (``ip -s link``)."""
+    body = struct.pack("=BBHiII", socket.AF_UNSPEC, 0, 0, 0, 0, 0)
+    return struct.pack("=IHHII", 16 + len(body), RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, seq, 0) + body
+
+
+def parse_links(data: bytes, out: dict | None = None) -> tuple[dict, bool]:
+    """The RTM_NEWLINK messages in ``data`` as ``{ifname: {"up", "rx_bytes",
+    "tx_bytes", "rx_packets", "tx_packets"}}`` (``up``: administratively up
+    with its operational state UP), and whether the dump ended here.
+
+    >>> body = struct.pack("=BBHiII", 0, 0, 1, 7, IFF_UP, 0)
+    >>> attrs = _attr(IFLA_IFNAME, b"l0\\0") + _u8(IFLA_OPERSTATE, IF_OPER_UP)
+    >>> attrs += _attr(IFLA_STATS64, struct.pack("=4Q", 1, 2, 300, 400) + bytes(8 * 20))
+    >>> msg = struct.pack("=IHHII", 16 + len(body + attrs), RTM_NEWLINK, 2, 1, 0) + body + attrs
+    >>> parse_links(msg + struct.pack("=IHHIIi", 20, NLMSG_DONE, 2, 1, 0, 0))
+    ({'l0': {'up': True, 'rx_packets': 1, 'tx_packets': 2, 'rx_bytes': 300, 'tx_bytes': 400}}, True)
+    """
+    out = {} if out is None else out
+    off = 0
+    while off + 16 <= len(data):
+        length, mtype, _flags, _seq, _pid = struct.unpack_from("=IHHII", data, off)
+        if length < 16 or off + length > len(data):
+            break  # a truncated message: nothing more to read here
+        if mtype == NLMSG_DONE:
+            return out, True
+        if mtype == NLMSG_ERROR and length >= 20:
+            (code,) = struct.unpack_from("=i", data, off + 16)
+            raise OSError(-code, os.strerror(-code))
+        if mtype == RTM_NEWLINK and length >= 32:
+            flags = struct.unpack_from("=I", data, off + 24)[0]
+            name, oper, st = None, 0, (0, 0, 0, 0)
+            a = off + 32
+            while a + 4 <= off + length:
+                alen, akind = struct.unpack_from("=HH", data, a)
+                if alen < 4:
+                    break
+                val = data[a + 4:a + alen]
+                akind &= 0x3FFF
+                if akind == IFLA_IFNAME:
+                    name = val.split(b"\0", 1)[0].decode(errors="replace")
+                elif akind == IFLA_OPERSTATE and val:
+                    oper = val[0]
+                elif akind == IFLA_STATS64 and len(val) >= 32:
+                    st = struct.unpack_from("=4Q", val)
+                a += (alen + 3) & ~3
+            if name is not None:
+                out[name] = {"up": bool(flags & IFF_UP) and oper == IF_OPER_UP, "rx_packets": st[0],
+                             "tx_packets": st[1], "rx_bytes": st[2], "tx_bytes": st[3]}
+        off += (length + 3) & ~3
+    return out, False
+
+
 class NetlinkRoute:
     """A NETLINK_ROUTE socket (already inside the right namespace)."""
 
@@ -184,6 +247,16 @@ class NetlinkRoute:
         except OSError as e:
             if not (exist_ok and e.errno == errno.EEXIST):
                 raise
+
+    def links(self) -> dict:
+        """Every interface's state and counters (parse_links)."""
+        self.seq += 1
+        self.sock.send(link_dump_message(self.seq))
+        out: dict = {}
+        done = False
+        while not done:
+            out, done = parse_links(self.sock.recv(1 << 16), out)
+        return out
 
     def close(self) -> None:
         self.sock.close()

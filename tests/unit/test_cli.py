@@ -83,6 +83,26 @@ def test_core_package_imports_without_scapy():
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
 
 
+def test_core_and_the_dash_model_import_without_the_dash_extra():
+    code = ("import sys; sys.modules['aiohttp'] = None; sys.modules['selenium'] = None; "
+            "import mrc, mrc.cli, mrc.demo, mrc.dash.model, mrc.dash.collect; print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+def test_dash_without_aiohttp_says_what_to_install():
+    code = ("import sys; sys.modules['aiohttp'] = None; from mrc.dash import server; server._web()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode != 0 and "pip install 'mrc[dash]'" in r.stderr
+
+
+def test_dash_help_explains_the_token_and_the_bind_address():
+    r = run("dash", "--help")
+    assert r.returncode == 0 and "token" in r.stdout and "127.0.0.1" in r.stdout
+    r = run("demo", "--help")
+    assert r.returncode == 0 and "--dash" in r.stdout
+
+
 def test_sim_prints_json_a_script_can_read():
     r = run("sim", "--hosts", "4", "--planes", "2", "--size", "1M", "--single-path", "--json")
     assert r.returncode == 0, r.stderr

@@ -129,6 +129,23 @@ def test_the_stack_never_imports_the_fabric(module):
     assert not [m for m in py_imports()[module] if m.startswith("mrc/fabric/")]
 
 
+@pytest.mark.parametrize("module", STACK)
+def test_the_stack_never_imports_the_web_view(module):
+    assert not [m for m in py_imports()[module] if m.startswith("mrc/dash/")]
+
+
+def test_only_the_web_server_imports_aiohttp():
+    """The dash extra is optional: nothing else may need it."""
+    users = []
+    for p in (ROOT / "mrc").rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n.split(".")[0] == "aiohttp" for n in names):
+                users.append(p.relative_to(ROOT).as_posix())
+    assert set(users) == {"mrc/dash/server.py"}
+
+
 def test_no_source_file_is_over_700_lines():
     long = []
     for p in list((ROOT / "mrc").rglob("*.py")) + list(CSRC.rglob("*.[ch]")) + list((ROOT / "bench").glob("*.py")):

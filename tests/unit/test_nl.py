@@ -2,6 +2,8 @@
 import socket
 import struct
 
+import pytest
+
 from mrc.fabric import nl
 
 
@@ -55,3 +57,42 @@ def test_end_dt6_table():
     inner = {k: v for k, _, v in attrs(attrs(enc)[0][2])}
     assert struct.unpack("=I", inner[nl.SEG6_LOCAL_ACTION])[0] == nl.SEG6_LOCAL_ACTION_END_DT6
     assert struct.unpack("=I", inner[nl.SEG6_LOCAL_TABLE])[0] == 255
+
+
+def _newlink(name: bytes, flags: int, oper: int, stats: tuple | None, seq: int = 1) -> bytes:
+    body = struct.pack("=BBHiII", 0, 0, 1, 7, flags, 0)
+    attrs = nl._attr(nl.IFLA_IFNAME, name + b"\0") + nl._u8(nl.IFLA_OPERSTATE, oper)
+    if stats is not None:
+        attrs += nl._attr(nl.IFLA_STATS64, struct.pack("=4Q", *stats) + bytes(8 * 20))
+    return struct.pack("=IHHII", 16 + len(body + attrs), nl.RTM_NEWLINK, 2, seq, 0) + body + attrs
+
+
+def test_link_dump_is_a_getlink_dump_request():
+    msg = nl.link_dump_message(seq=9)
+    length, mtype, flags, seq, _ = struct.unpack_from("=IHHII", msg)
+    assert (length, mtype, seq) == (len(msg), nl.RTM_GETLINK, 9)
+    assert flags & nl.NLM_F_DUMP == nl.NLM_F_DUMP and flags & nl.NLM_F_REQUEST
+
+
+def test_parse_links_reads_state_and_counters_across_messages():
+    part1 = _newlink(b"s0", nl.IFF_UP, nl.IF_OPER_UP, (1, 2, 3, 4)) + _newlink(b"h1", nl.IFF_UP, 2, (5, 6, 7, 8))
+    out, done = nl.parse_links(part1)
+    assert not done
+    assert out["s0"] == {"up": True, "rx_packets": 1, "tx_packets": 2, "rx_bytes": 3, "tx_bytes": 4}
+    assert out["h1"]["up"] is False  # administratively up, operationally down: a failed link
+    done_msg = struct.pack("=IHHIIi", 20, nl.NLMSG_DONE, 2, 1, 0, 0)
+    out, done = nl.parse_links(_newlink(b"l0", 0, nl.IF_OPER_UP, None) + done_msg, out)
+    assert done and out["l0"]["up"] is False and out["l0"]["rx_bytes"] == 0 and set(out) == {"s0", "h1", "l0"}
+
+
+def test_parse_links_survives_truncated_and_hostile_input():
+    good = _newlink(b"s0", nl.IFF_UP, nl.IF_OPER_UP, (1, 2, 3, 4))
+    for cut in range(len(good)):
+        nl.parse_links(good[:cut])  # never raises, never loops
+    zero_len = struct.pack("=IHHII", 0, nl.RTM_NEWLINK, 2, 1, 0) + bytes(64)
+    assert nl.parse_links(zero_len) == ({}, False)
+    bad_attr = good[:32] + struct.pack("=HH", 0, nl.IFLA_IFNAME) + bytes(8)  # an attribute of length 0
+    nl.parse_links(bad_attr)
+    err = struct.pack("=IHHIIi", 20, nl.NLMSG_ERROR, 0, 1, 0, -1)
+    with pytest.raises(OSError):
+        nl.parse_links(err)

@@ -1,0 +1,250 @@
+"""``mrc dash``: the web server (aiohttp).
+
+Routes:
+
+- ``GET /``: the page (``static/index.html``), ``GET /static/...`` its
+  script, style and the charting library (Chart.js, shipped in the package:
+  the page works offline);
+- ``GET /api/state``: everything a page needs when it opens (layout,
+  history, the last tick) as one JSON object;
+- ``GET /api/stream[?qp=CTX/QPN]``: server-sent events, one ``tick`` per
+  sample (``hz`` a second), after a ``hello`` like /api/state; ``qp`` names
+  the QP whose EV grid the page shows;
+- ``POST /api/fault``: ``{"op": fail|heal|flap|loss|rate, "target", "arg",
+  "period", "duration"}``, done through the same code as ``mrc fabric``.
+  It needs the token printed at start in an ``X-MRC-Token`` header;
+  without it (or from another origin) it is refused and nothing changes.
+
+Every request must name this server in its ``Host`` header (a page on
+another site cannot reach it through a DNS name that points here), pages
+may not be framed (no click-jacking of the fault buttons), and the token
+never leaves in a Referer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import os
+import threading
+
+from mrc.dash import model
+from mrc.dash.collect import Collector
+from mrc.fabric import apply
+from mrc.fabric.faults import apply_fault
+
+STATIC = os.path.join(os.path.dirname(__file__), "static")
+MAX_STREAMS = 32      # pages connected at once
+MAX_FLAPS = 8         # flaps running at once
+MAX_BODY = 4096       # bytes in a fault request
+TOKEN_HEADER = "X-MRC-Token"
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+}
+
+
+def _web():
+    try:
+        from aiohttp import web
+    except ImportError:
+        raise SystemExit("mrc dash needs aiohttp: pip install 'mrc[dash]' (or run tools/setup.sh)") from None
+    return web
+
+
+class Dash:
+    """The server's state: the collector, the token, the faults it runs."""
+
+    def __init__(self, collector: Collector, token: str, hosts: set[str], can_modify: str | None = None) -> None:
+        self.c = collector
+        self.token = token
+        self.hosts = hosts              # Host header values that name this server
+        self.can_modify = can_modify    # None, or why faults cannot be done here
+        self.streams = 0
+        self.flaps: dict[str, threading.Thread] = {}
+        self.fault_lock = asyncio.Lock()
+
+    # --------------------------------------------------------------- checks
+    def host_ok(self, request) -> bool:
+        return request.headers.get("Host", "") in self.hosts
+
+    def origin_ok(self, request) -> bool:
+        """No Origin (not a browser's cross-site request) or this server's own."""
+        origin = request.headers.get("Origin")
+        return origin is None or origin in {f"http://{h}" for h in self.hosts}
+
+    def token_ok(self, request) -> bool:
+        given = request.headers.get(TOKEN_HEADER, "")
+        return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+
+
+def make_app(dash: Dash):
+    web = _web()
+
+    @web.middleware
+    async def guard(request, handler):
+        if not dash.host_ok(request):
+            return web.json_response({"error": f"unexpected Host {request.headers.get('Host', '')!r}: "
+                                               f"open the page through the address mrc dash printed"}, status=421)
+        resp = await handler(request)
+        for k, v in SECURITY_HEADERS.items():
+            resp.headers.setdefault(k, v)
+        return resp
+
+    app = web.Application(middlewares=[guard], client_max_size=MAX_BODY)
+    app["dash"] = dash
+
+    async def index(request):
+        return web.FileResponse(os.path.join(STATIC, "index.html"))
+
+    async def state(request):
+        return web.json_response(_hello(dash), dumps=_dumps)
+
+    async def stream(request):
+        if dash.streams >= MAX_STREAMS:
+            return web.json_response({"error": f"{MAX_STREAMS} pages are connected already"}, status=503)
+        qp = request.query.get("qp")
+        if qp is not None and len(qp) > 64:
+            return web.json_response({"error": "qp is CONTEXT/QPN"}, status=400)
+        dash.streams += 1
+        try:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
+                                               "X-Accel-Buffering": "no"})
+            await resp.prepare(request)
+            await resp.write(_sse("hello", _hello(dash)))
+            seq = 0
+            while True:
+                if qp:
+                    dash.c.watch(qp)
+                tick = dash.c.latest
+                if tick is not None and tick.get("seq", 0) != seq:
+                    seq = tick["seq"]
+                    await resp.write(_sse("tick", tick))
+                await asyncio.sleep(0.5 / dash.c.hz)
+        except ConnectionResetError:  # the page went away
+            return resp
+        finally:
+            dash.streams -= 1
+
+    async def fault(request):
+        if not dash.origin_ok(request):
+            return web.json_response({"error": "refused: a request from another origin "
+                                               f"({request.headers.get('Origin')}) may not change the fabric"},
+                                     status=403)
+        if not dash.token_ok(request):
+            return web.json_response({"error": "refused: this page is read-only. Changing the fabric needs the "
+                                               "token mrc dash printed at start: open the URL it printed "
+                                               "(…/?token=...)"}, status=403)
+        if dash.can_modify is not None:
+            return web.json_response({"error": dash.can_modify}, status=403)
+        try:
+            req = model.check_fault(dash.c.t, json.loads(await request.read()))
+        except (ValueError, UnicodeDecodeError) as e:
+            return web.json_response({"error": f"bad fault request: {e}"}, status=400)
+        except web.HTTPRequestEntityTooLarge:
+            return web.json_response({"error": f"a fault request is at most {MAX_BODY} bytes"}, status=413)
+        name = dash.c.name
+        op, target = req["op"], req["target"]
+        if op == "flap":
+            running = {k: th for k, th in dash.flaps.items() if th.is_alive()}
+            dash.flaps = running
+            if target in running or len(running) >= MAX_FLAPS:
+                return web.json_response({"error": f"{target} is flapping already" if target in running else
+                                          f"{MAX_FLAPS} links are flapping already"}, status=409)
+            th = threading.Thread(target=_flap, args=(name, target, req["period"], req["duration"]), daemon=True)
+            dash.flaps[target] = th
+            th.start()
+            dash.c.note({"op": "flap", "target": target, "arg": req["period"], "by": "dash"})
+            return web.json_response({"ok": True, **req, "started": True})
+        async with dash.fault_lock:
+            try:
+                await asyncio.to_thread(apply_fault, name, op, target, req.get("arg"))
+            except Exception as e:
+                return web.json_response({"error": f"{op} {target or 'all'} failed: {e}"}, status=500)
+        dash.c.note({"op": op, "target": target or "all", "arg": req.get("arg"), "by": "dash"})
+        return web.json_response({"ok": True, **req})
+
+    app.router.add_get("/", index)
+    app.router.add_get("/api/state", state)
+    app.router.add_get("/api/stream", stream)
+    app.router.add_post("/api/fault", fault)
+    app.router.add_static("/static", STATIC, follow_symlinks=False)
+    return app
+
+
+def _flap(name: str, target: str, period: float, duration: float) -> None:
+    try:
+        apply.flap(name, target, period, duration=duration)
+    except Exception:  # the link's next sample shows what state it was left in
+        pass
+
+
+def _dumps(obj) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _sse(event: str, obj) -> bytes:
+    return f"event: {event}\ndata: {_dumps(obj)}\n\n".encode()
+
+
+def _hello(dash: Dash) -> dict:
+    return {**dash.c.hello(), "read_only_reason": dash.can_modify, "pages": dash.streams}
+
+
+def allowed_hosts(bind: str, port: int) -> set[str]:
+    """The Host header values a browser sends for this server."""
+    names = {bind, "localhost", "127.0.0.1", "[::1]"} if bind in ("127.0.0.1", "::1", "localhost") else {bind}
+    if bind in ("0.0.0.0", "::"):
+        import socket
+        names |= {"localhost", "127.0.0.1", "[::1]", socket.gethostname()}
+    out = set()
+    for n in names:
+        n = f"[{n}]" if ":" in n and not n.startswith("[") else n
+        out |= {n, f"{n}:{port}"}
+    return out
+
+
+def run(name: str, port: int = 8080, bind: str = "127.0.0.1", hz: float = 5.0, token: str | None = None,
+        out=None, ready=None) -> int:
+    """Serve until interrupted. ``ready(url)`` is called once it listens."""
+    import secrets
+    import sys
+    out = out or sys.stdout
+    web = _web()
+    token = token or os.environ.get("MRC_DASH_TOKEN") or secrets.token_urlsafe(18)
+    can_modify = None if os.geteuid() == 0 else "refused: changing the fabric needs root (run mrc dash as root)"
+    collector = Collector(name, hz=hz).start_thread()
+    dash = Dash(collector, token, allowed_hosts(bind, port), can_modify)
+    app = make_app(dash)
+
+    async def main() -> None:
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, bind, port)
+        await site.start()
+        shown = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
+        shown = f"[{shown}]" if ":" in shown else shown
+        url = f"http://{shown}:{port}/?token={token}"
+        scope = ("only this machine can reach it (--bind 0.0.0.0 opens it to the network)"
+                 if bind in ("127.0.0.1", "::1", "localhost") else f"listening on {bind}: anyone who can reach "
+                                                                   "this port can watch; the token guards changes")
+        print(f"mrc dash: fabric {name} at {url}\n  {scope}; without the token the page is read-only. "
+              "Ctrl-C stops it.", file=out, flush=True)
+        if ready:
+            ready(url)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    finally:
+        collector.close()
+    return 0

@@ -1,0 +1,243 @@
+"""Root tests: `mrc dash` against a live 2-plane fabric with an MRC transfer
+running (`mrc perf` in two hosts, found through their control sockets): the
+JSON the page consumes, the refusals (no token, another origin, another
+Host), and a real browser (Debian's chromium, headless, through selenium)
+that watches the EV grid, fails a link with the token and sees the link go
+down and EV events for its paths arrive."""
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from mrc.fabric import apply
+from tests.integration.conftest import wait_for_line
+from tests.waiting import wait_for as _wait_for
+
+pytestmark = pytest.mark.root
+MRC = [sys.executable, "-m", "mrc"]
+TOKEN = "test-token-" + os.urandom(6).hex()
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+ARTIFACTS = os.environ.get("MRC_TEST_ARTIFACTS", os.path.join(tempfile.gettempdir(), "mrc-test-artifacts"))
+
+
+def wait_for(condition, timeout, what):
+    return _wait_for(condition, timeout=timeout, interval=0.1, what=what)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def request(port, method, path, body=None, headers=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers or {})
+        r = c.getresponse()
+        return r.status, json.loads(r.read() or b"null")
+    finally:
+        c.close()
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def lab(small_fabric, monkeypatch):
+    """The fabric, a transfer h0 -> h1 (mrc perf, long enough for the test),
+    and `mrc dash` on a free port; everything stopped and healed after."""
+    t = small_fabric
+    d = tempfile.mkdtemp(prefix="dash-test-", dir="/run/mrc" if os.path.isdir("/run/mrc") else None)
+    monkeypatch.setenv("MRC_CTL_DIR", d)  # this test's contexts only
+    procs = []
+    try:
+        server = subprocess.Popen(MRC + ["fabric", "exec", "h1", "--name", t.name, "--"] + MRC + ["perf", "server"],
+                                  stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        procs.append(server)
+        wait_for_line(server, "waiting on")
+        client = subprocess.Popen(MRC + ["fabric", "exec", "h0", "--name", t.name, "--"] + MRC
+                                  + ["perf", "client", "h1", "--sizes", "1M", "--iters", "1000000", "--depth", "8"],
+                                  stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        procs.append(client)
+        port = free_port()
+        dash = subprocess.Popen(MRC + ["dash", "--name", t.name, "--port", str(port), "--token", TOKEN],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(dash)
+        banner = dash.stdout.readline()
+        assert f"http://127.0.0.1:{port}/?token={TOKEN}" in banner, banner + dash.stderr.read()
+        yield t, port
+    finally:
+        for p in reversed(procs):
+            stop(p)
+        apply.heal(t.name, None)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def state(port):
+    status, body = request(port, "GET", "/api/state")
+    assert status == 200
+    return body
+
+
+def transfer_seen(port):
+    """The state once both contexts, the sender's QP moving data and its EV grid show."""
+    s = state(port)
+    tick = s["tick"] or {}
+    ctxs = {c["host"]: c for c in tick.get("contexts", [])}
+    if set(ctxs) != {"h0", "h1"} or not tick.get("grids"):
+        return None
+    q = ctxs["h0"]["qps"]
+    if not q or q[0]["tx_bytes"] == 0 or sum(tick["planes"]) <= 0:
+        return None
+    return s
+
+
+def test_state_json_shows_the_fabric_the_contexts_and_the_ev_grid(lab):
+    t, port = lab
+    s = wait_for(lambda: transfer_seen(port), timeout=30, what="the transfer in the dash's state")
+    lay, tick = s["layout"], s["tick"]
+    assert lay["name"] == t.name and lay["planes"] == 2
+    assert {ln["id"] for ln in lay["links"]} == {ln.name for ln in t.links()}
+    assert all(v["state"] == "up" for v in tick["links"].values())
+    # the sender's data leaves h0 on both planes and arrives at h1
+    assert tick["hosts"]["h0"]["tx"] > 0.1 and tick["hosts"]["h1"]["rx"] > 0.1
+    assert all(tick["links"][f"h0-p{p}l0"]["up_gbps"] > 0 for p in range(2))
+    grid = next(iter(tick["grids"].values()))
+    assert grid["host"] == "h0" and grid["planes"] == 2 and all(len(row) > 0 for row in grid["rows"])
+    assert sum(grid["counts"].values()) == sum(len(r) for r in grid["rows"])
+    assert s["series"] and len(s["series"][-1]["planes"]) == 2
+    qp = next(c for c in tick["contexts"] if c["host"] == "h0")["qps"][0]
+    assert {"cwnd", "srtt_ns", "base_rtt_ns", "rtx_bytes", "good_evs", "bad_evs", "state_name"} <= set(qp)
+
+
+def test_faults_are_refused_without_the_token_from_another_origin_or_host(lab):
+    t, port = lab
+    body = {"op": "fail", "target": f"{t.leaf(0, 0)}-{t.spine(0, 0)}"}
+    status, ans = request(port, "POST", "/api/fault", body)
+    assert status == 403 and "read-only" in ans["error"] and "token" in ans["error"]
+    status, ans = request(port, "POST", "/api/fault", body, {"X-MRC-Token": "wrong"})
+    assert status == 403 and "read-only" in ans["error"]
+    status, ans = request(port, "POST", "/api/fault", body, {"X-MRC-Token": TOKEN, "Origin": "http://evil.example"})
+    assert status == 403 and "another origin" in ans["error"]
+    # a page on another site reaching this port through its own DNS name
+    status, ans = request(port, "GET", "/api/state", None, {"Host": f"evil.example:{port}"})
+    assert status == 421 and "Host" in ans["error"]
+    status, ans = request(port, "POST", "/api/fault", body, {"X-MRC-Token": TOKEN, "Host": "evil.example"})
+    assert status == 421
+    # a bad request with the token: a reason, and nothing done
+    status, ans = request(port, "POST", "/api/fault", {"op": "loss", "target": "p0l0-p0s0", "arg": 250},
+                          {"X-MRC-Token": TOKEN})
+    assert status == 400 and "percentage" in ans["error"]
+    status, ans = request(port, "POST", "/api/fault", {"op": "fail", "target": "x" * 5000}, {"X-MRC-Token": TOKEN})
+    assert status == 413
+    assert apply.load_state(t.name)["faults"] == {}
+    time.sleep(0.5)
+    assert all(v["state"] == "up" for v in state(port)["tick"]["links"].values())
+    # the page itself may not be framed, and sends no Referer (the token is in its URL)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c.request("GET", "/")
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200 and r.getheader("X-Frame-Options") == "DENY"
+    assert r.getheader("Referrer-Policy") == "no-referrer" and "frame-ancestors 'none'" in r.getheader(
+        "Content-Security-Policy")
+    c.close()
+    # with the token, the same request does it
+    status, ans = request(port, "POST", "/api/fault", body, {"X-MRC-Token": TOKEN})
+    assert status == 200 and ans["ok"]
+    assert apply.load_state(t.name)["faults"][body["target"]] == {"down": True}
+
+
+@pytest.fixture
+def browser():
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("no chromium and chromedriver here: `tools/setup.sh test` installs them (Debian packages "
+                    "chromium, chromium-driver)")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.skip("selenium is missing: pip install 'mrc[test]'")
+    os.environ["SE_OFFLINE"] = "true"  # never let selenium fetch a browser or a driver
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1600,1300", "--user-data-dir=" + tempfile.mkdtemp(prefix="mrc-chromium-")):
+        opts.add_argument(a)
+    drv = webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+def test_a_real_browser_fails_a_link_and_sees_it_go_down_and_ev_events_arrive(lab, browser):
+    from selenium.webdriver.common.by import By
+
+    t, port = lab
+    link = f"{t.leaf(0, 0)}-{t.spine(0, 0)}"  # on a path h0 -> h1 of plane 0
+    css = browser.find_elements
+    # without the token: read-only, the buttons disabled
+    browser.get(f"http://127.0.0.1:{port}/")
+    wait_for(lambda: css(By.CSS_SELECTOR, "#fabric .link"), timeout=15, what="the fabric drawn")
+    assert "read-only" in browser.find_element(By.ID, "mode").text
+    assert not browser.find_element(By.ID, "btn-heal-all").is_enabled()
+    # with it: the EV grid fills from the live transfer
+    browser.get(f"http://127.0.0.1:{port}/?token={TOKEN}")
+    assert "token" not in browser.current_url  # taken out of the address bar
+    wait_for(lambda: len(css(By.CSS_SELECTOR, "#evgrid .ev")) > 0, timeout=30, what="EVs in the grid")
+    assert browser.find_element(By.ID, "mode").text == "faults enabled"
+    good = css(By.CSS_SELECTOR, '#evgrid .ev[data-state="GOOD"]')
+    assert good, "a running QP has GOOD EVs"
+    # the page redraws its tables every update: read them in one script each
+    def texts(selector):
+        return browser.execute_script(f"return [...document.querySelectorAll('{selector}')].map(e => e.textContent)")
+    wait_for(lambda: any(r.startswith("h0") for r in texts("#qps tbody tr")), timeout=15, what="h0's QP in the table")
+    # click the link, then Fail
+    browser.find_element(By.CSS_SELECTOR, f'#fabric [data-hit="{link}"]').click()
+    assert link in browser.find_element(By.ID, "sel-info").text
+    browser.find_element(By.ID, "btn-fail").click()
+    wait_for(lambda: browser.find_element(By.CSS_SELECTOR, f'#fabric .link[data-link="{link}"]')
+             .get_attribute("data-state") == "down", timeout=15, what=f"{link} drawn down")
+    assert "done" in browser.find_element(By.ID, "fault-result").text
+    assert apply.load_state(t.name)["faults"][link] == {"down": True}  # the same code as `mrc fabric fail`
+
+    def ev_events_on_link():
+        rows = browser.execute_script("return [...document.querySelectorAll('#events li')]"
+                                      ".map(li => [li.dataset.links, li.dataset.new])")
+        return [new for links, new in rows if link in links.split(",")]
+    news = wait_for(ev_events_on_link, timeout=20, what=f"EV events for the paths over {link}")
+    assert "ASSUMED_BAD" in news
+    assert css(By.CSS_SELECTOR, '#evgrid .ev[data-state="ASSUMED_BAD"]')
+    assert any(link in f for f in texts("#faults li"))
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    shot = os.path.join(ARTIFACTS, "dash-link-failed.png")
+    browser.save_screenshot(shot)
+    assert os.path.getsize(shot) > 10_000
+    # and heal it from the page
+    browser.find_element(By.ID, "btn-heal").click()
+    wait_for(lambda: browser.find_element(By.CSS_SELECTOR, f'#fabric .link[data-link="{link}"]')
+             .get_attribute("data-state") == "up", timeout=15, what=f"{link} drawn up again")
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+
+
+def test_dash_refuses_a_fabric_that_is_not_there():
+    r = subprocess.run(MRC + ["dash", "--name", "nosuchfab", "--port", str(free_port())], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode != 0 and "no fabric named 'nosuchfab'" in r.stderr
