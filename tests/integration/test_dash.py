@@ -241,3 +241,48 @@ def test_dash_refuses_a_fabric_that_is_not_there():
     r = subprocess.run(MRC + ["dash", "--name", "nosuchfab", "--port", str(free_port())], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode != 0 and "no fabric named 'nosuchfab'" in r.stderr
+
+
+def test_loss_rate_flap_and_heal_from_the_api_show_on_the_links(lab):
+    t, port = lab
+    tok = {"X-MRC-Token": TOKEN}
+    lossy, limited, flapping = f"h1-{t.leaf(1, 1)}", f"h0-{t.leaf(1, 0)}", f"{t.leaf(0, 1)}-{t.spine(0, 1)}"
+
+    def link(name):
+        return state(port)["tick"]["links"][name]
+    assert request(port, "POST", "/api/fault", {"op": "loss", "target": lossy, "arg": 1.5}, tok)[0] == 200
+    assert request(port, "POST", "/api/fault", {"op": "rate", "target": limited, "arg": "200mbit"}, tok)[0] == 200
+    wait_for(lambda: link(lossy)["state"] == "lossy" and link(lossy)["loss"] == 1.5, 10, "the lossy link")
+    got = wait_for(lambda: link(limited) if link(limited)["state"] == "limited" else None, 10, "the limited link")
+    assert got["capacity_bps"] == 200_000_000 and got["load"] is not None  # a load against its rate
+    status, ans = request(port, "POST", "/api/fault", {"op": "flap", "target": flapping, "period": 0.6,
+                                                       "duration": 2.5}, tok)
+    assert status == 200 and ans["started"]
+    # a second flap of the same link while the first runs is refused
+    assert request(port, "POST", "/api/fault", {"op": "flap", "target": flapping, "period": 1}, tok)[0] == 409
+
+    def flapped():
+        tl = state(port)["timeline"]
+        went = [e for e in tl if e.get("op") == "state" and flapping in e["links"]]
+        return {e["to"] for e in went} >= {"down", "up"} and any(e.get("op") == "flap" for e in tl)
+    wait_for(flapped, 15, f"{flapping} seen down and up again")
+    assert request(port, "POST", "/api/fault", {"op": "heal", "target": "all"}, tok)[0] == 200
+    wait_for(lambda: all(v["state"] == "up" for v in state(port)["tick"]["links"].values()), 15, "all healed")
+
+
+def test_switch_queues_show_when_the_fabric_has_them(lab):
+    from mrc.fabric import qos
+
+    t, port = lab
+    apply.set_queues(t.name, None, qos.PortQoS(2_000_000_000, ecn_kb=32, trim_kb=96, buffer_kb=512))
+    try:
+        q = wait_for(lambda: state(port)["tick"]["queues"], 10, "switch queue counters")
+        # every switch port (not the hosts' NICs), with the counters the page's table shows
+        assert set(q) == {f"{node}:{ifname}" for node, ifname, _ in qos.switch_ports(t)}
+        assert all({"backlog_kb", "hwm_kb", "packets", "marked", "trimmed", "dropped"} <= set(v) for v in q.values())
+        wait_for(lambda: sum(v["packets"] for v in state(port)["tick"]["queues"].values()) > 0, 10,
+                 "packets through the queues")
+        link = state(port)["tick"]["links"][f"h0-{t.leaf(0, 0)}"]
+        assert link["capacity_bps"] == 2_000_000_000 and link["load"] is not None
+    finally:
+        apply.set_queues(t.name, None, qos.PortQoS(0))
