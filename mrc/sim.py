@@ -84,6 +84,20 @@ class Fabric:
         ser = (self.mtu + DATA_HDRS + WIRE_EXTRA) * 8e9 / self.rate_bps
         return int(8 * self.hop_ns + 4 * ser + 4 * 128 * 8e9 / self.rate_bps)
 
+    def timeout_exp(self) -> int:
+        """The retransmit timer (1.024 us x 2^n) above the longest round trip the
+        switch ports let build: every port a packet and its ACK cross (four each
+        way) holding a queue up to the trim threshold (the buffer without
+        trimming), as mrc.fabric.qos.qp_profile does for the namespace fabric. A
+        timer under it fires on queues, not losses (all-to-all, 64 NICs: 31
+        expiries with 4 base RTTs, 0 with this; goodput 0.48 -> 0.55)."""
+        worst_q = self.trim_bytes or self.buffer_bytes
+        worst = self.base_rtt_ns() + 8 * worst_q * 8e9 / self.rate_bps
+        n = 1
+        while 1024 * (1 << n) < worst and n < 20:
+            n += 1
+        return n
+
     def nic_bps(self) -> int:
         return self.rate_bps * self.planes
 
@@ -101,7 +115,7 @@ class Fabric:
         return QPAttr(planes=self.planes, mtu=self.mtu, mpr=mpr, sq_depth=16, rq_depth=16,
                       ev_count=min(4096, per_plane * self.planes), ev_backup=4, ev_min_active=1 if single_path else 8,
                       reorder_ns=base, skip_ns=2 * base, probe_interval_ns=max(5 * base, 20_000),
-                      timeout=max(1, (4 * base // 1024).bit_length()), linear_cnt=3, exp_cnt=7,
+                      timeout=self.timeout_exp(), linear_cnt=3, exp_cnt=7,
                       cc={"base_rtt": base, "target_delay": base, "max_cwnd": max_cwnd})
 
     def link_host(self, h: int, p: int) -> int:

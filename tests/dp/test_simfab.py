@@ -209,3 +209,13 @@ def test_a_host_with_more_peers_than_a_context_knows_is_refused_in_a_clear_error
         s.add_flows([(0, d, 4096) for d in range(1, 257)], 4096)  # 256 peers: as many as a context knows
         with pytest.raises(ErrnoError, match="ENOSPC"):
             s.add_flows([(0, 257, 4096)], 4096)
+
+
+def test_the_retransmit_timer_sits_above_the_longest_queued_round_trip():
+    # four ports each way, each up to the trim threshold (the buffer without trimming): a timer
+    # under that fires on queues, not losses
+    for fab in (msim.Fabric(hosts=64), msim.Fabric(hosts=64, trim_bytes=0), msim.Fabric(hosts=8, rate_bps=10**10)):
+        worst = fab.base_rtt_ns() + 8 * (fab.trim_bytes or fab.buffer_bytes) * 8e9 / fab.rate_bps
+        n = fab.timeout_exp()
+        assert 1024 << n >= worst > 1024 << (n - 1)
+        assert fab.qp_attr().timeout == n
