@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import os
+import re
+import socket
 import threading
 
 from mrc.dash import model
@@ -59,10 +62,10 @@ def _web():
 class Dash:
     """The server's state: the collector, the token, the faults it runs."""
 
-    def __init__(self, collector: Collector, token: str, hosts: set[str], can_modify: str | None = None) -> None:
+    def __init__(self, collector: Collector, token: str, bind: str, port: int, can_modify: str | None = None) -> None:
         self.c = collector
         self.token = token
-        self.hosts = hosts              # Host header values that name this server
+        self.bind, self.port = bind, port
         self.can_modify = can_modify    # None, or why faults cannot be done here
         self.streams = 0
         self.flaps: dict[str, threading.Thread] = {}
@@ -70,12 +73,12 @@ class Dash:
 
     # --------------------------------------------------------------- checks
     def host_ok(self, request) -> bool:
-        return request.headers.get("Host", "") in self.hosts
+        return host_allowed(request.headers.get("Host", ""), self.bind, self.port)
 
     def origin_ok(self, request) -> bool:
         """No Origin (not a browser's cross-site request) or this server's own."""
         origin = request.headers.get("Origin")
-        return origin is None or origin in {f"http://{h}" for h in self.hosts}
+        return origin is None or origin == f"http://{request.headers.get('Host', '')}"
 
     def token_ok(self, request) -> bool:
         given = request.headers.get(TOKEN_HEADER, "")
@@ -195,17 +198,29 @@ def _hello(dash: Dash) -> dict:
     return {**dash.c.hello(), "read_only_reason": dash.can_modify, "pages": dash.streams}
 
 
-def allowed_hosts(bind: str, port: int) -> set[str]:
-    """The Host header values a browser sends for this server."""
-    names = {bind, "localhost", "127.0.0.1", "[::1]"} if bind in ("127.0.0.1", "::1", "localhost") else {bind}
-    if bind in ("0.0.0.0", "::"):
-        import socket
-        names |= {"localhost", "127.0.0.1", "[::1]", socket.gethostname()}
-    out = set()
-    for n in names:
-        n = f"[{n}]" if ":" in n and not n.startswith("[") else n
-        out |= {n, f"{n}:{port}"}
-    return out
+WILDCARDS = ("0.0.0.0", "::", "")
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def host_allowed(header: str, bind: str, port: int) -> bool:
+    """Whether a request's Host header names this server: its port,
+    and a name that cannot be a stranger's DNS name rebound to this machine:
+    localhost and loopback addresses, the address it is bound to, and, bound
+    to every address, any IP literal or this machine's host name."""
+    m = re.fullmatch(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(?::(\d{1,5}))?", header or "")
+    if not m or int(m.group(2) or 80) != port:  # no port in the header: 80
+        return False
+    name = m.group(1).strip("[]").lower()
+    try:
+        ipaddress.ip_address(name)
+        literal = True
+    except ValueError:
+        literal = False
+    if bind in WILDCARDS:
+        return literal or name in ("localhost", socket.gethostname().lower())
+    if bind in LOOPBACK:
+        return name in LOOPBACK
+    return name == bind.strip("[]").lower()
 
 
 def run(name: str, port: int = 8080, bind: str = "127.0.0.1", hz: float = 5.0, token: str | None = None,
@@ -218,7 +233,7 @@ def run(name: str, port: int = 8080, bind: str = "127.0.0.1", hz: float = 5.0, t
     token = token or os.environ.get("MRC_DASH_TOKEN") or secrets.token_urlsafe(18)
     can_modify = None if os.geteuid() == 0 else "refused: changing the fabric needs root (run mrc dash as root)"
     collector = Collector(name, hz=hz).start_thread()
-    dash = Dash(collector, token, allowed_hosts(bind, port), can_modify)
+    dash = Dash(collector, token, bind, port, can_modify)
     app = make_app(dash)
 
     async def main() -> None:

@@ -104,3 +104,26 @@ def test_check_fault_accepts_what_mrc_fabric_does():
 def test_check_fault_refuses_with_a_reason(req, words):
     with pytest.raises(ValueError, match=words):
         model.check_fault(T, req)
+
+
+@pytest.mark.parametrize("header, bind, ok", [
+    ("127.0.0.1:8080", "127.0.0.1", True),
+    ("localhost:8080", "127.0.0.1", True),
+    ("[::1]:8080", "127.0.0.1", True),
+    ("localhost", "127.0.0.1", False),                # no port: 80, not this one
+    ("127.0.0.1:9999", "127.0.0.1", False),           # another port
+    ("evil.example:8080", "127.0.0.1", False),        # a stranger's name rebound to this machine
+    ("10.1.2.3:8080", "127.0.0.1", False),            # bound to loopback: no other address
+    ("10.1.2.3:8080", "0.0.0.0", True),               # bound to all: any address literal
+    ("[fd00::5]:8080", "::", True),
+    ("evil.example:8080", "0.0.0.0", False),          # but never a name
+    ("10.1.2.3:8080", "10.1.2.3", True),
+    ("10.1.2.4:8080", "10.1.2.3", False),
+    ("", "127.0.0.1", False),
+    ("127.0.0.1:8080@evil", "127.0.0.1", False),
+    ("127.0.0.1:80800", "127.0.0.1", False),
+])
+def test_the_host_header_must_name_this_server(header, bind, ok):
+    from mrc.dash.server import host_allowed
+
+    assert host_allowed(header, bind, 8080) is ok
