@@ -400,6 +400,7 @@ def main(a) -> int:
         s.close()
     out = {"fabric": {"hosts": fab.hosts, "planes": fab.planes, "leaves": fab.leaves, "spines": fab.spines,
                       "rate_gbps": fab.rate_bps / 1e9, "hop_ns": fab.hop_ns, "base_rtt_ns": fab.base_rtt_ns(),
+                      "rto_us": round((1024 << fab.timeout_exp()) / 1000, 1),
                       "buffer_bytes": fab.buffer_bytes, "ecn_bytes": fab.ecn_bytes, "trim_bytes": fab.trim_bytes,
                       "seed": fab.seed},
            "workload": a.workload, "size": size, "msg": msg, "faults": [f.what for f in faults],
