@@ -48,6 +48,7 @@ CTL_DIR = "/run/mrc/ctl"
 CAP_NET_ADMIN = 12
 MODIFY = {"ev_set", "port", "cc_set"}
 MAX_LINE = 64 << 10      # bytes in one request
+MAX_ANSWER = 16 << 20    # bytes in one answer a client reads (an ev_list of 4,096 EVs is ~0.5 MB)
 MAX_CLIENTS = 16         # connections served at once
 IDLE_TIMEOUT = 300.0     # seconds a connection may stay silent
 SO_PEERPIDFD = 77        # Linux 6.5: a pidfd of the connecting process
@@ -446,14 +447,27 @@ class ControlClient:
         self.f = self.sock.makefile("rwb")
 
     def call(self, op: str, **args) -> dict:
+        """One request's answer; ErrnoError for the endpoint's refusal, EIO for
+        an answer that is not one (another program on the socket), EMSGSIZE
+        for one over MAX_ANSWER bytes."""
         self.f.write(json.dumps({"op": op, **args}).encode() + b"\n")
         self.f.flush()
-        line = self.f.readline()
+        line = self.f.readline(MAX_ANSWER + 1)
         if not line:
             raise ErrnoError(errno.EIO, f"the control endpoint at {self.path} closed the connection")
-        ans = json.loads(line)
+        if not line.endswith(b"\n"):
+            raise ErrnoError(errno.EMSGSIZE, f"{self.path} answered over {MAX_ANSWER} bytes")
+        try:
+            ans = json.loads(line, parse_constant=_no_constant)
+        except (ValueError, RecursionError):
+            ans = None
+        if not isinstance(ans, dict) or not isinstance(ans.get("ok"), bool):
+            raise ErrnoError(errno.EIO, f"{self.path} does not answer as a control endpoint does")
         if not ans.pop("ok"):
-            raise ErrnoError(ans["errno"], ans["error"].split(": ", 1)[-1])
+            code, text = ans.get("errno"), ans.get("error")
+            if not isinstance(code, int) or not isinstance(text, str):
+                raise ErrnoError(errno.EIO, f"{self.path} refused with a malformed error")
+            raise ErrnoError(code, text.split(": ", 1)[-1])
         return ans
 
     def close(self) -> None:

@@ -67,7 +67,8 @@ class Collector:
         self._lock = threading.Lock()
         self._nl: dict[str, nl.NetlinkRoute] = {}
         self._ctx: dict[str, _Ctx] = {}
-        self._foreign: set[str] = set()      # endpoints of other fabrics or none
+        #: endpoints not followed: path -> why (None: another fabric's context)
+        self._foreign: dict[str, str | None] = {}
         self._watch: dict[str, float] = {}   # "ctx/qpn" -> when a page last asked
         self._known: set[str] = set()         # the QPs of the last sample
         self._prev: dict | None = None
@@ -155,7 +156,7 @@ class Collector:
         if key != self._ports_key:
             if self._ports is not None:
                 self._ports.close()
-            ports = [(n, i, "") for n, i in (k.split("/", 1) for k in key) if n not in self.t.host_nodes()]
+            ports = [p for p in qos.switch_ports(self.t) if f"{p[0]}/{p[1]}" in queues]
             self._ports = qos.PortReader(self.t, ports) if ports else None
             self._ports_key = key
         if self._ports is None:
@@ -167,42 +168,47 @@ class Collector:
                          "dropped": c["dropped"]}
         return out
 
-    def _discover(self, errors: list[str]) -> None:
+    def _discover(self) -> None:
+        """Follow the new endpoints whose context is in this fabric. One that
+        fails or answers nonsense is passed over (and listed in the ticks'
+        ``passed_over``) until its socket goes."""
         for path in endpoints():
             if path in self._ctx or path in self._foreign or len(self._ctx) >= MAX_CONTEXTS:
                 continue
             try:
                 client = ControlClient(path, timeout=1.0)
             except (ErrnoError, OSError) as e:
-                errors.append(f"{os.path.basename(path)}: {e}")
+                self._foreign[path] = str(e)
                 continue
             try:
                 info = client.call("info")
-            except (ErrnoError, OSError, ValueError) as e:
+            except (ErrnoError, OSError) as e:
                 client.close()
-                errors.append(f"{os.path.basename(path)}: {e}")
+                self._foreign[path] = str(e)
                 continue
             if info.get("topology") != self.name or info.get("host") not in self.t.host_nodes():
                 client.close()
-                self._foreign.add(path)
+                self._foreign[path] = None
                 continue
             self._ctx[path] = _Ctx(path, client, info)
 
-    def _contexts(self, errors: list[str]) -> tuple[list[dict], dict, list[dict]]:
+    def _contexts(self) -> tuple[list[dict], dict, list[dict]]:
         now = time.monotonic()
         if now >= self._next_discovery:
-            self._discover(errors)
+            self._discover()
             self._next_discovery = now + 1.0
             alive = set(endpoints())
-            self._foreign &= alive
+            self._foreign = {p: why for p, why in self._foreign.items() if p in alive}
         with self._lock:
             watched = {k for k, at in self._watch.items() if now - at < WATCH_S}
             self._watch = {k: at for k, at in self._watch.items() if k in watched}
         out, grids, new_events = [], {}, []
         for path, c in sorted(self._ctx.items(), key=lambda kv: (kv[1].host or "", kv[0])):
             try:
-                qps = c.client.call("qps")["qps"]
+                qps = [model.qp_row(q) for q in c.client.call("qps")["qps"]]
                 ev = c.client.call("events", after=c.seq)
+                events = [model.ev_event(e) for e in ev["events"]]
+                last, dropped = model.check_int(ev["last"]), model.check_int(ev.get("dropped", 0))
                 if not watched and not grids and qps:  # nobody chose: the first QP found
                     watched = {f"{c.id}/{qps[0]['qpn']}"}
                 for q in qps:
@@ -211,19 +217,18 @@ class Collector:
                         evs = c.client.call("ev_list", qpn=q["qpn"])["evs"]
                         grids[key] = {"ctx": c.id, "qpn": q["qpn"], "host": c.host,
                                       **model.ev_grid(evs, self.t.planes)}
-            except (ErrnoError, OSError, ValueError, KeyError) as e:
-                errors.append(f"context {c.id} ({c.host}) is gone: {e}")
+            except (ErrnoError, OSError, ValueError, KeyError, TypeError) as e:
                 c.client.close()
                 del self._ctx[path]
+                self._foreign[path] = f"answers nonsense or nothing: {e}"
                 continue
-            c.seq = ev.get("last", c.seq)
-            for e in ev["events"]:
+            c.seq = last
+            for e in events:
                 self._event_id += 1
                 new_events.append({"id": self._event_id, "t": round(now - self.start, 3), "ctx": c.id,
-                                   "host": c.host, "qpn": e["qpn"], "ev": e["ev"], "plane": ev_plane(e["ev"]),
-                                   "old": e["old"], "new": e["new"], "address": e.get("address"),
-                                   "links": model.path_links(self.t, c.host, e.get("address"))})
-            out.append({"id": c.id, "pid": c.info.get("pid"), "host": c.host, "dropped": ev.get("dropped", 0),
+                                   "host": c.host, **e, "plane": ev_plane(e["ev"]),
+                                   "links": model.path_links(self.t, c.host, e["address"])})
+            out.append({"id": c.id, "pid": c.info.get("pid"), "host": c.host, "dropped": dropped,
                         "qps": [{**q, "key": f"{c.id}/{q['qpn']}"} for q in qps]})
         return out, grids, new_events
 
@@ -253,7 +258,8 @@ class Collector:
         except OSError as e:
             port_q = {}
             errors.append(f"switch queues: {e}")
-        contexts, grids, new_events = self._contexts(errors)
+        contexts, grids, new_events = self._contexts()
+        passed_over = [{"ctx": os.path.basename(p)[:-5], "why": why} for p, why in sorted(self._foreign.items()) if why]
         point = {"t": t, "planes": planes, "hosts": hosts}
         with self._lock:
             self._known = {q["key"] for c in contexts for q in c["qps"]}
@@ -263,4 +269,5 @@ class Collector:
                 self.timeline.append({"t": t, "op": "state", "from": old, "to": new, "links": sorted(names)})
             timeline = list(self.timeline)[-50:]
         return {"t": t, "time": time.time(), "links": links, **point, "queues": port_q, "contexts": contexts,
-                "grids": grids, "events": new_events, "timeline": timeline, "faults": faults, "errors": errors}
+                "grids": grids, "events": new_events, "timeline": timeline, "faults": faults, "errors": errors,
+                "passed_over": passed_over}

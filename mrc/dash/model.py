@@ -5,7 +5,9 @@
 - :func:`link_view`: each link's state (up, down, lossy, limited) and load
   from two samples of the lower switch's interface counters.
 - :func:`path_links`: the links an EV's destination address crosses.
-- :func:`ev_grid`: a QP's EVs as a planes x EVs grid of states.
+- :func:`ev_grid`: a QP's EVs as a planes x EVs grid of states;
+  :func:`qp_row`, :func:`ev_event`: what a control endpoint answered,
+  checked field by field.
 - :func:`check_fault`: a fault request from the page, checked.
 
 Every function here is pure; :mod:`mrc.dash.collect` feeds them.
@@ -121,15 +123,52 @@ def path_links(t: Topology, src: str | None, address: str | None) -> list[str]:
     return [ln for ln in out if ln in names]
 
 
+QP_NUMBERS = ("qpn", "cwnd", "inflight", "srtt_ns", "min_rtt_ns", "base_rtt_ns", "tx_bytes", "rtx_bytes", "losses",
+              "timeouts", "ecn_marks", "trims", "good_evs", "bad_evs")
+
+
+def check_int(x) -> int:
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise ValueError(f"{x!r} is not an integer")
+    return x
+
+
+def _state(x) -> str:
+    if x not in EV_STATES and not (isinstance(x, str) and x.isupper() and len(x) <= 16):
+        raise ValueError(f"{x!r} is not a state name")
+    return x
+
+
+def qp_row(q: dict) -> dict:
+    """A QP of the control endpoint's ``qps`` answer, with only the fields
+    the page shows, checked (ValueError, KeyError or TypeError otherwise):
+    another process answers on that socket."""
+    if not isinstance(q, dict):
+        raise TypeError(f"a QP is an object, not {type(q).__name__}")
+    return {**{k: check_int(q[k]) for k in QP_NUMBERS}, "state_name": _state(q["state_name"])}
+
+
+def ev_event(e: dict) -> dict:
+    """An EV event of the endpoint's ``events`` answer, checked like qp_row."""
+    if not isinstance(e, dict):
+        raise TypeError(f"an EV event is an object, not {type(e).__name__}")
+    addr = e.get("address")
+    if addr is not None and (not isinstance(addr, str) or len(addr) > 64):
+        raise ValueError(f"{addr!r} is not an address")
+    return {"qpn": check_int(e["qpn"]), "ev": check_int(e["ev"]), "old": _state(e["old"]), "new": _state(e["new"]),
+            "address": addr}
+
+
 def ev_grid(evs: list[dict], planes: int) -> dict:
     """A QP's EVs (the control endpoint's ``ev_list``) as rows per plane:
     each cell ``[entropy, state, active]``; and how many EVs are in each state."""
     rows: list[list] = [[] for _ in range(planes)]
     counts = dict.fromkeys(EV_STATES, 0)
-    for e in sorted(evs, key=lambda e: (e["plane"], e["entropy"])):
-        if 0 <= e["plane"] < planes:
-            rows[e["plane"]].append([e["entropy"], e["state"], bool(e.get("active"))])
-        counts[e["state"]] = counts.get(e["state"], 0) + 1
+    evs = [(check_int(e["plane"]), check_int(e["entropy"]), _state(e["state"]), e.get("active") is True) for e in evs]
+    for plane, entropy, state, active in sorted(evs):
+        if 0 <= plane < planes:
+            rows[plane].append([entropy, state, active])
+        counts[state] = counts.get(state, 0) + 1
     return {"planes": planes, "rows": rows, "counts": counts}
 
 

@@ -286,3 +286,59 @@ def test_switch_queues_show_when_the_fabric_has_them(lab):
         assert link["capacity_bps"] == 2_000_000_000 and link["load"] is not None
     finally:
         apply.set_queues(t.name, None, qos.PortQoS(0))
+
+
+def hostile_endpoint(path, info):
+    """A control socket that answers ``info`` as the fabric's context would,
+    then nonsense to everything else; and keeps answering."""
+    import threading
+
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(8)
+
+    def client(conn):
+        with conn, conn.makefile("rwb") as f:
+            for line in f:
+                op = json.loads(line).get("op")
+                ans = {"ok": True, **info} if op == "info" else {"ok": True, "qps": [{"qpn": "<img src=x>"}],
+                                                                  "events": "x", "last": None}
+                f.write(json.dumps(ans).encode() + b"\n")
+                f.flush()
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=client, args=(conn,), daemon=True).start()
+    threading.Thread(target=serve, daemon=True).start()
+    return srv
+
+
+def test_a_lying_or_silent_control_socket_does_not_stop_the_view(lab):
+    t, port = lab
+    d = os.environ["MRC_CTL_DIR"]
+    me = os.getpid()
+    liar = hostile_endpoint(os.path.join(d, f"{me}-liar.sock"), {"topology": t.name, "host": "h0", "pid": me})
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # accepts and never answers
+    mute.bind(os.path.join(d, f"{me}-mute.sock"))
+    mute.listen(8)
+    try:
+        def passed_over():
+            tick = state(port)["tick"] or {}
+            return {p["ctx"] for p in tick.get("passed_over", [])} >= {f"{me}-liar", f"{me}-mute"}
+        wait_for(passed_over, 20, "the lying and the silent socket passed over")
+        # the real contexts still show, the liar's nonsense nowhere, and updates keep coming at their rate
+        s = wait_for(lambda: transfer_seen(port), 20, "the real transfer still in view")
+        assert {c["id"] for c in s["tick"]["contexts"]}.isdisjoint({f"{me}-liar", f"{me}-mute"})
+        seq0, t0 = s["tick"]["seq"], time.monotonic()
+        time.sleep(3)
+        s = state(port)
+        rate = (s["tick"]["seq"] - seq0) / (time.monotonic() - t0)
+        assert rate > 3, f"{rate:.1f} updates/s with a silent socket in the directory"
+        assert "<img" not in json.dumps(s["tick"]["contexts"])  # its words only in the reason it was passed over
+    finally:
+        liar.close()
+        mute.close()

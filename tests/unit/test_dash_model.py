@@ -127,3 +127,41 @@ def test_the_host_header_must_name_this_server(header, bind, ok):
     from mrc.dash.server import host_allowed
 
     assert host_allowed(header, bind, 8080) is ok
+
+
+GOOD_QP = {k: 1 for k in model.QP_NUMBERS} | {"state_name": "RTS", "extra": "<script>"}
+
+
+def test_qp_rows_and_ev_events_keep_only_checked_fields():
+    assert model.qp_row(GOOD_QP) == {k: 1 for k in model.QP_NUMBERS} | {"state_name": "RTS"}
+    e = model.ev_event({"qpn": 5, "ev": 0x10002, "old": "GOOD", "new": "ASSUMED_BAD", "address": "fc00:0:1::",
+                        "junk": [1]})
+    assert e == {"qpn": 5, "ev": 0x10002, "old": "GOOD", "new": "ASSUMED_BAD", "address": "fc00:0:1::"}
+
+
+@pytest.mark.parametrize("bad", [
+    GOOD_QP | {"cwnd": "1"}, GOOD_QP | {"cwnd": True}, GOOD_QP | {"cwnd": 1.5}, GOOD_QP | {"state_name": "<b>x</b>"},
+    GOOD_QP | {"state_name": None}, {k: v for k, v in GOOD_QP.items() if k != "qpn"}, [], "x",
+])
+def test_a_qp_row_that_is_not_one_is_refused(bad):
+    with pytest.raises((ValueError, KeyError, TypeError)):
+        model.qp_row(bad)
+
+
+@pytest.mark.parametrize("bad", [
+    {"qpn": 1, "ev": "2", "old": "GOOD", "new": "GOOD"},
+    {"qpn": 1, "ev": 2, "old": "GOOD", "new": "<img src=x>"},
+    {"qpn": 1, "ev": 2, "old": "GOOD", "new": "GOOD", "address": "x" * 65},
+    {"qpn": 1, "ev": 2, "old": "GOOD", "new": "GOOD", "address": 7},
+    {"qpn": 1, "old": "GOOD", "new": "GOOD"}, None,
+])
+def test_an_ev_event_that_is_not_one_is_refused(bad):
+    with pytest.raises((ValueError, KeyError, TypeError)):
+        model.ev_event(bad)
+
+
+def test_an_ev_grid_of_nonsense_is_refused():
+    with pytest.raises((ValueError, KeyError, TypeError)):
+        model.ev_grid([{"plane": "0", "entropy": 1, "state": "GOOD"}], 2)
+    with pytest.raises((ValueError, KeyError, TypeError)):
+        model.ev_grid([{"plane": 0, "entropy": 1, "state": "<x>"}], 2)

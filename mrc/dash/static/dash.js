@@ -359,9 +359,10 @@ function tick(t, fromHello) {
   if (t.timeline) setTimeline(t.timeline);
   if (t.queues) updateQueues(t.queues);
   drawTimeline();
+  const lines = (t.errors || []).concat((t.passed_over || []).map((p) => `control socket ${p.ctx} passed over: ${p.why}`));
   const errs = $("errors");
-  errs.hidden = !(t.errors && t.errors.length);
-  errs.textContent = (t.errors || []).join("\n");
+  errs.hidden = lines.length === 0;
+  errs.textContent = lines.join("\n");
 }
 
 function connect() {

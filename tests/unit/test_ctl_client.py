@@ -1,0 +1,91 @@
+"""The control client against sockets that do not answer as a control
+endpoint does (another program on the path, or one that lies): a clear
+ErrnoError every time, never a crash or an unbounded read."""
+import errno
+import os
+import socket
+import tempfile
+import threading
+
+import pytest
+
+from mrc.ctl import endpoint
+from mrc.ctl.endpoint import ControlClient, endpoints
+from mrc.errors import ErrnoError
+
+
+def fake_endpoint(answer: bytes):
+    """A UNIX socket that reads one request and answers ``answer``."""
+    d = tempfile.mkdtemp(prefix="ctl-fake-")
+    path = os.path.join(d, "1.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(1)
+
+    def serve():
+        conn, _ = srv.accept()
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(answer)
+            except OSError:
+                pass
+    threading.Thread(target=serve, daemon=True).start()
+    return path, srv
+
+
+@pytest.mark.parametrize("answer, code", [
+    (b"garbage\n", errno.EIO),
+    (b"[1, 2]\n", errno.EIO),
+    (b'{"qps": []}\n', errno.EIO),                       # no "ok"
+    (b'{"ok": "yes"}\n', errno.EIO),
+    (b'{"ok": NaN}\n', errno.EIO),
+    (b'{"ok": false}\n', errno.EIO),                     # a refusal without errno and error
+    (b'{"ok": false, "errno": "x", "error": 5}\n', errno.EIO),
+    (b"[" * 3000 + b"\n", errno.EIO),                    # nested past the recursion limit
+    (b'{"ok": false, "errno": 1, "error": "EPERM: no"}\n', errno.EPERM),  # a real refusal
+    (b"", errno.EIO),                                    # closed without a word
+    (b'{"ok": true, "x": "' + b"a" * 5000, errno.EMSGSIZE),  # no end of line within the bound
+])
+def test_a_socket_that_is_not_a_control_endpoint_gets_a_clear_error(answer, code, monkeypatch):
+    monkeypatch.setattr(endpoint, "MAX_ANSWER", 4096)
+    path, srv = fake_endpoint(answer)
+    try:
+        with ControlClient(path, timeout=5) as c, pytest.raises(ErrnoError) as e:
+            c.call("info")
+        assert e.value.errno == code
+    finally:
+        srv.close()
+
+
+def test_a_silent_endpoint_times_out():
+    path, srv = fake_endpoint(b"")
+    srv2 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # accepts, never answers
+    p2 = path.replace("1.sock", "2.sock")
+    srv2.bind(p2)
+    srv2.listen(1)
+    try:
+        with ControlClient(p2, timeout=0.3) as c, pytest.raises(OSError):
+            c.call("info")
+    finally:
+        srv.close()
+        srv2.close()
+
+
+def test_endpoints_lists_only_live_pid_sockets(monkeypatch):
+    d = tempfile.mkdtemp(prefix="ctl-names-")
+    monkeypatch.setenv("MRC_CTL_DIR", d)
+    me = os.getpid()
+    names = [f"{me}.sock", f"{me}-h0.sock", f"{me}-a.b_c.sock", "999999999.sock", f"{me}-../x.sock",
+             f"{me}-{'x' * 33}.sock", f"{me}-h0.sock.tmp", "abc.sock", f"{me}-.sock", f"{me}-h 0.sock"]
+    for n in names:
+        if "/" not in n:
+            open(os.path.join(d, n), "w").close()
+    got = sorted(os.path.basename(p) for p in endpoints())
+    assert got == sorted([f"{me}.sock", f"{me}-h0.sock", f"{me}-a.b_c.sock"])
+
+
+@pytest.mark.parametrize("tag", ["", "../x", "h 0", "x" * 33, "h0/1", "h-0"])
+def test_a_control_socket_tag_must_be_a_plain_name(tag):
+    with pytest.raises(ValueError, match="tag"):
+        endpoint.serve(object(), tag=tag)
