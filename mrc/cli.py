@@ -385,6 +385,11 @@ def _port_qos(rate: str, a: argparse.Namespace):
     return PortQoS(bps, a.ecn_kb, a.trim_kb, a.buffer_kb).check()
 
 
+def _dash_port(port: int, flag: str) -> None:
+    if not 1 <= port <= 65535:
+        raise UsageError(f"{flag} must be 1-65535, not {port}")
+
+
 def _print(obj, as_json: bool, text: str) -> None:
     print(json.dumps(obj, indent=1) if as_json else text)
 
@@ -545,12 +550,20 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "demo":
             from mrc import demo
 
+            if a.dash:
+                _dash_port(a.dash_port, "--dash-port")
+                for flag, v in (("--dash-wait", a.dash_wait), ("--dash-linger", a.dash_linger)):
+                    if not 0 <= v <= 3600:
+                        raise UsageError(f"{flag} is 0-3600 seconds, not {v}")
             dash_opts = {"port": a.dash_port, "wait": a.dash_wait, "linger": a.dash_linger} if a.dash else None
             return demo.main(a.name, dash=dash_opts)
         if a.cmd == "dash":
             from mrc.dash.server import run
             from mrc.fabric import apply
 
+            _dash_port(a.port, "--port")
+            if not 0.5 <= a.hz <= 20:
+                raise UsageError(f"--hz must be 0.5-20, not {a.hz}")
             name = a.name
             if name is None:
                 found = apply.list_fabrics()
@@ -558,10 +571,6 @@ def main(argv: list[str] | None = None) -> int:
                     raise UsageError(f"{len(found)} fabrics are up ({', '.join(found) or 'none'}): name one with "
                                      "--name" if found else "no fabric is up: `mrc fabric up --name lab` first")
                 name = found[0]
-            if not 1 <= a.port <= 65535:
-                raise UsageError(f"--port must be 1-65535, not {a.port}")
-            if not 0.5 <= a.hz <= 20:
-                raise UsageError(f"--hz must be 0.5-20, not {a.hz}")
             apply.require_root("mrc dash (it reads the fabric's namespaces)")
             return run(name, a.port, a.bind, a.hz, a.token)
         if a.cmd == "perf":

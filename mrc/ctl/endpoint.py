@@ -176,7 +176,8 @@ def _lines(conn: socket.socket):
         yield line
 
 
-def _no_constant(name: str):
+def no_constant(name: str):
+    """json.loads' parse_constant for input from others: NaN and Infinity are refused."""
     raise ValueError(f"{name} is not a number a request may carry")
 
 
@@ -242,7 +243,7 @@ class ControlServer:
     def _request(self, line: bytes, privileged: bool) -> dict:
         """One request's answer: every failure is an errno."""
         try:
-            req = json.loads(line, parse_constant=_no_constant)
+            req = json.loads(line, parse_constant=no_constant)
             if not isinstance(req, dict):
                 raise ErrnoError(errno.EINVAL, "a request is a JSON object")
             return {"ok": True, **self.handle(req, privileged)}
@@ -458,7 +459,7 @@ class ControlClient:
         if not line.endswith(b"\n"):
             raise ErrnoError(errno.EMSGSIZE, f"{self.path} answered over {MAX_ANSWER} bytes")
         try:
-            ans = json.loads(line, parse_constant=_no_constant)
+            ans = json.loads(line, parse_constant=no_constant)
         except (ValueError, RecursionError):
             ans = None
         if not isinstance(ans, dict) or not isinstance(ans.get("ok"), bool):

@@ -32,6 +32,7 @@ import re
 import socket
 import threading
 
+from mrc.ctl.endpoint import no_constant
 from mrc.dash import model
 from mrc.dash.collect import Collector
 from mrc.fabric import apply
@@ -145,9 +146,9 @@ def make_app(dash: Dash):
         if dash.can_modify is not None:
             return web.json_response({"error": dash.can_modify}, status=403)
         try:
-            req = model.check_fault(dash.c.t, json.loads(await request.read()))
-        except (ValueError, UnicodeDecodeError) as e:
-            return web.json_response({"error": f"bad fault request: {e}"}, status=400)
+            req = model.check_fault(dash.c.t, json.loads(await request.read(), parse_constant=no_constant))
+        except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+            return web.json_response({"error": f"bad fault request: {str(e)[:200]}"}, status=400)
         except web.HTTPRequestEntityTooLarge:
             return web.json_response({"error": f"a fault request is at most {MAX_BODY} bytes"}, status=413)
         name = dash.c.name
@@ -158,7 +159,7 @@ def make_app(dash: Dash):
             if target in running or len(running) >= MAX_FLAPS:
                 return web.json_response({"error": f"{target} is flapping already" if target in running else
                                           f"{MAX_FLAPS} links are flapping already"}, status=409)
-            th = threading.Thread(target=_flap, args=(name, target, req["period"], req["duration"]), daemon=True)
+            th = threading.Thread(target=_flap, args=(dash.c, target, req["period"], req["duration"]), daemon=True)
             dash.flaps[target] = th
             th.start()
             dash.c.note({"op": "flap", "target": target, "arg": req["period"], "by": "dash"})
@@ -179,11 +180,11 @@ def make_app(dash: Dash):
     return app
 
 
-def _flap(name: str, target: str, period: float, duration: float) -> None:
+def _flap(c: Collector, target: str, period: float, duration: float) -> None:
     try:
-        apply.flap(name, target, period, duration=duration)
-    except Exception:  # the link's next sample shows what state it was left in
-        pass
+        apply.flap(c.name, target, period, duration=duration)
+    except Exception as e:  # the page's timeline says so; the link's samples show its state
+        c.note({"op": "flap failed", "target": target, "arg": str(e)[:200], "by": "dash"})
 
 
 def _dumps(obj) -> str:

@@ -342,3 +342,26 @@ def test_a_lying_or_silent_control_socket_does_not_stop_the_view(lab):
     finally:
         liar.close()
         mute.close()
+
+
+def test_malformed_requests_get_a_reason_and_change_nothing(lab):
+    t, port = lab
+    tok = {"X-MRC-Token": TOKEN, "Content-Type": "application/json"}
+    for body in (b"not json", b"[1, 2]", b'{"op": NaN}', b"\xff\xfe", b"[" * 3000, b""):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("POST", "/api/fault", body=body, headers=tok)
+        r = c.getresponse()
+        ans = json.loads(r.read())
+        c.close()
+        assert r.status == 400 and "bad fault request" in ans["error"], (body[:20], r.status, ans)
+    status, ans = request(port, "GET", "/api/stream?qp=" + "x" * 65)
+    assert status == 400 and "qp" in ans["error"]
+    for path in ("/static/../../../../etc/passwd", "/static/%2e%2e/%2e%2e/server.py", "/api/nothing"):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        c.request("GET", path)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        assert r.status in (403, 404) and b"root:" not in body and b"import" not in body, path
+    assert apply.load_state(t.name)["faults"] == {}
+    wait_for(lambda: state(port)["tick"], 10, "updates still coming")  # still serving

@@ -96,6 +96,20 @@ def test_dash_without_aiohttp_says_what_to_install():
     assert r.returncode != 0 and "pip install 'mrc[dash]'" in r.stderr
 
 
+@pytest.mark.parametrize("argv, msg", [
+    (["dash", "--port", "70000"], "--port must be 1-65535"),
+    (["dash", "--port", "0"], "--port must be 1-65535"),
+    (["dash", "--hz", "100"], "--hz must be 0.5-20"),
+    (["dash", "--hz", "nan"], "--hz must be 0.5-20"),
+    (["demo", "--dash", "--dash-port", "0"], "--dash-port must be 1-65535"),
+    (["demo", "--dash", "--dash-wait", "-1"], "--dash-wait is 0-3600"),
+    (["demo", "--dash", "--dash-linger", "1e9"], "--dash-linger is 0-3600"),
+])
+def test_dash_flags_out_of_range_are_refused_before_anything_is_built(argv, msg):
+    r = run(*argv)
+    assert r.returncode == 2 and msg in r.stderr, r.stderr
+
+
 def test_dash_help_explains_the_token_and_the_bind_address():
     r = run("dash", "--help")
     assert r.returncode == 0 and "token" in r.stdout and "127.0.0.1" in r.stdout
