@@ -9,8 +9,8 @@ enum { FAB_BATCH = 16, FAB_TXBUF = 256 << 10, FAB_WCS = 64 };
 enum { NODE_HOST = 0, NODE_LEAF = 1, NODE_SPINE = 2 };
 enum { EVT_PKT = 0, EVT_WAKE = 1, EVT_LINK = 2, EVT_FLOW = 3 };
 enum { KIND_T0 = 0x1, KIND_T1 = 0x2, KIND_HOST = 0xB };
-/* on the wire beyond the MRC packet: Ethernet, IPv6, UDP, FCS, preamble and gap */
-#define WIRE_EXTRA (MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN + 4 + 20)
+#define WIRE_EXTRA MRC_FAB_WIRE_EXTRA
+_Static_assert(MRC_FAB_WIRE_EXTRA == MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN + 4 + 20, "the wire's extra bytes");
 #define PS_INF UINT64_MAX
 
 struct fport { uint64_t busy; uint32_t epoch; uint8_t down; }; /* busy: when its FIFO drains (ps) */

@@ -30,10 +30,10 @@ from mrc.perf import parse_rate, parse_size, percentile
 
 WORKLOADS = ("permutation", "alltoall", "incast", "victim", "ring-allreduce")
 TIERS = ("nic", "leaf_up", "spine_down", "leaf_down")
-#: bytes on the wire beyond an MRC packet (csrc/simfab.c WIRE_EXTRA)
-WIRE_EXTRA = 14 + 40 + 8 + 4 + 20
-#: MRC headers of a data packet with a RETH (BTH 12 + RETH 16 + ICRC 4; see csrc/wire.c)
-DATA_HDRS = 12 + 16 + 4
+#: bytes on the wire beyond an MRC packet, as the simulator counts them
+WIRE_EXTRA = lib.MRC_FAB_WIRE_EXTRA
+#: MRC headers of a data packet with a RETH (csrc/wire.c)
+DATA_HDRS = lib.MRC_BTH_LEN + lib.MRC_RETH_LEN + lib.MRC_ICRC_LEN
 NEVER = 1 << 62
 
 

@@ -626,6 +626,9 @@ uint32_t mrc_sim_recorded(const struct mrc_sim *s);
  * fabric's BPF queues. Deterministic for a seed. Links are numbered:
  * host link (h, p) = p * H + h; leaf-spine link (p, l, s) =
  * P * H + (p * L + l) * S + s. */
+/* Bytes a packet takes on a simulated link beyond the MRC packet: Ethernet
+ * 14, IPv6 40, UDP 8, FCS 4, preamble and inter-frame gap 20. */
+enum { MRC_FAB_WIRE_EXTRA = 86 };
 struct mrc_fab_cfg {
     uint32_t hosts, planes, leaves, spines;
     uint64_t rate_bps;       /* every link and NIC port, each direction */
