@@ -53,7 +53,7 @@ MAX_CLIENTS = 16         # connections served at once
 IDLE_TIMEOUT = 300.0     # seconds a connection may stay silent
 SO_PEERPIDFD = 77        # Linux 6.5: a pidfd of the connecting process
 _TAG = re.compile(r"[A-Za-z0-9_.]{1,32}")
-_SOCK_NAME = re.compile(r"(\d+)(?:-[A-Za-z0-9_.]{1,32})?\.sock")
+_SOCK_NAME = re.compile(rf"(\d+)(?:-{_TAG.pattern})?\.sock")
 
 
 def ctl_dir() -> str:
