@@ -92,8 +92,10 @@ static void nscc_on_ack(struct qp *q, uint64_t bytes, uint64_t rtt, int ecn, uin
         if (delay > (double)c->qa_threshold)
             quick_adapt(q, now);
     } else if (ecn && now - s->last_md_ns >= c->base_rtt) {
-        /* a trim: congestion without an RTT sample */
-        s->cwnd = clamp_cwnd(q, (double)s->cwnd * (double)c->max_md_jump / 1000.0 * 1.5);
+        /* a trim: congestion without an RTT sample; half the largest
+         * decrease (x 0.75 at NSCC's floor of 0.5; it was floor x 1.5,
+         * which grew the window on a trim once the floor was above 2/3) */
+        s->cwnd = clamp_cwnd(q, (double)s->cwnd * (1.0 - (1.0 - (double)c->max_md_jump / 1000.0) / 2.0));
         s->last_md_ns = now;
     }
     nscc_apply(q, now);
