@@ -118,7 +118,10 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
     prof["cc"].update(a.cc)
     hosts = {h: Host(t.name, h) for h in names}
     try:
-        setup = {"transport": transport, "msg": a.msg, "slots": 4, "flows": flows, "qp": prof}
+        # MRC's ports send at the NIC's rate, as a NIC's do: its packets wait in their QPs, not in the
+        # host port's qdisc (NSCC would count that queue as the network's)
+        pace = 0 if a.no_nic_rate or a.no_pacing else q.rate_bps
+        setup = {"transport": transport, "msg": a.msg, "slots": 4, "flows": flows, "qp": prof, "port_rate_bps": pace}
         infos: dict = {}
         for h, w in hosts.items():
             for k, v in w.ask({"setup": {**setup, "host": h}})["infos"].items():
@@ -353,6 +356,9 @@ def main() -> int:
     ap.add_argument("--plots", metavar="DIR", help="write a PNG per workload into DIR")
     ap.add_argument("--no-nic-rate", action="store_true",
                     help="a control: leave the hosts' ports unlimited (only the switch ports queue)")
+    ap.add_argument("--no-pacing", action="store_true",
+                    help="a control: MRC's engine sends as fast as it is asked, not at its ports' rate "
+                         "(its packets then queue in the hosts' qdiscs)")
     ap.add_argument("--cc", action="append", default=[], metavar="NAME=VALUE",
                     help="an NSCC parameter for every MRC QP (struct mrc_cc_params), e.g. gamma=400; repeatable")
     a = ap.parse_args()
@@ -375,7 +381,7 @@ def main() -> int:
         print(f"congestion_bench: {problem}", file=sys.stderr)
         return 2
     t, q = build(a)
-    out = {"cc": a.cc, "nic_rate": not a.no_nic_rate,
+    out = {"cc": a.cc, "nic_rate": not a.no_nic_rate, "pacing": not (a.no_nic_rate or a.no_pacing),
            "rate_bps": q.rate_bps, "ecn_kb": q.ecn_kb, "trim_kb": q.trim_kb, "buffer_kb": q.buffer_kb,
            "hosts": t.hosts, "planes": t.planes, "msg": a.msg, "seconds": a.seconds, "workloads": {}}
     reader = qos.PortReader(t, qos.switch_ports(t))

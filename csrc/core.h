@@ -258,6 +258,13 @@ struct mrc_ep {
     struct mrc_ev_event *evq;
     uint32_t evq_size, evq_head, evq_tail, ev_dropped;
     uint32_t port_up;
+    /* the ports' transmit pacing (mrc_ep_set_port_rate): a port sends at
+     * most its rate, so a host queue in front of a slower wire never fills
+     * (NSCC would count it as the network's delay). port_free_ns: when the
+     * port's last packet has left; a port is busy until then. */
+    uint32_t port_paced;     /* bit n: plane n has a rate */
+    uint64_t port_ps_per_byte[MRC_MAX_PLANES];
+    uint64_t port_free_ns[MRC_MAX_PLANES];
     uint32_t rr_qp;
     uint32_t *act;           /* indices of QPs in RTS: the only ones the tx path visits */
     uint32_t nact;
@@ -273,6 +280,36 @@ struct mrc_ep {
 static inline uint32_t qp_usable_ports(const struct mrc_ep *ep, const struct qp *q)
 {
     return ep->port_up & q->remote_ports;
+}
+
+enum { EP_FRAME_HDRS = MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN }; /* a frame's bytes around the packet */
+
+/* The planes whose port may send now: unpaced, or its last packet gone. */
+static inline uint32_t ep_ports_ready(const struct mrc_ep *ep, uint64_t now)
+{
+    uint32_t busy = 0;
+    for (uint32_t m = ep->port_paced; m; m &= m - 1) {
+        uint32_t p = (uint32_t)__builtin_ctz(m);
+        if (ep->port_free_ns[p] > now)
+            busy |= 1u << p;
+    }
+    return ~busy;
+}
+
+/* A packet of len bytes (BTH..ICRC) goes out on plane's port: the port is
+ * busy for its frame's time at the port's rate. The port may have saved up
+ * one full frame's time while idle, no more: what the engine sends late
+ * (it woke late) it may catch up, and the queue in front of the wire holds
+ * at most two frames. */
+static inline void ep_port_charge(struct mrc_ep *ep, uint32_t plane, uint32_t len, uint64_t now)
+{
+    if (plane >= MRC_MAX_PLANES || !(ep->port_paced & (1u << plane)))
+        return;
+    uint64_t ps = ep->port_ps_per_byte[plane], credit = (MRC_MAX_MTU + EP_FRAME_HDRS) * ps / 1000;
+    uint64_t t = ep->port_free_ns[plane];
+    if (t + credit < now)
+        t = now - credit;
+    ep->port_free_ns[plane] = t + (len + EP_FRAME_HDRS) * ps / 1000;
 }
 
 /* Mark (on) or clear a QP's "completions wait for room in a CQ" flag. */

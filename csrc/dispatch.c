@@ -117,6 +117,7 @@ static uint32_t tx_ctrl(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
             break;
         memcpy(buf + *used, c->buf, c->len);
         d[n] = (struct mrc_txdesc){.off = *used, .len = c->len, .ev = c->ev, .peer = c->peer, .tclass = c->tclass};
+        ep_port_charge(ep, ev_plane(c->ev), c->len, now); /* control packets never wait, but take the wire */
         if (c->probe_id)
             evprobe_left(ep, c->probe_id, now); /* the RTT starts when it leaves */
         *used += c->len;
@@ -187,6 +188,23 @@ uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now)
 }
 
 /* ------------------------------------------------------------ ports */
+/* The port of plane sends at most rate_bps (frames: the packet with its
+ * Ethernet, IPv6 and UDP headers, as a qdisc counts them); 0: no limit. */
+int mrc_ep_set_port_rate(struct mrc_ep *ep, uint32_t plane, uint64_t rate_bps)
+{
+    if (plane >= ep->a.planes || plane >= MRC_MAX_PLANES || (rate_bps && rate_bps < 8000))
+        return -EINVAL; /* below 1 kB/s a frame would take longer than a retransmit timer can wait */
+    if (!rate_bps) {
+        ep->port_paced &= ~(1u << plane);
+        return 0;
+    }
+    ep->port_ps_per_byte[plane] = 8000000000000ull / rate_bps;
+    if (!ep->port_ps_per_byte[plane])
+        ep->port_ps_per_byte[plane] = 1;
+    ep->port_paced |= 1u << plane;
+    return 0;
+}
+
 /* A local port (plane) went down or up: stop using its EVs at once and tell
  * every connected peer through a port status update (protocol.md 3). */
 int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now)

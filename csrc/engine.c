@@ -345,6 +345,7 @@ LOCKED_CALL(mrc_qp_create, qp_create, (struct mrc_ctx *c, const struct mrc_qp_at
 LOCKED_CALL(mrc_qp_destroy, qp_destroy, (struct mrc_ctx *c, uint32_t qpn), (c->ep, qpn))
 LOCKED_CALL(mrc_qp_modify, qp_modify, (struct mrc_ctx *c, uint32_t qpn, uint32_t state, const struct mrc_qp_conn *conn), (c->ep, qpn, state, conn))
 LOCKED_CALL(mrc_qp_query, qp_query, (struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st), (c->ep, qpn, st))
+LOCKED_CALL(mrc_ctx_set_port_rate, mrc_ep_set_port_rate, (struct mrc_ctx *c, uint32_t plane, uint64_t rate_bps), (c->ep, plane, rate_bps))
 LOCKED_CALL(mrc_ctx_drops, ep_drops, (struct mrc_ctx *c, uint64_t *counts, uint32_t n), (c->ep, counts, n))
 LOCKED_CALL(mrc_ev_list, ev_ctl_list, (struct mrc_ctx *c, uint32_t qpn, struct mrc_ev_info *out, uint32_t max), (c->ep, qpn, out, max))
 LOCKED_CALL(mrc_ev_set_state, ev_ctl_set_state, (struct mrc_ctx *c, uint32_t qpn, uint32_t ev, uint32_t state), (c->ep, qpn, ev, state))

@@ -172,11 +172,12 @@ static inline void skip_expiry(struct mrc_ep *ep, struct qp *q, struct ev_entry 
         ev_transition(ep, q, e, MRC_EV_GOOD, now);
 }
 
-/* Next EV of the rotation: GOOD, on a plane both ends can use, preferably
+/* Next EV of the rotation: GOOD, on a plane both ends can use and whose
+ * port may send now, preferably
  * not avoid_ev (retransmissions go on a different path). */
 int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, uint32_t *out)
 {
-    uint32_t usable = qp_usable_ports(ep, q);
+    uint32_t usable = qp_usable_ports(ep, q) & ep_ports_ready(ep, now); /* a paced port that is busy waits */
     /* A retransmission first tries another plane: a different EV on the same
      * plane may share the failed link, and a lost retransmission at the head
      * of the window can only be found by the timer. */

@@ -57,8 +57,10 @@ static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int ack
     return mrc_pkt_finish(out, (uint32_t)hl + pe->len);
 }
 
-static void emit(struct mrc_txdesc *d, uint32_t off, int len, uint32_t ev, struct qp *q, uint8_t tclass, int data)
+static void emit(struct mrc_ep *ep, uint64_t now, struct mrc_txdesc *d, uint32_t off, int len, uint32_t ev,
+                 struct qp *q, uint8_t tclass, int data)
 {
+    ep_port_charge(ep, ev_plane(ev), (uint32_t)len, now);
     *d = (struct mrc_txdesc){.off = off, .len = (uint32_t)len, .ev = ev, .peer = q->peer, .tclass = tclass,
                              .is_data = (uint8_t)data};
 }
@@ -101,7 +103,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         int len = build_data(q, psn, pe, 1, 1, buf + *used, buflen - *used);
         if (len < 0)
             break;
-        emit(&d[n++], *used, len, ev, q, MRC_DSCP_RTX << 2 | MRC_ECN_ECT0, 1);
+        emit(ep, now, &d[n++], *used, len, ev, q, MRC_DSCP_RTX << 2 | MRC_ECN_ECT0, 1);
         *used += (uint32_t)len;
         pe->st = PE_INFLIGHT;
         pe->rnr = 0;
@@ -126,7 +128,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         int len = mrc_pkt_build(&p, NULL, buf + *used, buflen - *used);
         if (len < 0)
             break;
-        emit(&d[n++], *used, len, e->ev, q, MRC_DSCP_CONTROL << 2, 0);
+        emit(ep, now, &d[n++], *used, len, e->ev, q, MRC_DSCP_CONTROL << 2, 0);
         *used += (uint32_t)len;
         ev_probe_sent(q, e, now);
         e->probe_id = q->probe_seq;
@@ -163,7 +165,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         int plen = build_data(q, q->next_psn, pe, ackreq, 0, buf + *used, buflen - *used);
         if (plen < 0)
             break;
-        emit(&d[n++], *used, plen, ev, q, MRC_DSCP_DATA << 2 | MRC_ECN_ECT0, 1);
+        emit(ep, now, &d[n++], *used, plen, ev, q, MRC_DSCP_DATA << 2 | MRC_ECN_ECT0, 1);
         *used += (uint32_t)plen;
         if (q->inflight == 0)
             q->last_progress_ns = now;
@@ -196,7 +198,8 @@ static int rtx_ready(struct qp *q)
 }
 
 /* When q next wants the tx path: now if it has something to send and an EV
- * to send it on, else when the first SKIP ends; never (MRC_INF_NS) when it
+ * to send it on whose port may send, else when the first SKIP ends or the
+ * first busy port is free; never (MRC_INF_NS) when it
  * has nothing to send or the windows hold it back (lost packets the window
  * holds back included: else the engine would spin until an ACK opens it). */
 uint64_t req_next_tx(struct mrc_ep *ep, struct qp *q, uint64_t now)
@@ -204,16 +207,20 @@ uint64_t req_next_tx(struct mrc_ep *ep, struct qp *q, uint64_t now)
     int64_t len = next_data_len(q);
     if (!(rtx_ready(q) || (len >= 0 && cwnd_allows(q, (uint32_t)len))))
         return MRC_INF_NS;
-    uint32_t usable = qp_usable_ports(ep, q);
-    uint64_t skip_end = MRC_INF_NS;
+    uint32_t usable = qp_usable_ports(ep, q), ready = ep_ports_ready(ep, now);
+    uint64_t first = MRC_INF_NS;
     for (uint32_t s = 0; s < q->nslots; s++) {
         const struct ev_entry *e = &q->evs[q->slot[s]];
-        if (!(usable & (1u << ev_plane(e->ev))))
+        uint32_t plane = ev_plane(e->ev);
+        if (!(usable & (1u << plane)) || (e->state != MRC_EV_GOOD && e->state != MRC_EV_SKIP))
             continue;
-        if (e->state == MRC_EV_GOOD || (e->state == MRC_EV_SKIP && e->until_ns <= now))
+        uint64_t at = e->state == MRC_EV_SKIP && e->until_ns > now ? e->until_ns : now;
+        if (!(ready & (1u << plane)) && ep->port_free_ns[plane] > at)
+            at = ep->port_free_ns[plane]; /* its port is busy until then */
+        if (at <= now)
             return now;
-        if (e->state == MRC_EV_SKIP && e->until_ns < skip_end)
-            skip_end = e->until_ns;
+        if (at < first)
+            first = at;
     }
-    return skip_end;
+    return first;
 }

@@ -62,6 +62,10 @@ class ManualContext(Device):
         """A local port (plane) went down or up, as the engine reports carrier."""
         check(lib.mrc_ep_set_port(self._ep(), plane, int(up), now_ns), f"set port {plane}")
 
+    def set_port_rate(self, plane: int, rate_bps: int) -> None:
+        """The port of ``plane`` sends at most ``rate_bps`` (0: no limit)."""
+        check(lib.mrc_ep_set_port_rate(self._ep(), plane, rate_bps), f"port rate of plane {plane}")
+
     def probe_send(self, peer: int, ev: int, now_ns: int = 0) -> int:
         """Queue an EV probe to ``peer`` on ``ev``; returns its id (the packet
         leaves on the next poll_tx)."""

@@ -204,6 +204,18 @@ class EngineThread:
         """How long the idle thread polls before it sleeps: latency against CPU."""
         lib.mrc_ctx_set_spin(self._dev.handle(), int(spin_us * 1000))
 
+    def set_port_rate(self, rate_bps: int, plane: int | None = None) -> None:
+        """Send at most ``rate_bps`` (frames with their headers) on ``plane``'s
+        port, or every port (None); 0: no limit. Data then waits in its QP
+        for the port, as in a NIC, and not in a slower qdisc or link in
+        front of the wire, where NSCC would count it as the network's delay."""
+        planes = [p.plane for p in self.ports] if plane is None else [plane]
+        for pl in planes:
+            rc = lib.mrc_ctx_set_port_rate(self._dev.handle(), pl, int(rate_bps))
+            if rc < 0:
+                raise MrcError(f"port rate {rate_bps} bit/s on plane {pl}: {os.strerror(-rc)} "
+                               "(a plane of this context, a rate of 0 or at least 8 kbit/s)")
+
     def progress(self) -> int:
         """Run one pass of the NIC (receive, complete, send) in the calling
         thread unless the engine thread is in one; the engine leaves the ports
@@ -269,10 +281,13 @@ class Context(Device):
     default, the topology file of ``$MRC_TOPOLOGY`` as host ``$MRC_HOST``);
     ``Context(ports)`` takes them from ``discover_ports([("eth1", 0), ...])``.
     ``start=False`` leaves the engine thread stopped (the raw-ceiling
-    benchmark sends from the calling thread instead)."""
+    benchmark sends from the calling thread instead). ``port_rate_bps``:
+    each port sends at most that (:meth:`EngineThread.set_port_rate`; for
+    ports behind a slower link or a rate-limiting qdisc)."""
 
     def __init__(self, ports: list[Port] | None = None, *, resolver: PathResolver | None = None,
-                 max_qps: int = 1024, cq_depth: int = 65536, start: bool = True, spin_us: float = 200.0) -> None:
+                 max_qps: int = 1024, cq_depth: int = 65536, start: bool = True, spin_us: float = 200.0,
+                 port_rate_bps: int = 0) -> None:
         self.resolver = resolver if resolver is not None else from_environment()
         if ports is None:
             named = self.resolver.local_ports()
@@ -305,6 +320,8 @@ class Context(Device):
         #: the thread that plays the NIC
         self.engine = EngineThread(self, self.ports)
         self.engine.set_spin(spin_us)
+        if port_rate_bps:
+            self.engine.set_port_rate(port_rate_bps)
         if start:
             self.engine.start()
 

@@ -112,6 +112,7 @@ class Worker:
         self.ctx = None
         self.socks: list[socket.socket] = []
         self.qp_attr = setup.get("qp", {})
+        self.port_rate = _int(setup, "port_rate_bps", 0, 10**13, 0)
 
     # ------------------------------------------------------------ setup
     def setup(self) -> dict:
@@ -121,7 +122,7 @@ class Worker:
             from mrc.paths import from_environment
             from mrc.verbs import Context, QPAttr
 
-            self.ctx = ctx = Context(resolver=from_environment())
+            self.ctx = ctx = Context(resolver=from_environment(), port_rate_bps=self.port_rate)
             for f in self.flows:
                 size = self.msg * self.slots
                 attr = QPAttr(**{k: v for k, v in self.qp_attr.items() if k != "cc"},

@@ -472,6 +472,8 @@ int mrc_ctx_start(struct mrc_ctx *c);
 /* How long the idle engine thread keeps polling before it sleeps (default
  * 200 us: waking a sleeping thread costs tens of us on a VM). */
 void mrc_ctx_set_spin(struct mrc_ctx *c, uint64_t ns);
+/* mrc_ep_set_port_rate for a context's port, under its lock. */
+int mrc_ctx_set_port_rate(struct mrc_ctx *c, uint32_t plane, uint64_t rate_bps);
 /* Progress the NIC once from the calling thread (receive, complete, send)
  * unless the engine thread is doing so right now: a thread that waits for a
  * completion calls it instead of yielding. Returns how much work it did,
@@ -560,6 +562,12 @@ uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now_ns);
 /* A local port (plane) went down or up (the engine calls it when carrier or
  * the admin state changes). */
 int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now_ns);
+/* A port (plane) sends at most rate_bps of frames (packet plus Ethernet,
+ * IPv6 and UDP headers); 0 (the default): as fast as it is asked. Data
+ * waits in the QPs for its port, as in a NIC, so a slower wire in front
+ * queues nothing (NSCC would count that queue as the network's).
+ * -EINVAL: no such plane, or a rate below 8 kbit/s. */
+int mrc_ep_set_port_rate(struct mrc_ep *ep, uint32_t plane, uint64_t rate_bps);
 
 /* EV probes (protocol.md 3): a connectionless ENDPOINT_REQUEST on one EV to
  * a peer, answered by the peer's endpoint on the EV it arrived on. send
