@@ -11,8 +11,9 @@ above 64 KiB, trimming above 128 KiB):
   permutation  1,024 NICs, 16 MiB each to a random other; spraying against
                one EV per plane (ECMP-hashed) in the same run
   alltoall     256 NICs, 16 MiB each spread over the 255 others
-  t1           a permutation with one T1 switch failing mid-run: goodput in
-               the 20 us windows before and after (skipping 2 us)
+  t1           a permutation with one T1 switch failing mid-run, against the
+               same run without the failure; and the goodput in the 20 us
+               windows before and after the failure (skipping 2 us)
   flap         a T0-T1 link flapping every 10 ms (down 5 ms, up 5 ms) for
                60 ms of a permutation at 25 Gb/s links, against no flap
   victim       a 7:1 incast plus one flow from an incast sender to another
@@ -81,16 +82,25 @@ def alltoall(q: bool) -> dict:
 
 
 def t1(q: bool) -> dict:
+    """A T1 fails mid-run, against the same run without the failure: the
+    whole run's goodput (the target), and the 20 us windows just before and
+    just after the failure (completions stall there while the packets the
+    failure caught in flight are found lost and resent: a QP completes in
+    order)."""
     fab = msim.Fabric(hosts=64 if q else 256, seed=1)
     at = 100_000
     s = msim.simulate(fab, "permutation", 32 << 20, faults=[msim.parse_fault(f"t1:3.1@{at}ns", fab)])
+    calm = msim.simulate(fab, "permutation", 32 << 20).result
     r = s.result
     before, after = window(s, at, 20_000, 2_000)
     bound = 1 - 1 / (fab.planes * fab.spines)
-    out = pick(r) | {"before_gbps": round(before, 1), "after_gbps": round(after, 1),
+    vs = r["goodput_ratio"] / calm["goodput_ratio"] if calm["goodput_ratio"] else 0.0
+    out = pick(r) | {"no_fault_ratio": calm["goodput_ratio"], "vs_no_fault": round(vs, 4),
+                     "no_fault_max_us": calm["max_us"], "no_fault_wall_s": calm["wall_s"],
+                     "before_gbps": round(before, 1), "after_gbps": round(after, 1),
                      "after_over_before": round(after / before, 4) if before else 0.0, "bound": round(bound, 4),
-                     "target": "goodput after >= (1 - 1/(P x S)) x before, zero QP errors"}
-    out["met"] = out["after_over_before"] >= bound and r["qp_errors"] == 0
+                     "target": "goodput >= (1 - 1/(P x S)) x the same run without the failure, zero QP errors"}
+    out["met"] = vs >= bound and r["qp_errors"] == 0
     return out
 
 

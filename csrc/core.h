@@ -157,6 +157,7 @@ struct qp {
     uint32_t state;          /* enum mrc_qp_state: written by qp_transition() alone */
     struct mrc_qp_attr a;
     uint16_t ev_paths[MRC_MAX_PLANES]; /* per plane: EVs with equal entropy mod this share a path (0: unknown) */
+    uint32_t spare_off, spare_span; /* spare b of a plane has entropy base + (spare_off + b) % spare_span (ev.c) */
     uint32_t win;            /* mpr * 128 */
     uint32_t pd;
     uint32_t scq, rcq;       /* send and receive CQ numbers */
@@ -381,6 +382,7 @@ int ep_drops(struct mrc_ep *ep, uint64_t *counts, uint32_t n);
 
 /* ev.c: the EV state machine and the rotation. Calls ep.c. */
 int ev_init(struct qp *q);
+void ev_place_spares(struct qp *q, uint32_t seed);
 void ev_transition(struct mrc_ep *ep, struct qp *q, struct ev_entry *e, uint8_t st, uint64_t now);
 int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, uint32_t *ev_out);
 void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t sent_ns, uint64_t now);

@@ -96,6 +96,9 @@ static uint32_t rotation_start(const struct qp *q)
     return q->nslots ? (uint32_t)(((uint64_t)q->qpn * 0x9E3779B97F4A7C15ull) >> 40) % q->nslots : 0;
 }
 
+/* Where a QP's spares start (ev_place_spares): another hash of its number. */
+static uint32_t spare_seed(const struct qp *q) { return (uint32_t)(((uint64_t)q->qpn * 0xC2B2AE3D27D4EB4Full) >> 33); }
+
 static void qp_free(struct qp *q)
 {
     if (!q)
@@ -150,6 +153,7 @@ int qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *a, uint32_t *qpn)
     rcq->users++;
     ep_pd_hold(ep, q->pd, 1);
     q->rr = rotation_start(q);
+    ev_place_spares(q, spare_seed(q));
     *qpn = q->qpn;
     return 0;
 }
@@ -254,6 +258,8 @@ static void qp_reset(struct mrc_ep *ep, struct qp *q)
     q->slot = NULL;
     if (ev_init(q) < 0) /* a QP that cannot have its EVs back stays in ERROR */
         qp_to_error(ep, q, MRC_WC_WR_FLUSH_ERR);
+    else
+        ev_place_spares(q, spare_seed(q));
     q->rr = rotation_start(q);
     q->cc->init(q);
     cq_wait(ep, &q->scq_wait, 0);

@@ -26,6 +26,7 @@ def test_one_path_dead_from_the_start():
 
 def test_path_dying_mid_transfer_is_retired_within_a_few_rtts_and_probed_back():
     pair = Pair(seed=12)
+    pair.qa.set_ev_paths([PER_PLANE] * PLANES)  # as a context tells its QPs: a spare never lands on the dead path
     src, dst = start_big(pair)
     pair.sim.run(200_000)
     t_dead = pair.sim.now

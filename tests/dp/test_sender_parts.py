@@ -65,10 +65,48 @@ def test_a_denied_ev_is_never_picked_and_a_spare_of_its_plane_takes_its_slot():
     qp.set_ev_state(wire.ev_make(2, 0), wire.EV_DENIED)
     got = evs(send(ctx, qp, mr, 16))
     assert (2, 0) not in got
-    spare = (2, EVS // PLANES)  # the first spare of plane 2
-    at = [i for i, e in enumerate(got) if e == spare]
+    spares = {e for e in got if e[1] >= EVS // PLANES}  # entropies past the rotation's are spares
+    assert len(spares) == 1 and spares.pop()[0] == 2
+    at = [i for i, e in enumerate(got) if e[1] >= EVS // PLANES]
     assert len(at) == 2 and at[1] - at[0] == EVS  # in the denied EV's slot, once a turn: plane load stays equal
     assert [p for p, _ in got].count(2) == 4
+
+
+def test_qps_replace_the_same_dead_path_with_spares_on_different_paths():
+    """Every QP loses its EVs on the same dead path while the plane has paths
+    its rotation does not use: were every QP's first spare the same entropy,
+    all of them would move onto one path and load it with every QP's share.
+    Each QP's spares start elsewhere, and none is on the dead path."""
+    ctx = ManualContext(planes=PLANES)
+    per_plane, paths = 8, 32  # the rotation uses paths 0-7 of each plane
+    took = []
+    for i in range(24):
+        qp = ctx.create_qp(QPAttr(**{**BASE, "ev_count": per_plane * PLANES, "ev_backup": 8}))
+        qp.connect(dest_qpn=100 + i, peer=0, rq_psn=0, sq_psn=0)
+        qp.set_ev_paths([paths] * PLANES)
+        qp.set_ev_state(wire.ev_make(1, 3), wire.EV_DENIED)  # path 3 of plane 1 is dead
+        new = [e["entropy"] for e in qp.evs() if e["active"] and e["plane"] == 1 and e["entropy"] >= per_plane]
+        assert len(new) == 1 and new[0] % paths >= per_plane, new  # a path the rotation did not use
+        took.append(new[0] % paths)
+    assert len(set(took)) >= 5, sorted(took)  # spread over the plane's unused paths, not all on one
+
+
+def test_a_retired_ev_whose_plane_has_no_unused_path_is_passed_over():
+    """Every path of the plane already carries the QP's EVs: a spare would
+    double one path's share, so the slot is passed over and the plane's
+    other EVs (on its live paths) carry the traffic."""
+    ctx = ManualContext(planes=PLANES)
+    mr = ctx.reg_mr(bytearray(64 * MTU))
+    qp = ctx.create_qp(QPAttr(**{**BASE, "ev_count": 4 * PLANES, "ev_backup": 4, "ev_min_active": 4}))
+    qp.connect(dest_qpn=9, peer=0, rq_psn=0, sq_psn=0)
+    qp.set_ev_paths([2] * PLANES)  # 4 EVs per plane over 2 paths: both in use twice
+    for entropy in (1, 3):  # path 1 of plane 2 is dead
+        qp.set_ev_state(wire.ev_make(2, entropy), wire.EV_DENIED)
+    assert not [e for e in qp.evs() if e["active"] and e["entropy"] >= 4]  # no spare took a slot
+    qp.post_write(mr, 0, 32 * MTU, 0x1000, 0x100, wr_id=1)
+    got = evs(data_out(ctx, 0))
+    assert {e for e in got if e[0] == 2} == {(2, 0), (2, 2)}  # plane 2 only on its live path
+    assert 4 <= [p for p, _ in got].count(2) <= 5  # its 2 live EVs: 2 of every 14 packets (not 4 of 16)
 
 
 def test_a_plane_that_is_down_is_passed_over():
