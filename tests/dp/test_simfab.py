@@ -4,6 +4,9 @@ bench/sim_bench.py with its bound, and a cross-check with the in-memory link."""
 
 import ipaddress
 import json
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -223,3 +226,16 @@ def test_the_retransmit_timer_sits_above_the_longest_queued_round_trip():
         n = fab.timeout_exp()
         assert 1024 << n >= worst > 1024 << (n - 1)
         assert fab.qp_attr().timeout == n
+
+
+def test_the_bench_pairs_its_t1_failure_and_its_permutation_with_their_controls():
+    """bench/sim_bench.py --quick: the T1 failure against the same run without it (met), the
+    permutation against one flow alone on an idle fabric (the most a flow gets)."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, str(root / "bench" / "sim_bench.py"), "--quick", "--json",
+                        "--only", "t1,permutation"], capture_output=True, text=True, timeout=300, cwd=root)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)["scenarios"]
+    assert s["t1"]["met"] and s["t1"]["vs_no_fault"] >= s["t1"]["bound"], s["t1"]
+    p = s["permutation"]
+    assert p["goodput_ratio"] < p["lone_flow_ratio"] < 1 and p["vs_lone_flow"] >= 0.9, p
