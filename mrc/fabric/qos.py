@@ -312,11 +312,11 @@ def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 
     # it met at its start for base, and a latecomer would crowd the others out
     base = (hops + 1) * ser + 300e-6
     cc = {"max_cwnd": max(cwnd, 4 * mtu_payload), "base_rtt": int(base * 1e9), "target_delay": int(0.75 * base * 1e9),
-          # a multiplicative decrease of at most 15%: a message here lasts tens
+          # a multiplicative decrease of at most 10%: a message here lasts tens
           # of RTTs, and halving the window on a mark (NSCC's default floor)
           # swings each flow's rate 2x and the completion tail with it (README,
-          # congestion: incast 3:1 p99 with 0.5 and 0.85, alternated)
-          "max_md_jump": 850}
+          # congestion: incast 3:1 and 7:1 p99 with 0.85 and 0.9, alternated)
+          "max_md_jump": 900}
     return {"cc": cc, "timeout": timeout,
             "reorder_ns": max(200_000, int(reorder * 1e9))}
 
