@@ -209,12 +209,9 @@ class EngineThread:
         port, or every port (None); 0: no limit. Data then waits in its QP
         for the port, as in a NIC, and not in a slower qdisc or link in
         front of the wire, where NSCC would count it as the network's delay."""
-        planes = [p.plane for p in self.ports] if plane is None else [plane]
-        for pl in planes:
-            rc = lib.mrc_ctx_set_port_rate(self._dev.handle(), pl, int(rate_bps))
-            if rc < 0:
-                raise MrcError(f"port rate {rate_bps} bit/s on plane {pl}: {os.strerror(-rc)} "
-                               "(a plane of this context, a rate of 0 or at least 8 kbit/s)")
+        for pl in [p.plane for p in self.ports] if plane is None else [plane]:
+            check(lib.mrc_ctx_set_port_rate(self._dev.handle(), pl, int(rate_bps)), f"port rate {rate_bps} bit/s on "
+                  f"plane {pl}", "a plane of this context, a rate of 0 or at least 8 kbit/s")
 
     def progress(self) -> int:
         """Run one pass of the NIC (receive, complete, send) in the calling

@@ -113,6 +113,8 @@ class Worker:
         self.socks: list[socket.socket] = []
         self.qp_attr = setup.get("qp", {})
         self.port_rate = _int(setup, "port_rate_bps", 0, 10**13, 0)
+        if 0 < self.port_rate < 8000:
+            raise ValueError("port_rate_bps must be 0 (no limit) or at least 8000")
 
     # ------------------------------------------------------------ setup
     def setup(self) -> dict:

@@ -35,6 +35,11 @@ def worker(*lines: str) -> tuple[int, list[dict]]:
     (json.dumps({"setup": {**GOOD, "flows": [{"id": i, "src": "h0", "dst": "h1"} for i in range(5000)]}}),
      "at most 4096"),
     (json.dumps({"setup": "h0"}), "host name"),
+    (json.dumps({"setup": {**GOOD, "port_rate_bps": -1}}), "port_rate_bps must be an integer"),
+    (json.dumps({"setup": {**GOOD, "port_rate_bps": "100mbit"}}), "port_rate_bps must be an integer"),
+    (json.dumps({"setup": {**GOOD, "port_rate_bps": 10**30}}), "port_rate_bps must be an integer"),
+    (json.dumps({"setup": {**GOOD, "port_rate_bps": 1.5e8}}), "port_rate_bps must be an integer"),
+    (json.dumps({"setup": {**GOOD, "port_rate_bps": 7999}}), "0 (no limit) or at least 8000"),
 ])
 def test_a_bad_request_gets_one_error_line_and_the_worker_exits(line, msg):
     rc, out = worker(line)
