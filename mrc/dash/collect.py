@@ -38,12 +38,17 @@ EVENT_KEEP = 2000        # EV events kept for pages that connect later
 TIMELINE_KEEP = 500      # link state changes and fault requests kept
 
 
+def _ctx_id(path: str) -> str:
+    """A context's id on the page: its control socket's name (``<pid>[-<tag>]``)."""
+    return os.path.basename(path).removesuffix(".sock")
+
+
 class _Ctx:
     """One control endpoint of a context in the fabric."""
 
     def __init__(self, path: str, client: ControlClient, info: dict) -> None:
         self.path, self.client, self.info = path, client, info
-        self.id = os.path.basename(path)[:-5]
+        self.id = _ctx_id(path)
         self.host = info.get("host")
         self.seq = 0
 
@@ -161,12 +166,7 @@ class Collector:
             self._ports_key = key
         if self._ports is None:
             return {}
-        out = {}
-        for port, c in self._ports.read().items():
-            out[port] = {"backlog_kb": round(c["backlog"] / 1024, 1), "hwm_kb": round(c["hwm"] / 1024, 1),
-                         "packets": c["packets"], "marked": c["marked"], "trimmed": c["trimmed"],
-                         "dropped": c["dropped"]}
-        return out
+        return {port: qos.shown(c) for port, c in self._ports.read().items()}
 
     def _discover(self) -> None:
         """Follow the new endpoints whose context is in this fabric. One that
@@ -259,7 +259,7 @@ class Collector:
             port_q = {}
             errors.append(f"switch queues: {e}")
         contexts, grids, new_events = self._contexts()
-        passed_over = [{"ctx": os.path.basename(p)[:-5], "why": why} for p, why in sorted(self._foreign.items()) if why]
+        passed_over = [{"ctx": _ctx_id(p), "why": why} for p, why in sorted(self._foreign.items()) if why]
         point = {"t": t, "planes": planes, "hosts": hosts}
         with self._lock:
             self._known = {q["key"] for c in contexts for q in c["qps"]}

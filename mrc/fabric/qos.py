@@ -254,16 +254,21 @@ def _write_cfg(t: Topology, node: str, ifname: str, q: PortQoS) -> None:
                 _CFG.size)
 
 
+def shown(c: dict) -> dict:
+    """A port's counters (PortReader.read, _counters) as they are shown: the
+    queue estimate and its high-water mark in KiB, no timestamp."""
+    out = {k: v for k, v in c.items() if k not in ("last_ns", "hwm", "backlog")}
+    out.update(hwm_kb=round(c["hwm"] / 1024, 1), backlog_kb=round(c["backlog"] / 1024, 1))
+    return out
+
+
 def port_counters(t: Topology, node: str, ifname: str) -> dict | None:
     """The port's counters, or None when it has no queue program."""
     with _port_maps(t, node, ifname) as maps:
         if maps is None:
             return None
         cfg = _CFG.unpack(_map_rw(maps["cfg"], None, _CFG.size))
-        out = _counters(maps["st"])
-    out.pop("last_ns")
-    out["hwm_kb"] = round(out.pop("hwm") / 1024, 1)
-    out["backlog_kb"] = round(out.pop("backlog") / 1024, 1)
+        out = shown(_counters(maps["st"]))
     out.update(rate_bps=cfg[0] * 8, ecn_kb=cfg[1] // 1024, trim_kb=cfg[2] // 1024, buffer_kb=cfg[3] // 1024)
     return out
 

@@ -45,3 +45,12 @@ def test_the_congestion_bench_refuses_bad_arguments_in_a_line_before_building_an
     assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("congestion_bench: ")
     if os.geteuid() == 0:
         assert msg in lines[0]
+
+
+def test_counters_are_shown_in_kib_without_their_timestamp():
+    from mrc.fabric.qos import shown
+    c = {"packets": 3, "bytes": 9000, "marked": 1, "trimmed": 0, "dropped": 0, "hwm": 3072, "backlog": 1536,
+         "last_ns": 123}
+    assert shown(c) == {"packets": 3, "bytes": 9000, "marked": 1, "trimmed": 0, "dropped": 0, "hwm_kb": 3.0,
+                        "backlog_kb": 1.5}
+    assert c["hwm"] == 3072  # the reading itself is left as it was
