@@ -82,14 +82,12 @@ struct ev_entry *ev_find(struct qp *q, uint32_t ev)
     uint32_t p = ev_plane(ev), e = ev_entropy(ev), base = per_plane(q);
     if (p >= q->a.planes)
         return NULL;
-    uint32_t idx;
     if (e < base)
-        idx = e * q->a.planes + p;
-    else if (e - base < q->spare_span && (e - base + q->spare_span - q->spare_off) % q->spare_span < q->a.ev_backup)
-        idx = q->a.ev_count + p * q->a.ev_backup + (e - base + q->spare_span - q->spare_off) % q->spare_span;
-    else
+        return &q->evs[e * q->a.planes + p];
+    uint32_t b = (e - base + q->spare_span - q->spare_off) % q->spare_span; /* which spare, if it is one */
+    if (e - base >= q->spare_span || b >= q->a.ev_backup)
         return NULL;
-    return &q->evs[idx];
+    return &q->evs[q->a.ev_count + p * q->a.ev_backup + b];
 }
 
 /* EVs of the rotation that carry traffic (GOOD or SKIP), and those that are ASSUMED_BAD. */
@@ -123,6 +121,18 @@ static int path_in_use(const struct qp *q, uint32_t plane, uint32_t path, uint32
     return 0;
 }
 
+/* May spare c stand in for bad (same plane, GOOD, not in a slot)? When
+ * the plane's paths are known (np), only on a path that is not bad's and
+ * that the rotation does not use yet. */
+static int spare_fits(const struct qp *q, const struct ev_entry *c, const struct ev_entry *bad, uint32_t plane,
+                      uint32_t np)
+{
+    if (c->in_slot || c->state != MRC_EV_GOOD || ev_plane(c->ev) != plane)
+        return 0;
+    uint32_t path = np ? ev_entropy(c->ev) % np : 0;
+    return !np || (path != ev_entropy(bad->ev) % np && !path_in_use(q, plane, path, np));
+}
+
 /* Put a GOOD spare of the same plane into the slot of a retired EV. When
  * the plane's paths are known, only a spare on a path the rotation does not
  * use yet: one on a path it uses would double that path's share of the QP,
@@ -140,9 +150,7 @@ static void replace_in_slot(struct qp *q, struct ev_entry *bad)
             continue;
         for (uint32_t i = 0; i < q->nevs; i++) {
             struct ev_entry *c = &q->evs[i];
-            if (!c->in_slot && c->state == MRC_EV_GOOD && ev_plane(c->ev) == plane &&
-                !(np && (ev_entropy(c->ev) % np == ev_entropy(bad->ev) % np ||
-                         path_in_use(q, plane, ev_entropy(c->ev) % np, np)))) {
+            if (spare_fits(q, c, bad, plane, np)) {
                 q->slot[s] = (uint16_t)i;
                 c->in_slot = 1;
                 bad->in_slot = 0;
