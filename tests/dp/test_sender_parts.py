@@ -134,6 +134,26 @@ def test_an_ecn_marked_ev_is_skipped_for_skip_ns_then_used_again():
     assert [e["state"] for e in qp.evs() if e["ev"] == marked] == ["GOOD"]  # SKIP is reported as GOOD
 
 
+def test_sacks_naming_evs_the_qp_does_not_have_change_nothing():
+    """A peer echoes whatever EV it likes: entropies past the spares, past
+    16 bits' worth, planes the QP does not use. Only its own EVs (a spare
+    included) are looked up; the set and the other EVs' states stay as
+    they were."""
+    ctx, qp, mr = lone_qp()
+    send(ctx, qp, mr, 8)
+    before = [(e["ev"], e["state"], e["active"]) for e in qp.evs()]
+    spares = [e["ev"] for e in qp.evs() if not e["active"]]
+    hostile = [wire.ev_make(0, 0xFFFF), wire.ev_make(1, EVS // PLANES + 2), wire.ev_make(PLANES + 3, 0),
+               wire.ev_make(15, 0xFFFF), spares[0]]
+    for i, ev in enumerate(hostile):
+        sack = wire.build(opcode=wire.OP_SACK, dqpn=qp.qpn, cack_psn=0, sack_flags=wire.SETH_ECN, ev=ev, scid=9,
+                          dcid=qp.qpn & 0xFFFF)
+        assert ctx.input(sack, ev=ev, now_ns=1000 + i) == 0
+    assert qp.stats()["ecn_marks"] == len(hostile)
+    after = [(e["ev"], e["state"] if e["ev"] != spares[0] else "GOOD", e["active"]) for e in qp.evs()]
+    assert after == before  # only the spare, the QP's own EV, may have gone to SKIP
+
+
 def test_a_retransmission_goes_on_another_plane():
     ctx, qp, mr = lone_qp(timeout=4)
     (first, meta), = send(ctx, qp, mr, 1)
