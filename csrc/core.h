@@ -185,7 +185,11 @@ struct qp {
     struct ev_entry *evs;
     uint32_t nevs;
     uint16_t *slot;          /* slot -> index into evs */
-    uint32_t nslots, rr;
+    uint32_t nslots, rr;     /* rr: the slot the rotation tries next (it picks the plane) */
+    uint16_t prr[MRC_MAX_PLANES]; /* per plane: its slot (index among the plane's) tried next */
+    uint8_t owed[MRC_MAX_PLANES]; /* per plane: turns the rotation passed while its paced port was busy */
+    uint32_t owed_mask;      /* planes owed a turn */
+    uint64_t held_ns;        /* 0, or: the rotation waits for a busy port owed all it may be, until then */
     uint32_t nbad;           /* EVs in ASSUMED_BAD (probing) */
     uint32_t remote_ports;
     uint32_t probe_seq;
@@ -382,6 +386,9 @@ int ep_drops(struct mrc_ep *ep, uint64_t *counts, uint32_t n);
 
 /* ev.c: the EV state machine and the rotation. Calls ep.c. */
 int ev_init(struct qp *q);
+void ev_set_rotation(struct qp *q, uint32_t start);
+uint64_t ev_held_until(const struct qp *q);
+enum { EV_OWED = 2 }; /* turns a busy paced port may be owed before the rotation waits for it */
 void ev_place_spares(struct qp *q, uint32_t seed);
 void ev_transition(struct mrc_ep *ep, struct qp *q, struct ev_entry *e, uint8_t st, uint64_t now);
 int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, uint32_t *ev_out);

@@ -152,7 +152,7 @@ int qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *a, uint32_t *qpn)
     scq->users++;
     rcq->users++;
     ep_pd_hold(ep, q->pd, 1);
-    q->rr = rotation_start(q);
+    ev_set_rotation(q, rotation_start(q));
     ev_place_spares(q, spare_seed(q));
     *qpn = q->qpn;
     return 0;
@@ -260,7 +260,7 @@ static void qp_reset(struct mrc_ep *ep, struct qp *q)
         qp_to_error(ep, q, MRC_WC_WR_FLUSH_ERR);
     else
         ev_place_spares(q, spare_seed(q));
-    q->rr = rotation_start(q);
+    ev_set_rotation(q, rotation_start(q));
     q->cc->init(q);
     cq_wait(ep, &q->scq_wait, 0);
     cq_wait(ep, &q->rcq_wait, 0);
