@@ -125,6 +125,17 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
             return rc;
         }
         x->ep = mrc_ctx_ep(x->ctx);
+        /* A NIC sends on a port only when the port is free, as the engine's
+         * pacing does: a packet takes a free port's plane. Unpaced, the
+         * engine fills one queue of the NIC's ports in rotation order, and
+         * the planes' ports go busy and idle at random (all-to-all, 64 NICs:
+         * 0.41 of line rate, 0.78 paced). */
+        for (uint32_t p = 0; p < c->planes && !c->unpaced; p++)
+            rc = rc < 0 ? rc : mrc_ep_set_port_rate(x->ep, p, c->rate_bps);
+        if (rc < 0) {
+            mrc_fab_destroy(f);
+            return rc;
+        }
         x->wake = PS_INF;
         x->g2l = malloc(c->hosts * sizeof(*x->g2l));
         if (!x->g2l) {

@@ -247,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="link:P.L.S/PERIOD@AT+DURATION: down half of every period, e.g. link:0.0.0/10ms@0+100ms")
     sim.add_argument("--single-path", action="store_true", help="also run the workload with one EV per QP "
                                                                 "(ECMP-hashed), the baseline, in the same run")
+    sim.add_argument("--no-pacing", action="store_true",
+                     help="NICs do not pace their ports: the engine fills one 8-frame queue of all the NIC's ports "
+                          "in rotation order (the control for pacing; default: a packet goes when a port is free, "
+                          "as in a NIC)")
     sim.add_argument("--seed", type=int, default=1, help="the workload's and the flows' randomness (default 1)")
     sim.add_argument("--plots", metavar="DIR", help="write the completion-time CDF and utilisation-over-time PNGs")
     _json(sim)

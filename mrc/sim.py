@@ -61,6 +61,7 @@ class Fabric:
     mtu: int = 4096
     seed: int = 1
     bucket_ns: int = 10_000
+    paced: bool = True       # NICs send on a port only when it is free (False: one 8-frame queue for all ports)
 
     def __post_init__(self) -> None:
         if not 2 <= self.hosts <= 1024:
@@ -233,7 +234,7 @@ class FabricSim:
             "hosts": fab.hosts, "planes": fab.planes, "leaves": fab.leaves, "spines": fab.spines,
             "rate_bps": fab.rate_bps, "hop_ns": fab.hop_ns, "buffer_bytes": fab.buffer_bytes,
             "ecn_bytes": fab.ecn_bytes, "trim_bytes": fab.trim_bytes, "max_qps": max_qps, "cq_depth": 1024,
-            "bucket_ns": fab.bucket_ns, "seed": fab.seed})
+            "bucket_ns": fab.bucket_ns, "seed": fab.seed, "unpaced": int(not fab.paced)})
         out = ffi.new("struct mrc_fab **")
         check(lib.mrc_fab_create(cfg, self.attr.to_c(), out), "create the simulated fabric")
         self._f = out[0]
@@ -373,7 +374,8 @@ def simulate(fab: Fabric, workload: str, size: int, msg: int = 1 << 20, depth: i
 def parse_args_to_fabric(a) -> Fabric:
     return Fabric(hosts=a.hosts, planes=a.planes, leaves=a.leaves, spines=a.spines, rate_bps=parse_rate(a.rate),
                   hop_ns=parse_time(a.hop_delay), buffer_bytes=parse_size(a.buffer), ecn_bytes=parse_size(a.ecn),
-                  trim_bytes=0 if a.trim in ("0", "off") else parse_size(a.trim), seed=a.seed)
+                  trim_bytes=0 if a.trim in ("0", "off") else parse_size(a.trim), seed=a.seed,
+                  paced=not a.no_pacing)
 
 
 def main(a) -> int:
@@ -402,7 +404,7 @@ def main(a) -> int:
                       "rate_gbps": fab.rate_bps / 1e9, "hop_ns": fab.hop_ns, "base_rtt_ns": fab.base_rtt_ns(),
                       "rto_us": round((1024 << fab.timeout_exp()) / 1000, 1),
                       "buffer_bytes": fab.buffer_bytes, "ecn_bytes": fab.ecn_bytes, "trim_bytes": fab.trim_bytes,
-                      "seed": fab.seed},
+                      "paced": fab.paced, "seed": fab.seed},
            "workload": a.workload, "size": size, "msg": msg, "faults": [f.what for f in faults],
            "spray": runs["spray"].result}
     if "single_path" in runs:

@@ -96,10 +96,20 @@ def test_spraying_fills_a_permutation_and_beats_one_path_per_plane():
 
 
 def test_alltoall_finishes_with_no_drops():
-    # every flow done, nothing dropped (trimming instead); its goodput (0.72 of line rate here) is
-    # below the 0.90: bench/sim_bench.py reports it, the closing note says where it goes
+    # every flow done, nothing dropped; its goodput (0.84 of line rate here) is below the issue's
+    # 0.90: bench/sim_bench.py reports it, the closing note says where it goes
     r = msim.simulate(small(), "alltoall", 8 << 20, 256 << 10).result
-    assert r["qp_errors"] == 0 and r["unfinished"] == 0 and r["drops"] == 0 and r["trims"] > 0
+    assert r["qp_errors"] == 0 and r["unfinished"] == 0 and r["drops"] == 0 and r["timeouts"] == 0
+
+
+def test_nics_that_pace_their_ports_carry_an_alltoall_better_than_one_queue_for_all():
+    # a NIC sends on a port when it is free (the engine's pacing); the control, --no-pacing, lets
+    # the engine fill one 8-frame queue for all the NIC's ports in rotation order, and the ports go
+    # busy and idle at random (32 NICs: 0.80-0.84 against 0.74-0.75 over three seeds)
+    paced = msim.simulate(msim.Fabric(hosts=32, seed=1), "alltoall", 16 << 20, 64 << 10).result
+    one_queue = msim.simulate(msim.Fabric(hosts=32, seed=1, paced=False), "alltoall", 16 << 20, 64 << 10).result
+    assert paced["drops"] == one_queue["drops"] == 0 and paced["qp_errors"] == one_queue["qp_errors"] == 0
+    assert paced["goodput_ratio"] >= 1.05 * one_queue["goodput_ratio"], (paced, one_queue)
 
 
 def test_a_t1_failing_mid_run_costs_no_more_than_its_share():

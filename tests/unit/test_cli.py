@@ -123,3 +123,11 @@ def test_sim_prints_json_a_script_can_read():
     out = json.loads(r.stdout)
     assert out["fabric"]["hosts"] == 4 and out["spray"]["nics"] == 4 and out["spray"]["unfinished"] == 0
     assert out["spray"]["qp_errors"] == 0 and out["single_path"]["single_path"] is True
+    assert out["fabric"]["paced"] is True  # NICs pace their ports unless told not to
+
+
+def test_sim_no_pacing_runs_the_control_and_says_so():
+    r = run("sim", "--hosts", "4", "--planes", "2", "--size", "1M", "--no-pacing", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["fabric"]["paced"] is False and out["spray"]["unfinished"] == 0 and out["spray"]["qp_errors"] == 0
