@@ -147,12 +147,6 @@ static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
             struct qp *q = ep->qps[ep->act[slot]];
             if (!q || q->state != MRC_QPS_RTS)
                 continue;
-            if (!round) {
-                resp_on_timer(ep, q, now);
-                comp_on_timer(ep, q, now);
-                if (q->state != MRC_QPS_RTS)
-                    continue;
-            }
             uint32_t room = max - n < EP_TX_QUANTUM ? max - n : EP_TX_QUANTUM;
             uint32_t got = (uint32_t)req_poll_tx(ep, q, now, buf, buflen, used, d + n, room);
             if (got)
@@ -167,6 +161,26 @@ static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
     return n;
 }
 
+/* Every active QP's delayed SACK and retransmit timer, whatever goes out
+ * in this call. They ran as the data loop visited each QP, and a batch
+ * filled by control packets (a receiver of many flows sends a SACK for
+ * every few packets) visited none: mrc sim, all-to-all at 256 NICs, a
+ * receiver's delayed SACK went 17 us late, after its sender's retransmit
+ * timer had fired. */
+static void run_timers(struct mrc_ep *ep, uint64_t now)
+{
+    for (uint32_t i = 0; i < ep->nact;) {
+        uint32_t idx = ep->act[i];
+        struct qp *q = ep->qps[idx];
+        if (q && q->state == MRC_QPS_RTS) {
+            resp_on_timer(ep, q, now);
+            comp_on_timer(ep, q, now); /* may end the QP: it leaves the list, the last one takes its place */
+        }
+        if (i < ep->nact && ep->act[i] == idx)
+            i++;
+    }
+}
+
 int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max)
 {
     uint32_t n = 0, used = 0;
@@ -176,6 +190,7 @@ int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t bufle
                 qp_flush(ep, ep->qps[i], MRC_WC_WR_FLUSH_ERR);
     }
     offer_waiting_completions(ep);
+    run_timers(ep, now);
     if (ep->data_first) {
         n = tx_data(ep, now, buf, buflen, &used, d, n, max);
         return (int)tx_ctrl(ep, now, buf, buflen, &used, d, n, max);

@@ -3,8 +3,9 @@ accepts, what it answers and when, on which plane; receives for WRITE_IMM;
 the initial PSN; the PSN compare. Each test names the finding of issue 15
 it covers."""
 from mrc import wire
+from mrc.core import QPAttr
 
-from .handdriven import HandDriven
+from .handdriven import DEST_QPN, PEER, PLANES, HandDriven
 from .harness import Pair, attr, digest, finish, start_big
 
 
@@ -70,6 +71,27 @@ def test_a_packet_that_opens_or_fills_a_hole_is_acknowledged_at_once():
     assert len(s) == 1 and s[0][0]["cack_psn"] == (h.psn + 1) & wire.PSN_MASK  # the hole closed: at once
     h.deliver(h.data(2, b"2" * 64, off=128))
     assert h.sacks() == []  # in order, no request, below ack_bytes: coalesced
+
+
+def test_a_delayed_sack_goes_when_due_while_other_replies_fill_every_batch():
+    """In-order data below ack_bytes waits at most 100 us for its SACK. The
+    timer ran only when the data loop reached the QP, and a receiver whose
+    every batch was filled by other replies never reached it (mrc sim,
+    all-to-all at 256 NICs: the SACK went 17 us late, after the sender's
+    retransmit timer)."""
+    h = HandDriven()
+    other = h.ctx.create_qp(QPAttr(planes=PLANES, ev_count=8, ack_bytes=1 << 30))
+    other.connect(DEST_QPN + 1, PEER, rq_psn=0, sq_psn=0)
+    h.deliver(h.data(0, b"0" * 64))  # in order, no request: its SACK waits
+    assert h.sacks() == []
+    due = h.now + 100_000
+    seen = []
+    for i in range(40):  # every step a CE-marked packet for the other QP: a reply that is not coalesced
+        pkt = wire.build(b"x" * 64, opcode=wire.OP_WRITE_ONLY, dqpn=other.qpn, psn=i, va=h.mr.addr, rkey=h.mr.rkey,
+                         dma_len=64)
+        h.ctx.input(pkt, ev=0, peer=PEER, port=0, ecn_ce=True, now_ns=due + i * 1000)
+        seen += [wire.parse(p)["dcid"] for p, _ in h.ctx.poll_tx(now_ns=due + i * 1000, max_packets=1)]
+    assert DEST_QPN & 0xFFFF in seen[:4], seen  # our SACK within a few replies of its time
 
 
 def test_a_hole_closed_without_an_ack_request_costs_the_sender_no_timeout():
