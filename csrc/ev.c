@@ -397,8 +397,14 @@ int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, ui
                 }
                 continue;
             }
-            if (!(allow & (1u << plane)) || plane_pick(ep, q, plane, now, avoid_ev, pass, out) < 0)
+            if (!(allow & (1u << plane)))
                 continue;
+            if (q->prr[plane] == s / q->a.planes) { /* the plane's cursor is this slot (always, unpaced) */
+                plane_pass(q, plane, s);
+                *out = e->ev;
+            } else if (plane_pick(ep, q, plane, now, avoid_ev, pass, out) < 0) {
+                continue;
+            }
             q->rr = s + 1 == q->nslots ? 0 : s + 1;
             return 0;
         }
