@@ -301,6 +301,17 @@ static inline uint32_t ep_ports_ready(const struct mrc_ep *ep, uint64_t now)
     return ~busy;
 }
 
+/* When the first of the paced ports in mask is free (MRC_INF_NS: none is paced). */
+static inline uint64_t ep_first_free(const struct mrc_ep *ep, uint32_t mask)
+{
+    uint64_t t = MRC_INF_NS;
+    for (uint32_t m = mask & ep->port_paced; m; m &= m - 1) {
+        uint32_t p = (uint32_t)__builtin_ctz(m);
+        t = ep->port_free_ns[p] < t ? ep->port_free_ns[p] : t;
+    }
+    return t;
+}
+
 /* A packet of len bytes (BTH..ICRC) goes out on plane's port: the port is
  * busy for its frame's time at the port's rate. The port may have saved up
  * one full frame's time while idle, no more: what the engine sends late

@@ -229,12 +229,10 @@ static inline void skip_expiry(struct mrc_ep *ep, struct qp *q, struct ev_entry 
  * in turn, and on each plane its slots from the first one at or after start. */
 void ev_set_rotation(struct qp *q, uint32_t start)
 {
-    uint32_t P = q->a.planes ? q->a.planes : 1;
-    q->rr = q->nslots ? start % q->nslots : 0;
-    for (uint32_t p = 0; p < P && p < MRC_MAX_PLANES; p++) {
-        uint32_t n = p < q->nslots ? (q->nslots - p + P - 1) / P : 1; /* the plane's slots: p, p + P, ... */
-        uint32_t s = q->rr + (p + P - q->rr % P) % P;                 /* its first at or after rr */
-        q->prr[p] = (uint16_t)(s < q->nslots ? (s - p) / P % n : 0);
+    uint32_t P = q->a.planes; /* plane p's slots are p, p + P, ...: per_plane of them (ev_count % P == 0) */
+    q->rr = start % q->nslots;
+    for (uint32_t p = 0; p < P; p++) {
+        q->prr[p] = (uint16_t)((q->rr + (p + P - q->rr % P) % P) / P % per_plane(q)); /* its first at or after rr */
         q->owed[p] = 0;
     }
     q->owed_mask = 0;
@@ -252,7 +250,7 @@ void ev_set_rotation(struct qp *q, uint32_t start)
 static int plane_pick(struct mrc_ep *ep, struct qp *q, uint32_t plane, uint64_t now, uint32_t avoid_ev,
                       int allow_avoid, uint32_t *out)
 {
-    uint32_t P = q->a.planes, n = (q->nslots - plane + P - 1) / P, j = q->prr[plane] % n;
+    uint32_t P = q->a.planes, n = per_plane(q), j = q->prr[plane] % n;
     for (uint32_t k = 0; k < n; k++, j = j + 1 == n ? 0 : j + 1) {
         struct ev_entry *e = &q->evs[q->slot[plane + P * j]];
         skip_expiry(ep, q, e, now);
@@ -277,7 +275,7 @@ static inline uint32_t rot_slot(const struct qp *q, uint32_t k)
  * ports the plane's cursor is always the slot the rotation lands on. */
 static inline void plane_pass(struct qp *q, uint32_t plane, uint32_t s)
 {
-    uint32_t P = q->a.planes, n = (q->nslots - plane + P - 1) / P, j = s / P;
+    uint32_t n = per_plane(q), j = s / q->a.planes;
     if (q->prr[plane] == j)
         q->prr[plane] = (uint16_t)(j + 1 == n ? 0 : j + 1);
 }
@@ -307,17 +305,6 @@ static int pick_other_plane(struct mrc_ep *ep, struct qp *q, uint64_t now, uint3
         return 0;
     }
     return -EAGAIN;
-}
-
-/* When the first busy port the rotation owes a turn is free. */
-static uint64_t owed_port_free(const struct mrc_ep *ep, const struct qp *q, uint32_t ready)
-{
-    uint64_t t = MRC_INF_NS;
-    for (uint32_t m = q->owed_mask & ~ready; m; m &= m - 1) {
-        uint32_t p = (uint32_t)__builtin_ctz(m);
-        t = ep->port_free_ns[p] < t ? ep->port_free_ns[p] : t;
-    }
-    return t;
 }
 
 /* Of the ready ports, those faster than plane's (unpaced, or a higher rate). */
@@ -392,7 +379,7 @@ int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, ui
                 allow &= faster_ports(ep, plane, ready); /* only a faster port may go on without it */
                 if (!allow) {
                     q->rr = s;
-                    q->held_ns = owed_port_free(ep, q, ready);
+                    q->held_ns = ep_first_free(ep, q->owed_mask & ~ready); /* the first busy port it owes */
                     return -EAGAIN;
                 }
                 continue;

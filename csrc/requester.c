@@ -211,13 +211,8 @@ uint64_t req_next_tx(struct mrc_ep *ep, struct qp *q, uint64_t now)
     uint64_t first = MRC_INF_NS, held = ev_held_until(q);
     if (held != MRC_INF_NS) /* the rotation waits for a port it owes turns (ev_pick) */
         return held > now ? held : now;
-    if (usable && !(usable & ready)) { /* every port it may use is busy: try again when the first is free */
-        for (uint32_t m = usable & ep->port_paced; m; m &= m - 1) {
-            uint32_t p = (uint32_t)__builtin_ctz(m);
-            first = ep->port_free_ns[p] < first ? ep->port_free_ns[p] : first;
-        }
-        return first;
-    }
+    if (usable && !(usable & ready)) /* every port it may use is busy: try again when the first is free */
+        return ep_first_free(ep, usable);
     for (uint32_t s = 0; s < q->nslots; s++) {
         const struct ev_entry *e = &q->evs[q->slot[s]];
         uint32_t plane = ev_plane(e->ev);
