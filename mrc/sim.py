@@ -74,6 +74,8 @@ class Fabric:
             raise UsageError(f"{self.leaves} leaves, {self.spines} spines: 1 to 256 each, no more leaves than hosts")
         if not 1_000_000 <= self.rate_bps <= 8 * 10**12:
             raise UsageError(f"--rate {self.rate_bps}: between 1 Mbit/s and 8 Tbit/s")
+        if not isinstance(self.paced, bool):
+            raise UsageError(f"paced={self.paced!r}: True (NICs pace their ports) or False (the control)")
         if not 0 < self.hop_ns <= 10**9:
             raise UsageError(f"--hop-delay {self.hop_ns} ns: above 0 and at most 1 s")
 

@@ -158,6 +158,9 @@ def test_bad_specs_get_one_clear_line():
             msim.parse_fault(spec, fab, flap)
     with pytest.raises(UsageError):
         msim.Fabric(hosts=2000)
+    for paced in ("no", 0, None):  # not taken for a truth value: "no" would have paced
+        with pytest.raises(UsageError, match="paced"):
+            msim.Fabric(hosts=16, paced=paced)
     with pytest.raises(UsageError):
         msim.parse_time("fast")
 
@@ -201,7 +204,7 @@ def test_the_c_api_refuses_what_it_cannot_build_and_changes_nothing():
     attr = fab.qp_attr().to_c()
     out = ffi.new("struct mrc_fab **")
     for bad in ({"hosts": 1}, {"hosts": 1025}, {"planes": 0}, {"planes": 17}, {"rate_bps": 0}, {"bucket_ns": 0},
-                {"leaves": 17}, {"spines": 0}):
+                {"leaves": 17}, {"spines": 0}, {"unpaced": 2}, {"unpaced": 0xFFFFFFFF}):
         cfg = {"hosts": 16, "planes": 4, "leaves": 2, "spines": 8, "rate_bps": G100, "hop_ns": 1000,
                "max_qps": 8, "cq_depth": 64, "bucket_ns": 10_000, **bad}
         assert lib.mrc_fab_create(ffi.new("struct mrc_fab_cfg *", cfg), attr, out) < 0, bad

@@ -126,6 +126,11 @@ def test_sim_prints_json_a_script_can_read():
     assert out["fabric"]["paced"] is True  # NICs pace their ports unless told not to
 
 
+def test_sim_no_pacing_takes_no_value():
+    r = run("sim", "--hosts", "4", "--no-pacing=yes")
+    assert r.returncode == 2 and "--no-pacing: ignored explicit argument 'yes'" in r.stderr, r.stderr
+
+
 def test_sim_no_pacing_runs_the_control_and_says_so():
     r = run("sim", "--hosts", "4", "--planes", "2", "--size", "1M", "--no-pacing", "--json")
     assert r.returncode == 0, r.stderr
