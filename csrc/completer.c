@@ -129,6 +129,30 @@ static void adapt_reorder(struct qp *q, uint32_t spurious, uint64_t now)
     q->reo_ns = reo;
 }
 
+/* The reordering allowance: never below half an RTT (paths whose queues
+ * differ by milliseconds, slow links, reorder by that much without losing
+ * anything). */
+static uint64_t reo_allowance(const struct qp *q) { return q->reo_ns > q->srtt / 2 ? q->reo_ns : q->srtt / 2; }
+
+/* When the oldest packet out counts as lost by time (RACK's reorder timer,
+ * RFC 8985 6.2): a packet sent after it has been acknowledged, and two
+ * smoothed RTTs and the allowance have passed since it left (one RTT
+ * called a packet that sat behind a deeper queue lost: tests/dp/
+ * test_transfer.py's ECN test). Without it a lost packet
+ * that every later one overtook by less than the allowance waited for the
+ * retransmit timer whenever nothing more was sent (an application with all
+ * its WRITEs behind that packet: mrc sim, a link cut under a permutation of
+ * 64 KiB WRITEs, 17 timer expiries). MRC_INF_NS: none. */
+static uint64_t reorder_deadline(struct qp *q)
+{
+    if (q->una_psn == q->next_psn)
+        return MRC_INF_NS;
+    const struct pent *pe = pe_at(q, q->una_psn);
+    if (pe->st != PE_INFLIGHT || pe->sent_ns >= q->rack_sent_ns)
+        return MRC_INF_NS;
+    return pe->sent_ns + 2 * q->srtt + reo_allowance(q);
+}
+
 /* Loss: a hole that a packet sent more than the allowance after it has
  * already passed (packets on other paths overtook it for longer than
  * reordering explains): the hole's EV failed. */
@@ -137,9 +161,7 @@ static void detect_losses(struct mrc_ep *ep, struct qp *q, uint64_t rack, uint64
     if (rack <= q->rack_sent_ns)
         return;
     q->rack_sent_ns = rack;
-    /* never below half an RTT: paths whose queues differ by milliseconds
-     * (slow links) reorder by that much without losing anything */
-    uint64_t reo = q->reo_ns > q->srtt / 2 ? q->reo_ns : q->srtt / 2;
+    uint64_t reo = reo_allowance(q);
     for (uint32_t psn = q->una_psn; psn != q->next_psn; psn = psn_add(psn, 1)) {
         struct pent *pe = pe_at(q, psn);
         if (pe->nrtx == 0 && pe->sent_ns + reo >= rack)
@@ -253,6 +275,8 @@ void comp_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
 {
     if (q->una_psn == q->next_psn && !qp_send_blocked(ep, q))
         return;
+    if (now >= reorder_deadline(q)) /* lost by time: its path failed, as a loss found by a SACK */
+        mark_lost(ep, q, pe_at(q, q->una_psn), now, 1);
     if (now < q->last_progress_ns + rto_ns(q))
         return;
     q->retries++;
@@ -286,6 +310,7 @@ uint64_t comp_next_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
 {
     if (q->una_psn == q->next_psn && !qp_send_blocked(ep, q))
         return MRC_INF_NS;
-    uint64_t x = q->last_progress_ns + rto_ns(q);
+    uint64_t x = q->last_progress_ns + rto_ns(q), r = reorder_deadline(q);
+    x = r < x ? r : x;
     return x < now ? now : x;
 }

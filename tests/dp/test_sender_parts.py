@@ -235,3 +235,23 @@ def test_lost_packets_the_window_holds_back_do_not_keep_the_timer_at_now():
     assert [w.wr_id for w in done] == [0, 1, 2, 3]
     assert [w.status_name for w in done] == ["RETRY_EXC_ERR"] + ["WR_FLUSH_ERR"] * 3
     assert qp.state == "ERROR"
+
+
+# ------------------------------------------------------------ loss by time
+def test_a_lost_head_that_later_packets_overtook_by_less_than_the_allowance_is_found_by_time():
+    """RACK's reorder timer (RFC 8985 6.2): PSN 0 never arrives, PSNs 1-3 (sent 1 us later) do, and
+    nothing more is sent. A sent-time comparison alone never calls PSN 0 lost (1 us < the allowance):
+    it went again only on the retransmit timer (2.1 ms here). By time it goes when two RTTs and the
+    allowance have passed since it left, counted as a loss (its path failed), not a timeout."""
+    from .handdriven import HandDriven
+
+    h = HandDriven(timeout=11, reorder_ns=5000, mtu=MTU)
+    h.qp.post_write(h.mr, 0, MTU, 0x1000, 0x100, wr_id=1)
+    assert [p["psn"] for p, d in h.out(at=0) if d["is_data"]] == [0]
+    h.qp.post_write(h.mr, 0, 3 * MTU, 0x1000, 0x100, wr_id=2)
+    assert [p["psn"] for p, d in h.out(at=1000) if d["is_data"]] == [1, 2, 3]
+    h.deliver(h.sack(-1, bitmap=0b111))  # PSNs 1-3 by the bitmap (base = cack + 2), not 0; no RTT sample
+    assert not [p for p, d in h.out(at=4999) if d["is_data"]]
+    again = [p["psn"] for p, d in h.out(at=5000) if d["is_data"]]
+    st = h.qp.stats()
+    assert again == [0] and st["timeouts"] == 0 and st["losses"] == 1

@@ -147,6 +147,7 @@ def test_a_link_failure_under_load_is_ridden_out_within_50us():
                       faults=[msim.parse_fault("link:0.0.0@60us", fab)]).result
     assert r["qp_errors"] == 0 and r["unfinished"] == 0 and r["down_drops"] > 0
     assert r["max_gap_us"] <= 50, r
+    assert r["timeouts"] == 0  # every loss found by SACKs or by time (RACK's reorder timer), none by the timer
 
 
 def test_bad_specs_get_one_clear_line():
