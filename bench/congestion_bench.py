@@ -23,7 +23,9 @@ steady window, after the first fifth), message completion p50/p99 against
 the ideal (msg x senders into the receiver / its capacity + base RTT),
 utilization of the bottleneck, Jain's fairness index, switch marks, trims,
 drops, retransmitted bytes, QP errors, every region's bytes verified by
-SHA-256, and each host process's CPU share.
+SHA-256, and each host process's CPU share. Beside each baseline:
+p99_vs_<baseline> (MRC's p99 over its) and ideal_vs_<baseline> (the ideal
+over its p99: where a transport sharing the receiver fairly stands at best).
 
     python bench/congestion_bench.py --json                  # 4 hosts: incast 3:1, victim, all-to-all
     python bench/congestion_bench.py --hosts 8 --workloads incast --json   # 7:1
@@ -418,6 +420,10 @@ def main() -> int:
                 for tr in transports:
                     if tr != "mrc" and runs[tr]["p99_ms"]:
                         res[f"p99_vs_{tr}"] = round(mrc["p99_ms"] / runs[tr]["p99_ms"], 3)
+                        # where a fair share's p99 stands against theirs: each flow's message
+                        # takes the ideal time when the receiver is shared equally, so no
+                        # fair transport's p99_vs can go far below this
+                        res[f"ideal_vs_{tr}"] = round(mrc["ideal_p99_ms"] / runs[tr]["p99_ms"], 3)
             res["rate_bps"] = wq.rate_bps
             out["workloads"][wl] = res
     finally:

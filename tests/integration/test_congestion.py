@@ -114,3 +114,4 @@ def test_the_congestion_bench_runs_mrc_and_tcp_flows_across_host_processes():
             assert key in run
     assert w["utilization"] > 0.5 and w["drops"] == 0, w
     assert "p99_vs_tcp_cubic" in w and w["cpu_share"]["h0"] > 0
+    assert w["ideal_vs_tcp_cubic"] == round(w["ideal_p99_ms"] / w["tcp_cubic"]["p99_ms"], 3)
