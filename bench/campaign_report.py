@@ -126,45 +126,69 @@ def spread(outs: list[dict]) -> str:
 
 
 _MONITOR = """
-import sys, time
+import os, sys, time
 late = int(sys.argv[1])
+tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def steal():  # each CPU's steal time so far, in ticks (/proc/stat: the hypervisor ran something else)
+    try:
+        with open("/proc/stat") as f:
+            return [int(x.split()[8]) for x in f if x.startswith("cpu") and not x.startswith("cpu ")]
+    except (OSError, IndexError, ValueError):
+        return []
+
+
 prev = time.monotonic_ns()
+base, base_at = steal(), prev
 while True:
     time.sleep(0.001)
     now = time.monotonic_ns()
     if now - prev > late:
-        print(prev, now - prev, flush=True)
+        st = steal()
+        most = max((a - b for a, b in zip(st, base)), default=0)
+        print(prev, now - prev, round(most * tick_ms, 1), flush=True)
+        base, base_at = st, now
+    elif now - base_at > 100_000_000:
+        base, base_at = steal(), now
     prev = now
 """
 
 
 class PauseMonitor:
     """A process of its own that sleeps 1 ms at a time and notes every time
-    it woke more than 10 ms late. When the transfer's loop stalls and this
-    process stalled too, the machine stalled (its two CPUs, or the
-    hypervisor), not MRC: the control that isolates the VM's own cost."""
+    it woke more than 10 ms late, with the most steal time any CPU counted
+    since its last look at most 100 ms before (the hypervisor running
+    something else on that virtual CPU: /proc/stat). When the transfer's
+    loop stalls and this process stalled too, the machine stalled (its two
+    CPUs, or the hypervisor), not MRC: the control that isolates the VM's
+    own cost."""
 
     def __init__(self, late_ns: int = 10_000_000) -> None:
         self.proc = subprocess.Popen([sys.executable, "-c", _MONITOR, str(late_ns)], stdout=subprocess.PIPE,
                                      text=True)
 
-    def stop(self) -> list[tuple[int, int]]:
-        """(CLOCK_MONOTONIC ns when it went to sleep, how long it was away in ns)."""
+    def stop(self) -> list[tuple[int, int, float]]:
+        """(CLOCK_MONOTONIC ns when it went to sleep, how long it was away in
+        ns, the most steal time of one CPU in ms around that pause)."""
         self.proc.kill()
         out = self.proc.communicate()[0]
-        return [(int(a), int(b)) for a, b in (line.split() for line in out.splitlines() if line.strip())]
+        return [(int(a), int(b), float(c)) for a, b, c in (line.split() for line in out.splitlines() if line.strip())]
 
 
 def monitor_figures(pauses: list, base_pauses: list, gaps: dict) -> dict:
     """What the pause monitor saw: its longest pause in each run, and how long
-    it was itself kept from running during the fault run's longest gap."""
-    out = {"monitor_max_pause_ms": round(max((d for _, d in pauses), default=0.0) * 1e3, 1),
-           "no_fault_monitor_max_pause_ms": round(max((d for _, d in base_pauses), default=0.0) * 1e3, 1)}
+    it was itself kept from running during the fault run's longest gap, with
+    the steal time a CPU counted then (pauses: (start s, length s, steal ms))."""
+    out = {"monitor_max_pause_ms": round(max((d for _, d, _ in pauses), default=0.0) * 1e3, 1),
+           "no_fault_monitor_max_pause_ms": round(max((d for _, d, _ in base_pauses), default=0.0) * 1e3, 1)}
     if gaps.get("max_ends_at_s") is not None:
         end = gaps["max_ends_at_s"]
         start = end - gaps["max_ms"] / 1e3
-        overlap = [min(a + d, end) - max(a, start) for a, d in pauses if a < end and a + d > start]
-        out["monitor_pause_in_longest_gap_ms"] = round(max(overlap, default=0.0) * 1e3, 1)
+        overlap = [(min(a + d, end) - max(a, start), st) for a, d, st in pauses if a < end and a + d > start]
+        most = max(overlap, default=(0.0, 0.0))
+        out["monitor_pause_in_longest_gap_ms"] = round(most[0] * 1e3, 1)
+        out["steal_in_longest_gap_ms"] = most[1]
     return out
 
 

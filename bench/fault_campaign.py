@@ -301,7 +301,7 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None, attr: QPAttr | None = No
                     cq.get_event(0.002)
         stop.set()
         sampler.join()
-        pauses = [((a - t0_ns) / 1e9, b / 1e9) for a, b in monitor.stop()]
+        pauses = [((a - t0_ns) / 1e9, b / 1e9, st) for a, b, st in monitor.stop()]
         ev_events += ca.ev_events()
         # let what is in flight finish (not counted): a clean QP at the end
         deadline = time.monotonic() + 10
@@ -606,6 +606,7 @@ def main() -> int:
                     f"{s['no_fault_gbps']} Gb/s), longest stall {s['max_stall_ms']} ms (no fault "
                     f"{s['no_fault_max_stall_ms']}), errors {s['qp_errors']}, rtx {s['retransmitted_bytes']} B"
                     + (f", the pause monitor was away {s['monitor_pause_in_longest_gap_ms']} ms of the longest gap"
+                       f" (a CPU's steal time then: {s['steal_in_longest_gap_ms']} ms)"
                        if "monitor_pause_in_longest_gap_ms" in s else ""))
             if a.plots and plot(os.path.join(a.plots, f"campaign_{key}.png"), key, sc, res):
                 res["plot"] = os.path.join(a.plots, f"campaign_{key}.png")
