@@ -49,6 +49,8 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from campaign_report import PauseMonitor  # noqa: E402  (bench/, beside this file)
+
 from mrc.errors import MrcError  # noqa: E402
 from mrc.fabric import apply, baseline, ns, qos  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
@@ -162,10 +164,14 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
                 cpu[w.host] = ans["cpu_share"]
 
         threads = [threading.Thread(target=start, args=(w,)) for w in hosts.values()]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        monitor = PauseMonitor()  # the control: when the machine kept even an idle process from running
+        try:
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        finally:
+            pauses = [((p0 - at) / 1e9, d / 1e9, st) for p0, d, st in monitor.stop()]
         stop.set()
         sampler.join()
         after = apply.queue_stats(t.name)
@@ -176,7 +182,7 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
             if want:
                 got = w.ask({"hash": want})["hashes"]
                 verified &= all(got[str(k)] == results[k]["sha256"] for k in want)
-        out = summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q)
+        out = summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q, pauses)
         out["cpu_share"] = dict(sorted(cpu.items(), key=lambda kv: int(kv[0][1:])))
         return out
     finally:
@@ -184,16 +190,17 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
             w.close()
 
 
-def summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q) -> dict:
+def summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q, pauses=()) -> dict:
     w0 = a.seconds / 5  # the steady window: after the first fifth
     span = a.seconds - w0
     good = {}
-    lat = []
+    lat, calm = [], []  # calm: the messages during which the pause monitor never stalled
     for f in flows:
         r = results[f["id"]]
         done = [m for m in r["messages"] if w0 <= m[1] <= a.seconds]
         good[f["id"]] = len(done) * a.msg * 8 / span
         lat += [m[1] - m[0] for m in done]
+        calm += [m[1] - m[0] for m in done if not any(p < m[1] and p + d > m[0] for p, d, _ in pauses)]
     cap_host = t.planes * q.rate_bps
     base_rtt = qos.unloaded_rtt_s(q.rate_bps)
     if workload == "alltoall":
@@ -222,7 +229,15 @@ def summarize(t, workload, transport, flows, results, before, after, samples, ve
         "p50_ms": round(percentile(lat, 0.5) * 1e3, 2), "p90_ms": round(percentile(lat, 0.9) * 1e3, 2),
         "p99_ms": round(percentile(lat, 0.99) * 1e3, 2), "max_ms": round(max(lat, default=0) * 1e3, 2),
         "ideal_p99_ms": round((a.msg * 8 * senders / cap_host + base_rtt) * 1e3, 2),
-        "messages": len(lat), "marks": delta["marked"], "trims": delta["trimmed"], "drops": delta["dropped"],
+        "messages": len(lat),
+        # the control for the VM's own cost: the machine's pauses in the run (the monitor
+        # woke >= 10 ms late), the steal time a CPU counted in them, and the p99 of the
+        # messages that no pause overlapped
+        "machine_pauses": len(pauses),
+        "machine_pause_max_ms": round(max((d for _, d, _ in pauses), default=0) * 1e3, 1),
+        "machine_steal_max_ms": max((st for _, _, st in pauses), default=0.0),
+        "p99_ms_unpaused": round(percentile(calm, 0.99) * 1e3, 2), "messages_unpaused": len(calm),
+        "marks": delta["marked"], "trims": delta["trimmed"], "drops": delta["dropped"],
         "rtx_bytes": sum(r.get("stats", {}).get("rtx_bytes", 0) for r in results.values()),
         "sent_bytes": sum(r.get("stats", {}).get("tx_packets", 0) * 8192 for r in results.values()),
         **{name: sum(r.get("stats", {}).get(k, 0) for r in results.values())

@@ -115,3 +115,6 @@ def test_the_congestion_bench_runs_mrc_and_tcp_flows_across_host_processes():
     assert w["utilization"] > 0.5 and w["drops"] == 0, w
     assert "p99_vs_tcp_cubic" in w and w["cpu_share"]["h0"] > 0
     assert w["ideal_vs_tcp_cubic"] == round(w["ideal_p99_ms"] / w["tcp_cubic"]["p99_ms"], 3)
+    for run in (w, w["tcp_cubic"]):  # the VM's own pauses beside the figures, and the p99 without them
+        assert 0 < run["messages_unpaused"] <= run["messages"] and run["p99_ms_unpaused"] > 0, run
+        assert run["machine_pauses"] or run["messages_unpaused"] == run["messages"], run
