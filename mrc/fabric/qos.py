@@ -316,12 +316,19 @@ def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 
     # fallback when the configured one is shorter) would take whatever queue
     # it met at its start for base, and a latecomer would crowd the others out
     base = (hops + 1) * ser + 300e-6
-    cc = {"max_cwnd": max(cwnd, 4 * mtu_payload), "base_rtt": int(base * 1e9), "target_delay": int(0.75 * base * 1e9),
+    max_cwnd = max(cwnd, 4 * mtu_payload)
+    cc = {"max_cwnd": max_cwnd, "base_rtt": int(base * 1e9), "target_delay": int(0.75 * base * 1e9),
           # a multiplicative decrease of at most 10%: a message here lasts tens
           # of RTTs, and halving the window on a mark (NSCC's default floor)
           # swings each flow's rate 2x and the completion tail with it (README,
           # congestion: incast 3:1 and 7:1 p99 with 0.85 and 0.9, alternated)
-          "max_md_jump": 900}
+          "max_md_jump": 900,
+          # the window moves once per base RTT: NSCC adds eta at every
+          # adjustment, and with the defaults' 10 us or 32 KiB acknowledged
+          # (every ACK here) a window grew eta per ACK, in proportion to its
+          # rate, so flows sharing a port drifted apart for hundreds of ms
+          # (README, congestion: incast 7:1 p99 with and without, alternated)
+          "adjust_period_threshold": int(base * 1e9), "adjust_bytes_threshold": max_cwnd}
     return {"cc": cc, "timeout": timeout,
             "reorder_ns": max(200_000, int(reorder * 1e9))}
 

@@ -25,6 +25,9 @@ def test_the_qp_profile_outlasts_the_longest_queue_and_fills_the_planes(rate):
     one_packet_rtt = 3 * 8192 * 8 / rate
     assert p["cc"]["max_cwnd"] >= 8 * rate / 8 * one_packet_rtt  # a lone QP can fill its 8 planes
     assert p["cc"]["max_md_jump"] == 900
+    # the window moves once per base RTT, whatever its rate (eta per adjustment is then additive)
+    assert p["cc"]["adjust_period_threshold"] == p["cc"]["base_rtt"]
+    assert p["cc"]["adjust_bytes_threshold"] == p["cc"]["max_cwnd"]
 
 
 @pytest.mark.parametrize("args,msg", [
