@@ -4,7 +4,7 @@ import pytest
 
 from mrc import wire
 
-from .handdriven import HandDriven
+from .handdriven import PEER, HandDriven
 
 
 @pytest.mark.parametrize("md_jump", [500, 850, 950])
@@ -22,3 +22,52 @@ def test_a_trim_shrinks_the_window_and_never_grows_it(md_jump):
     assert h.qp.stats()["trims"] == 1
     want = before * (1 - (1 - md_jump / 1000) / 2)
     assert after < before and abs(after - want) < 0.01 * before, (before, after, want)
+
+
+def _fast_increase_run(moderate_between: bool) -> tuple[int, int]:
+    """Rounds 50 us apart, each sending what the window lets go. Each round
+    acknowledges the packets it sent 2 us after they left (delay 0: near
+    zero); with moderate_between it keeps the newest half back and
+    acknowledges it first thing in the next round (delay 50 us: below the
+    target, far from zero). Only the fast increase can move the window here
+    (no proportional or fair increase, eta 0, no quick adapt). Returns the
+    window after a trim and at the end."""
+    cc = {"base_rtt": 2000, "target_delay": 160_000, "max_cwnd": 64 << 10, "fi": 0, "fi_scale": 0, "eta": 0,
+          "adjust_period_threshold": 1, "adjust_bytes_threshold": 1, "disable_qa": 1, "max_md_jump": 500}
+    h = HandDriven(cc=cc, mtu=1024, timeout=20)
+    src = bytearray(4 << 20)
+    h.qp.post_write(h.ctx.reg_mr(src), 0, len(src), 0x1000, 1, wr_id=1)
+    t = 10**9
+    first = [p["psn"] for p, d in h.out(at=t) if d["is_data"]]
+    h.ctx.input(h.nack(0, wire.NACK_TRIMMED), ev=0, peer=PEER, port=0, now_ns=t + 1000)  # room to grow: x 0.75
+    after_trim = h.qp.stats()["cwnd"]
+    t += 50_000
+    h.out(at=t)  # the trimmed packet again
+    h.ctx.input(h.sack(first[-1]), ev=0, peer=PEER, port=0, now_ns=t + 2000)  # all of the first window
+    acked, held = first[-1], None
+    for _ in range(40):
+        t += 50_000
+        new = [p["psn"] for p, d in h.out(at=t) if d["is_data"] and p["psn"] > acked]
+        if held is not None:  # sent 50 us ago
+            h.ctx.input(h.sack(held), ev=0, peer=PEER, port=0, now_ns=t + 2000)
+            acked, held = held, None
+        if not new:
+            continue
+        upto = new[len(new) // 2 - 1] if moderate_between and len(new) > 1 else new[-1]
+        h.ctx.input(h.sack(upto), ev=0, peer=PEER, port=0, now_ns=t + 2000)  # sent 2 us ago
+        acked = upto
+        if upto != new[-1]:
+            held = new[-1]
+    return after_trim, h.qp.stats()["cwnd"]
+
+
+def test_the_fast_increase_wants_the_delay_near_zero_ack_after_ack():
+    """NSCC's fast increase (a whole ACK's bytes per ACK) is for a path whose
+    delay stays near zero: 16 such ACKs in a row. ACKs below the target but
+    far from zero in between must start the count again; it counted them
+    through, so a window whose ACKs alternated grew as fast as on an empty
+    path (an incast's flows then drifted apart: issue 17's notes)."""
+    trimmed, alone = _fast_increase_run(moderate_between=False)
+    assert alone > trimmed  # near zero ACK after ACK: it grows
+    trimmed, mixed = _fast_increase_run(moderate_between=True)
+    assert mixed == trimmed, (trimmed, mixed)
