@@ -270,6 +270,17 @@ static inline uint32_t rot_slot(const struct qp *q, uint32_t k)
     return s >= q->nslots ? s - q->nslots : s;
 }
 
+/* The EV in slot s when its plane is in mask (its SKIP expired first if
+ * due), else NULL: where each scan of the rotation starts. */
+static inline struct ev_entry *slot_ev(struct mrc_ep *ep, struct qp *q, uint32_t s, uint32_t mask, uint64_t now)
+{
+    struct ev_entry *e = &q->evs[q->slot[s]];
+    if (!(mask & (1u << ev_plane(e->ev))))
+        return NULL;
+    skip_expiry(ep, q, e, now);
+    return e;
+}
+
 /* The rotation passes slot s (not GOOD, or avoided): when it was its
  * plane's next, the plane's cursor passes it too, so that without busy
  * ports the plane's cursor is always the slot the rotation lands on. */
@@ -290,11 +301,10 @@ static int pick_other_plane(struct mrc_ep *ep, struct qp *q, uint64_t now, uint3
     uint32_t avoid_plane = ev_plane(avoid_ev);
     for (uint32_t k = 0; k < q->nslots; k++) {
         uint32_t s = rot_slot(q, k);
-        struct ev_entry *e = &q->evs[q->slot[s]];
-        uint32_t plane = ev_plane(e->ev);
-        if (!(usable & (1u << plane)))
+        struct ev_entry *e = slot_ev(ep, q, s, usable, now);
+        if (!e)
             continue;
-        skip_expiry(ep, q, e, now);
+        uint32_t plane = ev_plane(e->ev);
         if (plane == avoid_plane || e->state != MRC_EV_GOOD) {
             plane_pass(q, plane, s);
             continue;
@@ -361,11 +371,10 @@ int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, ui
             return 0;
         for (uint32_t k = 0; k < q->nslots; k++) {
             uint32_t s = rot_slot(q, k);
-            struct ev_entry *e = &q->evs[q->slot[s]];
-            uint32_t plane = ev_plane(e->ev);
-            if (!(up & (1u << plane)))
+            struct ev_entry *e = slot_ev(ep, q, s, up, now);
+            if (!e)
                 continue;
-            skip_expiry(ep, q, e, now);
+            uint32_t plane = ev_plane(e->ev);
             if (e->state != MRC_EV_GOOD || (pass == 0 && e->ev == avoid_ev)) {
                 plane_pass(q, plane, s);
                 continue;
