@@ -3,6 +3,7 @@ table, the README's markdown tables and one plot per scenario; and what
 it measures beside the transfer (the pause monitor, the bad path's EVs)."""
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -125,70 +126,57 @@ def spread(outs: list[dict]) -> str:
     return "\n".join(lines)
 
 
-_MONITOR = """
-import os, sys, time
-late = int(sys.argv[1])
-tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
-
-
-def steal():  # each CPU's steal time so far, in ticks (/proc/stat: the hypervisor ran something else)
-    try:
-        with open("/proc/stat") as f:
-            return [int(x.split()[8]) for x in f if x.startswith("cpu") and not x.startswith("cpu ")]
-    except (OSError, IndexError, ValueError):
-        return []
-
-
-prev = time.monotonic_ns()
-base, base_at = steal(), prev
-while True:
-    time.sleep(0.001)
-    now = time.monotonic_ns()
-    if now - prev > late:
-        st = steal()
-        most = max((a - b for a, b in zip(st, base)), default=0)
-        print(prev, now - prev, round(most * tick_ms, 1), flush=True)
-        base, base_at = st, now
-    elif now - base_at > 100_000_000:
-        base, base_at = steal(), now
-    prev = now
-"""
-
-
 class PauseMonitor:
-    """A process of its own that sleeps 1 ms at a time and notes every time
-    it woke more than 10 ms late, with the most steal time any CPU counted
-    since its last look at most 100 ms before (the hypervisor running
-    something else on that virtual CPU: /proc/stat). When the transfer's
-    loop stalls and this process stalled too, the machine stalled (its two
-    CPUs, or the hypervisor), not MRC: the control that isolates the VM's
-    own cost."""
+    """A process of its own (bench/pause_monitor.py) that sleeps 1 ms at a
+    time and notes every time it woke more than 10 ms late, and every window
+    in which a CPU counted steal time (the hypervisor running something
+    else on that virtual CPU: /proc/stat). When the transfer's loop stalls
+    and this process stalled too, or a CPU's time was stolen, the machine
+    stalled (its two CPUs, or the hypervisor), not MRC: the control that
+    isolates the VM's own cost."""
 
     def __init__(self, late_ns: int = 10_000_000) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", _MONITOR, str(late_ns)], stdout=subprocess.PIPE,
-                                     text=True)
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pause_monitor.py")
+        self.proc = subprocess.Popen([sys.executable, script, str(late_ns)], stdout=subprocess.PIPE, text=True)
 
-    def stop(self) -> list[tuple[int, int, float]]:
-        """(CLOCK_MONOTONIC ns when it went to sleep, how long it was away in
-        ns, the most steal time of one CPU in ms around that pause)."""
+    def stop(self) -> list[tuple[int, int, int, float]]:
+        """Events (CLOCK_MONOTONIC ns of the start, length ns, how long the
+        monitor was away in it ns (0: a CPU's steal while it ran), the most
+        steal time of one CPU in it ms)."""
         self.proc.kill()
-        out = self.proc.communicate()[0]
-        return [(int(a), int(b), float(c)) for a, b, c in (line.split() for line in out.splitlines() if line.strip())]
+        return parse_pauses(self.proc.communicate()[0])
+
+
+def parse_pauses(text: str) -> list[tuple[int, int, int, float]]:
+    """The monitor's lines (bench/pause_monitor.py); a line that is not four
+    sane numbers (a partial last line when it was killed) is left out."""
+    out = []
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) != 4:
+            continue
+        try:
+            p = (int(f[0]), int(f[1]), int(f[2]), float(f[3]))
+        except ValueError:
+            continue
+        if 0 <= p[2] <= p[1] and 0.0 <= p[3] < float("inf"):  # (nan fails both)
+            out.append(p)
+    return out
 
 
 def monitor_figures(pauses: list, base_pauses: list, gaps: dict) -> dict:
-    """What the pause monitor saw: its longest pause in each run, and how long
-    it was itself kept from running during the fault run's longest gap, with
-    the steal time a CPU counted then (pauses: (start s, length s, steal ms))."""
-    out = {"monitor_max_pause_ms": round(max((d for _, d, _ in pauses), default=0.0) * 1e3, 1),
-           "no_fault_monitor_max_pause_ms": round(max((d for _, d, _ in base_pauses), default=0.0) * 1e3, 1)}
+    """What the pause monitor saw: its longest pause in each run, how long it
+    was itself kept from running during the fault run's longest gap, and the
+    most steal time a CPU counted in an event overlapping that gap (events:
+    (start s, length s, away s, steal ms))."""
+    out = {"monitor_max_pause_ms": round(max((w for _, _, w, _ in pauses), default=0.0) * 1e3, 1),
+           "no_fault_monitor_max_pause_ms": round(max((w for _, _, w, _ in base_pauses), default=0.0) * 1e3, 1)}
     if gaps.get("max_ends_at_s") is not None:
         end = gaps["max_ends_at_s"]
         start = end - gaps["max_ms"] / 1e3
-        overlap = [(min(a + d, end) - max(a, start), st) for a, d, st in pauses if a < end and a + d > start]
-        most = max(overlap, default=(0.0, 0.0))
-        out["monitor_pause_in_longest_gap_ms"] = round(most[0] * 1e3, 1)
-        out["steal_in_longest_gap_ms"] = most[1]
+        hit = [(min(a + w, end) - max(a, start), st) for a, d, w, st in pauses if a < end and a + d > start]
+        out["monitor_pause_in_longest_gap_ms"] = round(max((max(o, 0.0) for o, _ in hit), default=0.0) * 1e3, 1)
+        out["steal_in_longest_gap_ms"] = max((st for _, st in hit), default=0.0)
     return out
 
 

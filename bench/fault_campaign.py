@@ -301,7 +301,7 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None, attr: QPAttr | None = No
                     cq.get_event(0.002)
         stop.set()
         sampler.join()
-        pauses = [((a - t0_ns) / 1e9, b / 1e9, st) for a, b, st in monitor.stop()]
+        pauses = [((a - t0_ns) / 1e9, d / 1e9, w / 1e9, st) for a, d, w, st in monitor.stop()]
         ev_events += ca.ev_events()
         # let what is in flight finish (not counted): a clean QP at the end
         deadline = time.monotonic() + 10

@@ -117,4 +117,4 @@ def test_the_congestion_bench_runs_mrc_and_tcp_flows_across_host_processes():
     assert w["ideal_vs_tcp_cubic"] == round(w["ideal_p99_ms"] / w["tcp_cubic"]["p99_ms"], 3)
     for run in (w, w["tcp_cubic"]):  # the VM's own pauses beside the figures, and the p99 without them
         assert 0 < run["messages_unpaused"] <= run["messages"] and run["p99_ms_unpaused"] > 0, run
-        assert run["machine_pauses"] or run["messages_unpaused"] == run["messages"], run
+        assert run["machine_pauses"] or run["machine_steal_max_ms"] or run["messages_unpaused"] == run["messages"], run
