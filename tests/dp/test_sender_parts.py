@@ -255,3 +255,35 @@ def test_a_lost_head_that_later_packets_overtook_by_less_than_the_allowance_is_f
     again = [p["psn"] for p, d in h.out(at=5000) if d["is_data"]]
     st = h.qp.stats()
     assert again == [0] and st["timeouts"] == 0 and st["losses"] == 1
+
+
+def test_a_peer_that_acknowledges_all_but_the_head_cannot_keep_it_going_by_time_for_ever():
+    """Hostile: the peer acknowledges every packet but PSN 0, however often it
+    comes. Losses by time resend the head only while later packets are still
+    being acknowledged; then the retransmit timer alone, with its budget:
+    the QP fails with RETRY_EXC_ERR, the head went a bounded number of times
+    and the context never asks to be called at "now" for ever."""
+    from .handdriven import HandDriven
+
+    h = HandDriven(timeout=8, linear_cnt=2, exp_cnt=3, reorder_ns=5000, mtu=MTU)
+    h.qp.post_write(h.mr, 0, 16 * MTU, 0x1000, 0x100, wr_id=1)
+    now, spins, done, bitmap = 0, 0, [], 0
+    for _ in range(2000):
+        for p, d in h.out(at=now):
+            if d["is_data"] and p["psn"] != 0:
+                bitmap |= 1 << (p["psn"] - 1)  # base = cack + 2 = PSN 1
+        if bitmap:
+            h.now = now
+            h.deliver(h.sack(-1, bitmap=bitmap))  # all it got but the head
+        done += h.ctx.poll_cq()
+        if done:
+            break
+        t = h.ctx.next_timer(h.now)
+        assert t is not None
+        spins = spins + 1 if t <= h.now else 0
+        assert spins < 50, f"next_timer stays at now ({h.now} ns)"
+        now = max(t, h.now + 1)
+    st = h.qp.stats()
+    assert [w.status_name for w in done] == ["RETRY_EXC_ERR"] and h.qp.state == "ERROR", (done, st)
+    assert st["timeouts"] == 2 + 3 + 1  # the budget: linear_cnt + exp_cnt tries, then the error
+    assert 1 <= st["head_rtx_max"] <= st["timeouts"] + 1, st  # once per timeout, and once by time (seen: 5)
