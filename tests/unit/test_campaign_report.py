@@ -10,11 +10,20 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _report():
-    spec = importlib.util.spec_from_file_location("campaign_report", os.path.join(ROOT, "bench", "campaign_report.py"))
+def _bench(name: str):
+    """bench/<name>.py as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _report():
+    return _bench("campaign_report")
+
+
+def _monitor():
+    return _bench("pause_monitor")
 
 
 def test_the_monitor_reports_a_pause_it_was_kept_from_running_with_the_steal_time_then():
@@ -47,13 +56,6 @@ def test_the_figures_take_the_pause_that_overlaps_the_longest_gap_most():
     stolen = figures([(4.9, 0.1, 0.0, 30.0)], [], gaps)  # only another CPU's time was stolen in the gap
     assert stolen["monitor_pause_in_longest_gap_ms"] == 0.0 and stolen["steal_in_longest_gap_ms"] == 30.0
     assert "steal_in_longest_gap_ms" not in figures([], [], {"max_ends_at_s": None})
-
-
-def _monitor():
-    spec = importlib.util.spec_from_file_location("pause_monitor", os.path.join(ROOT, "bench", "pause_monitor.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_steal_is_read_per_cpu_and_what_is_not_a_cpu_line_is_left_out():
