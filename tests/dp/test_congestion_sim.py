@@ -1,7 +1,10 @@
 """Congestion in virtual time: N senders whose QPs share the in-memory
 link's path queues (each path a 10 Gbit/s queue that marks ECN above 32 KiB
 and trims above 96 KiB) into one receiver. NSCC, ECN steering and trimming
-must share the paths fairly and keep them full, with nothing dropped."""
+must share the paths fairly and keep them full, with nothing dropped, from
+whichever start (four seeds each: before NSCC kept its base RTT as
+configured, a QP that started behind a standing queue took that queue for
+its base and crowded out the others, Jain's index 0.42 with six senders)."""
 
 import pytest
 
@@ -13,12 +16,12 @@ RATE = 10_000_000_000
 MSG = 64 << 10
 
 
-def run(n: int, ms: int = 20):
-    sim = Sim(2, 2, seed=3)
-    rx = ManualContext(planes=2, seed=100)
+def run(n: int, ms: int = 20, seed: int = 0):
+    sim = Sim(2, 2, seed=3 + seed)
+    rx = ManualContext(planes=2, seed=100 + 20 * seed)
     flows = []
     for i in range(n):
-        s = ManualContext(planes=2, seed=101 + i)
+        s = ManualContext(planes=2, seed=101 + i + 20 * seed)
         qa, _ = sim.connect(s, rx, QPAttr(planes=2, sq_depth=64))
         src = bytearray(bytes([i + 1]) * MSG)
         dst = bytearray(MSG)
@@ -42,11 +45,12 @@ def run(n: int, ms: int = 20):
     return sim, flows, second
 
 
+@pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("n", [3, 6])
-def test_senders_sharing_queues_converge_to_a_fair_share_and_fill_the_paths(n):
-    sim, flows, second = run(n)
+def test_senders_sharing_queues_converge_to_a_fair_share_and_fill_the_paths(n, seed):
+    sim, flows, second = run(n, seed=seed)
     jain = sum(second) ** 2 / (n * sum(x * x for x in second))
-    assert jain >= 0.9, second  # seen 0.98 (3) and 0.99 (6)
+    assert jain >= 0.9, second  # seen 0.92-0.99 (3) and 0.97-0.98 (6); 0.88 (3) and 0.42 (6) at seed 3 before
     util = sum(second) * MSG * 8 / (sim.now / 2 / 1e9) / (4 * RATE)
     assert util >= 0.85, util  # seen 0.99
     st = sim.stats()

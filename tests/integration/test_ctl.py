@@ -96,7 +96,8 @@ def test_qp_shows_the_window_and_the_rtts_nscc_works_with(ctl):
     assert q["qpn"] == qa.qpn and q["state_name"] == "RTS" and q["cwnd"] == st["cwnd"] > 0
     assert 0 < q["min_rtt_ns"] <= q["srtt_ns"] * 4  # samples were taken
     cfg = ca.cc_config()["base_rtt"]
-    assert q["base_rtt_ns"] == max(cfg, q["min_rtt_ns"])  # the configured base, or the lowest RTT when longer
+    # the configured base, or the lowest RTT when that is over 4 x the configured (a slower fabric)
+    assert q["base_rtt_ns"] == (cfg if q["min_rtt_ns"] <= 4 * cfg else q["min_rtt_ns"])
     plain = subprocess.run([sys.executable, "-m", "mrc", "ctl", "--endpoint", srv.path, "qp"],
                            capture_output=True, text=True, timeout=30)
     assert plain.returncode == 0 and str(qa.qpn) in plain.stdout and "base us" in plain.stdout
