@@ -87,6 +87,8 @@ int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_
         ep->a.planes = 8;
     if (!ep->a.ev_event_depth)
         ep->a.ev_event_depth = 4096;
+    for (uint32_t p = 0; p < MRC_MAX_PLANES; p++)
+        ep->path_qpn[p] = UINT32_MAX; /* no QP has sent: the first one's own cursor stands */
     if (ep->a.planes > MRC_MAX_PLANES || ep->a.max_qps > MRC_MAX_QPS || ep->a.cq_depth > MRC_MAX_CQ_DEPTH ||
         ep->a.ev_event_depth > MRC_MAX_EV_EVENT_DEPTH) {
         free(ep);

@@ -167,3 +167,28 @@ def test_qps_with_data_take_turns_whatever_idle_qps_sit_beside_them():
         t = h.ctx.next_timer(t)
     share = order[:128].count(DEST_QPN) / 128
     assert 0.4 <= share <= 0.6, order
+
+
+def test_a_nics_packets_on_a_plane_take_its_paths_in_turn_whichever_qp_sends_them():
+    """Two QPs sending side by side: each plane's port goes over the plane's
+    paths (EV entropies, one path each here) in turn across both QPs, as one
+    QP alone does. With a cursor of each QP's own, the port took the two
+    QPs' cursors alternately and sprayed at random over the paths (mrc sim,
+    all-to-all at 128 NICs: its leaf uplinks queued into 1,552 trims; 55
+    with the port's cursor)."""
+    h = paced(ev_count=32)
+    attr = dict(planes=PLANES, ev_count=32, ack_bytes=1 << 30, timeout=24, cc={"max_cwnd": 1 << 30})
+    other = h.ctx.create_qp(QPAttr(**attr))
+    other.connect(DEST_QPN + 1, PEER, rq_psn=0, sq_psn=0)
+    for qp in (h.qp, other):
+        src = bytearray(256 << 10)
+        qp.post_write(h.ctx.reg_mr(src), 0, len(src), 0x1000, 1, wr_id=1)
+    t, sent = 0, []
+    while len(sent) < 128:
+        sent += [(wire.parse(p)["dqpn"], d["ev"]) for p, d in data(h, t)]
+        t = h.ctx.next_timer(t)
+    per = 32 // PLANES
+    for p in range(PLANES):
+        seq = [(q, wire.ev_entropy(ev)) for q, ev in sent if wire.ev_plane(ev) == p]
+        assert len({q for q, _ in seq}) == 2, (p, seq)  # both QPs sent on this plane
+        assert all((b[1] - a[1]) % per == 1 for a, b in zip(seq, seq[1:], strict=False)), (p, seq)

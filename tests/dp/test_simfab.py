@@ -102,6 +102,15 @@ def test_alltoall_finishes_with_no_drops():
     assert r["qp_errors"] == 0 and r["unfinished"] == 0 and r["drops"] == 0 and r["timeouts"] == 0
 
 
+def test_a_nic_of_many_qps_sprays_its_paths_in_turn_and_an_alltoall_queues_below_trimming():
+    # 64 NICs, 126 QPs each: every port takes its plane's paths in turn whichever QP sends (one
+    # cursor per port); with one per QP a NIC sprayed at random and its leaf's uplinks trimmed
+    # (1,330 trims, 0.78 of line rate; now none, 0.83)
+    r = msim.simulate(msim.Fabric(hosts=64, seed=1), "alltoall", 16 << 20, 64 << 10).result
+    assert r["trims"] == 0 and r["drops"] == 0 and r["qp_errors"] == 0 and r["unfinished"] == 0, r
+    assert r["goodput_ratio"] >= 0.8, r
+
+
 def test_nics_that_pace_their_ports_carry_an_alltoall_better_than_one_queue_for_all():
     # a NIC sends on a port when it is free (the engine's pacing); the control, --no-pacing, lets
     # the engine fill one 8-frame queue for all the NIC's ports in rotation order, and the ports go
