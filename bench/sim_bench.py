@@ -20,7 +20,7 @@ above 64 KiB, trimming above 128 KiB):
                60 ms of a permutation at 25 Gb/s links, against no flap
   victim       a 7:1 incast plus one flow from an incast sender to another
                host, 64 MiB each: the victim's goodput over its max-min fair
-               share (the rest of its sender's NIC)
+               share (the rest of its sender's NIC), the median of 8 seeds
   gap          a leaf-spine link failing under a permutation: the longest
                gap between completions (64 KiB WRITEs) of any flow
   speed        data packets per CPU second against the engine alone over the
@@ -133,11 +133,20 @@ def flap(q: bool) -> dict:
 
 
 def victim(q: bool) -> dict:
-    fab = msim.Fabric(hosts=16 if q else 64, seed=1)
-    r = msim.simulate(fab, "victim", 64 << 20, 256 << 10).result
-    out = pick(r) | {k: r[k] for k in ("victim_gbps", "victim_fair_gbps", "victim_ratio")}
-    out["target"] = "victim >= 0.95 of its fair share"
-    out["met"] = r["victim_ratio"] >= 0.95 and r["qp_errors"] == 0
+    """The victim's share over eight seeds (the permutation of keys, QP numbers and so EV rotations):
+    the victim's 64 MiB last less than a millisecond, under the incast's first round trips, and one
+    seed's figure moved 0.87-0.97 on the same engine. The median is the figure; the first seed's run
+    gives the other keys."""
+    runs = [msim.simulate(msim.Fabric(hosts=16 if q else 64, seed=seed), "victim", 64 << 20, 256 << 10).result
+            for seed in range(1, 9)]
+    ratios = [r["victim_ratio"] for r in runs]
+    mid = sorted(ratios)[len(ratios) // 2 - 1:len(ratios) // 2 + 1]
+    r = runs[0]
+    out = pick(r) | {k: r[k] for k in ("victim_gbps", "victim_fair_gbps")}
+    out |= {"victim_ratio": round(sum(mid) / 2, 4), "victim_ratio_seeds": ratios,
+            "victim_ratio_spread": [min(ratios), max(ratios)], "qp_errors": sum(x["qp_errors"] for x in runs)}
+    out["target"] = "victim >= 0.95 of its fair share (median of 8 seeds)"
+    out["met"] = out["victim_ratio"] >= 0.95 and out["qp_errors"] == 0
     return out
 
 

@@ -143,11 +143,12 @@ def test_a_flapping_link_is_ridden_out():
 
 
 def test_the_victim_beside_an_incast_gets_its_fair_share():
-    fab = small()
-    s = msim.simulate(fab, "victim", 64 << 20, 256 << 10)
-    r = s.result
-    assert r["qp_errors"] == 0 and r["drops"] == 0
-    assert r["victim_ratio"] >= 0.95, r
+    # the median of 8 seeds, as bench/sim_bench.py reports it: one seed's share moves by several
+    # percent (here 0.93-0.98; 0.93-0.97, median 0.94, two commits back, when seed 1 alone passed)
+    runs = [msim.simulate(small(seed=seed), "victim", 64 << 20, 256 << 10).result for seed in range(1, 9)]
+    assert all(r["qp_errors"] == 0 and r["drops"] == 0 for r in runs)
+    ratios = sorted(r["victim_ratio"] for r in runs)
+    assert (ratios[3] + ratios[4]) / 2 >= 0.95, ratios
 
 
 def test_a_link_failure_under_load_is_ridden_out_within_50us():
