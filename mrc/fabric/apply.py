@@ -226,8 +226,43 @@ class Executor:
 
 
 # ------------------------------------------------------------------ up/down
+CARRIER_TIMEOUT_S = 10.0
+
+
+def veths_set_up(ops: list[Op]) -> set[tuple[str, str]]:
+    """(node, ifname) of every veth end the plan creates and sets up."""
+    ends = set()
+    for op in ops:
+        if op.kind == "veth":
+            ends |= {(op.node, op.args["ifname"]), (op.args["peer_node"], op.args["peer_ifname"])}
+    return ends & {(op.node, op.args["ifname"]) for op in ops if op.kind == "up"}
+
+
+def wait_carrier(ex: Executor, ends: set[tuple[str, str]], timeout: float = CARRIER_TIMEOUT_S) -> float:
+    """Wait until every veth end in ``ends`` is operationally up (carrier on both sides): a
+    link set up has no carrier yet, and a packet sent on it then is dropped.
+    Returns seconds waited; raises FabricError naming the ends still down after ``timeout``."""
+    start = time.monotonic()
+    by_node: dict[str, list[str]] = {}
+    for n, i in sorted(ends):
+        by_node.setdefault(n, []).append(i)
+    while True:
+        down = []
+        for n, names in by_node.items():
+            links = ex.raw(n).links()  # one dump per namespace
+            down += [(n, i) for i in names if not links.get(i, {}).get("up")]
+        if not down:
+            return time.monotonic() - start
+        if time.monotonic() - start > timeout:
+            shown = ", ".join(f"{ex.t.ns(n)}/{i}" for n, i in down[:6]) + (" ..." if len(down) > 6 else "")
+            raise FabricError(f"{len(down)} of {len(ends)} links have no carrier {timeout:g} s after being set up "
+                              f"({shown}): see `ip -n NAMESPACE link` for their state")
+        time.sleep(0.02)
+
+
 def up(t: Topology, progress=None) -> float:
-    """Build fabric ``t``; on any failure remove whatever was built. Returns seconds."""
+    """Build fabric ``t``, and return once every link has carrier; on any failure remove whatever
+    was built. Returns seconds."""
     require_root("mrc fabric up")
     existing = project_namespaces(ns.list_netns(), t.name)
     if existing or os.path.exists(state_path(t.name)):
@@ -246,6 +281,7 @@ def up(t: Topology, progress=None) -> float:
             ex.run(ops[i:i + batch])
             if progress:
                 progress(min(i + batch, len(ops)), len(ops))
+        wait_carrier(ex, veths_set_up(ops))
     except BaseException:
         ex.close()
         down(t.name)

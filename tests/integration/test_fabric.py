@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from mrc.errors import UsageError
+from mrc.errors import FabricError, UsageError
 from mrc.fabric import apply, ns
 from mrc.fabric.check import PROTO_EXPERIMENT, check
 from mrc.fabric.topology import Topology
@@ -295,11 +295,25 @@ def test_name_in_use_and_unknown_link_are_refused(small_fabric):
     assert check(t)["failed_count"] == 0
 
 
+def veth_states(t: Topology) -> dict[tuple[str, str], str]:
+    """(namespace, ifname) -> operational state of every veth end, as `ip -o link` shows it."""
+    out = {}
+    for n in apply.project_namespaces(ns.list_netns(), t.name):
+        text = subprocess.run(["ip", "-n", n, "-o", "link", "show"], capture_output=True, text=True).stdout
+        for line in text.splitlines():
+            name = line.split(": ")[1]
+            if "@" in name:  # a veth end names its peer: ifname@ifN
+                out[(n, name.split("@")[0])] = line.split(" state ")[1].split()[0]
+    return out
+
+
 def test_default_fabric_up_check_down_leaves_nothing():
     t = Topology(name=unique_name("d"))
     try:
         secs = apply.up(t)
         print(f"default fabric up in {secs:.2f} s")
+        states = veth_states(t)  # up returns once every link has carrier, not when it was set up
+        assert len(states) > 100 and all(st == "UP" for st in states.values()), states
         r = check(t)
         assert r["failed_count"] == 0 and r["ok_count"] == 384
     finally:
@@ -324,3 +338,20 @@ def test_failed_build_leaves_nothing_behind(monkeypatch):
         apply.up(t)
     assert not apply.project_namespaces(ns.list_netns(), t.name)
     assert not __import__("os").path.exists(apply.state_path(t.name))
+
+
+def test_a_link_without_carrier_fails_the_wait_with_its_name(small_fabric):
+    t = small_fabric
+    ex = apply.Executor(t)
+    ends = apply.veths_set_up(apply.plan(t))
+    node, ifname = sorted(e for e in ends if e[0] == "p0s0" and not e[1].startswith("usid"))[0]  # a spine's link
+    try:
+        assert apply.wait_carrier(ex, ends) < 1.0  # up already: no wait
+        subprocess.run(["ip", "-n", t.ns(node), "link", "set", ifname, "down"], check=True)
+        # its peer loses carrier with it: both ends are named
+        with pytest.raises(FabricError, match=f"2 of {len(ends)} links have no carrier.*{t.ns(node)}/{ifname}"):
+            apply.wait_carrier(ex, ends, timeout=0.3)
+    finally:
+        subprocess.run(["ip", "-n", t.ns(node), "link", "set", ifname, "up"], check=False)
+        ex.close()
+    wait_for(lambda: veth_states(t)[(t.ns(node), ifname)] == "UP", timeout=10)
