@@ -279,15 +279,6 @@ struct mrc_ep {
     uint32_t rr_qp;
     uint32_t *act;           /* indices of QPs in RTS: the only ones the tx path visits */
     uint32_t nact;
-    /* per QP slot: when the QP next wants the engine (mrc_ep_next_timer's
-     * answer for it), 0 while that is unknown: its state changed since.
-     * poll_tx passes the QPs whose time has not come, next_timer asks only
-     * those with 0 (dispatch.c, "Who is due"). posted: a bit per slot that a
-     * post sets (the application's thread: atomic); due_all: every slot is
-     * unknown (an API call, a port change). */
-    uint64_t *due;
-    uint64_t *posted;
-    uint32_t due_all;
     uint32_t flush_pending;  /* a post raced a QP into ERROR: flush on the next poll_tx */
     struct mrc_async_event aeq[MRC_AEQ_SIZE]; /* asynchronous events (ring; full: counted in aeq_dropped) */
     uint32_t aeq_head, aeq_tail, aeq_dropped;
@@ -295,9 +286,6 @@ struct mrc_ep {
     uint32_t probe_seq;
     uint32_t probe_answered; /* bumped on every answer: a waiter reads it without the lock */
 };
-
-/* q's state changed: the engine asks it again when it next wants it. */
-static inline void ep_due_unknown(struct mrc_ep *ep, const struct qp *q) { ep->due[q->qpn & ((1u << ep->qp_bits) - 1)] = 0; }
 
 /* The planes both ends of q can use now. */
 static inline uint32_t qp_usable_ports(const struct mrc_ep *ep, const struct qp *q)

@@ -52,7 +52,6 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
         ep_drop(ep, MRC_DROP_UNKNOWN_QP);
         return -ENOENT;
     }
-    ep_due_unknown(ep, q);
     if (q->state != MRC_QPS_RTR && q->state != MRC_QPS_RTS) {
         ep_drop(ep, MRC_DROP_QP_STATE);
         return -EINVAL;
@@ -89,7 +88,6 @@ static void offer_waiting_completions(struct mrc_ep *ep)
     if (!ep->cq_waiters || polls == ep->cq_polls_seen)
         return;
     ep->cq_polls_seen = polls;
-    ep->due_all = 1;
     for (uint32_t i = 0; i < ep->a.max_qps && ep->cq_waiters; i++) {
         struct qp *q = ep->qps[i];
         if (!q || !(q->scq_wait || q->rcq_wait))
@@ -145,15 +143,12 @@ static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
     for (int round = 0; n < max && ep->nact; round++) {
         uint32_t before = n;
         for (uint32_t k = 0; k < nq && n < max && ep->nact; k++) {
-            uint32_t slot = (ep->rr_qp + k) % ep->nact, idx = ep->act[slot];
-            if (ep->due[idx] > now) /* nothing to send before then */
-                continue;
-            struct qp *q = ep->qps[idx];
+            uint32_t slot = (ep->rr_qp + k) % ep->nact;
+            struct qp *q = ep->qps[ep->act[slot]];
             if (!q || q->state != MRC_QPS_RTS)
                 continue;
             uint32_t room = max - n < EP_TX_QUANTUM ? max - n : EP_TX_QUANTUM;
             uint32_t got = (uint32_t)req_poll_tx(ep, q, now, buf, buflen, used, d + n, room);
-            ep->due[idx] = 0;
             if (got)
                 last = slot;
             n += got;
@@ -177,11 +172,6 @@ static void run_timers(struct mrc_ep *ep, uint64_t now)
     for (uint32_t i = 0; i < ep->nact;) {
         uint32_t idx = ep->act[i];
         struct qp *q = ep->qps[idx];
-        if (ep->due[idx] > now) { /* nothing of it is due */
-            i++;
-            continue;
-        }
-        ep->due[idx] = 0;
         if (q && q->state == MRC_QPS_RTS) {
             resp_on_timer(ep, q, now);
             comp_on_timer(ep, q, now); /* may end the QP: it leaves the list, the last one takes its place */
@@ -191,41 +181,15 @@ static void run_timers(struct mrc_ep *ep, uint64_t now)
     }
 }
 
-/* Who is due. Every active QP's timers and requester ran at every poll,
- * and next_timer asked every one, though most had nothing due: with a few
- * hundred QPs per endpoint that was most of the engine's time (mrc sim,
- * all-to-all at 128 NICs, 254 QPs each). Now ep->due keeps each QP's answer
- * to next_timer until its state changes: a packet for it, its timers or
- * requester ran, a post (the posted bits), or anything else (an API call,
- * a port, completions that waited for room: every QP). A QP's answer only
- * ever comes later by itself (its ports busier), never earlier: a build that
- * still visited every QP found none, over the tests and mrc sim's scenarios,
- * that sent, fired a timer or was due earlier than its kept answer said. */
-static void ep_due_sync(struct mrc_ep *ep)
-{
-    if (ep->due_all) {
-        memset(ep->due, 0, ep->a.max_qps * sizeof(*ep->due));
-        ep->due_all = 0;
-    }
-    for (uint32_t w = 0; w < (ep->a.max_qps + 63) / 64; w++) {
-        if (!__atomic_load_n(&ep->posted[w], __ATOMIC_RELAXED))
-            continue;
-        for (uint64_t m = __atomic_exchange_n(&ep->posted[w], 0, __ATOMIC_ACQUIRE); m; m &= m - 1)
-            ep->due[w * 64 + (uint32_t)__builtin_ctzll(m)] = 0;
-    }
-}
-
 int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max)
 {
     uint32_t n = 0, used = 0;
     if (LOAD_SC(ep->flush_pending) && __atomic_exchange_n(&ep->flush_pending, 0, __ATOMIC_SEQ_CST)) {
-        ep->due_all = 1;
         for (uint32_t i = 0; i < ep->a.max_qps; i++)
             if (ep->qps[i] && ep->qps[i]->state == MRC_QPS_ERROR)
                 qp_flush(ep, ep->qps[i], MRC_WC_WR_FLUSH_ERR);
     }
     offer_waiting_completions(ep);
-    ep_due_sync(ep);
     run_timers(ep, now);
     if (ep->data_first) {
         n = tx_data(ep, now, buf, buflen, &used, d, n, max);
@@ -240,22 +204,16 @@ uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now)
 {
     if (ep_ctrl_peek(ep))
         return now;
-    ep_due_sync(ep);
     uint64_t t = MRC_INF_NS;
     for (uint32_t i = 0; i < ep->nact; i++) {
-        uint32_t idx = ep->act[i];
-        uint64_t x = ep->due[idx];
-        if (!x) {
-            struct qp *q = ep->qps[idx];
-            if (!q || q->state != MRC_QPS_RTS)
-                continue;
-            x = ev_next_timer(q, now);
-            uint64_t y = comp_next_timer(ep, q, now), z = req_next_tx(ep, q, now), r = resp_next_timer(q);
-            x = x < y ? x : y;
-            x = x < z ? x : z;
-            x = x < r ? x : r;
-            ep->due[idx] = x;
-        }
+        struct qp *q = ep->qps[ep->act[i]];
+        if (!q || q->state != MRC_QPS_RTS)
+            continue;
+        uint64_t x = ev_next_timer(q, now), y = comp_next_timer(ep, q, now), z = req_next_tx(ep, q, now);
+        uint64_t r = resp_next_timer(q);
+        x = x < y ? x : y;
+        x = x < z ? x : z;
+        x = x < r ? x : r;
         if (x < t)
             t = x;
     }
@@ -271,10 +229,8 @@ int mrc_ep_set_port_rate(struct mrc_ep *ep, uint32_t plane, uint64_t rate_bps)
         return -EINVAL; /* below 1 kB/s a frame would take longer than a retransmit timer can wait */
     if (!rate_bps) {
         ep->port_paced &= ~(1u << plane);
-        ep->due_all = 1;
         return 0;
     }
-    ep->due_all = 1;
     ep->port_ps_per_byte[plane] = 8000000000000ull / rate_bps;
     if (!ep->port_ps_per_byte[plane])
         ep->port_ps_per_byte[plane] = 1;
@@ -288,7 +244,6 @@ int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now)
 {
     if (plane >= ep->a.planes)
         return -EINVAL;
-    ep->due_all = 1;
     if (!!(ep->port_up & (1u << plane)) != !!up)
         ep_async_event(ep, up ? MRC_EVENT_PORT_ACTIVE : MRC_EVENT_PORT_ERR, 0, plane);
     if (up)

@@ -108,7 +108,6 @@ static void ctx_lock(struct mrc_ctx *c)
  * change may have made work: it looks now). */
 static void ctx_unlock(struct mrc_ctx *c)
 {
-    c->ep->due_all = 1; /* whatever the call changed, every QP is asked again */
     signal_async(c);
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_unlock(&c->ulock);

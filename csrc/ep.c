@@ -106,15 +106,13 @@ int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_
     ep->mrs = calloc(ep->mr_cap, sizeof(*ep->mrs));
     ep->qps = calloc(ep->a.max_qps, sizeof(*ep->qps));
     ep->act = calloc(ep->a.max_qps, sizeof(*ep->act));
-    ep->due = calloc(ep->a.max_qps, sizeof(*ep->due));
-    ep->posted = calloc((ep->a.max_qps + 63) / 64, sizeof(*ep->posted));
     ep->ctl_size = MRC_CTRL_RING;
     ep->ctl = calloc(ep->ctl_size, sizeof(*ep->ctl));
     ep->evq_size = ep->a.ev_event_depth + 1;
     ep->evq = calloc(ep->evq_size, sizeof(*ep->evq));
     ep->probes = calloc(MRC_PROBE_MAX, sizeof(*ep->probes));
     uint32_t cq0;
-    if (!ep->mrs || !ep->qps || !ep->act || !ep->due || !ep->posted || !ep->ctl || !ep->evq || !ep->probes ||
+    if (!ep->mrs || !ep->qps || !ep->act || !ep->ctl || !ep->evq || !ep->probes ||
         ep_cq_create(ep, ep->a.cq_depth, &cq0) < 0) {
         ep_destroy(ep);
         return -ENOMEM;
@@ -132,8 +130,6 @@ void ep_destroy(struct mrc_ep *ep)
         free(ep->cqs[i].ring);
     free(ep->qps);
     free(ep->act);
-    free(ep->due);
-    free(ep->posted);
     free(ep->mrs);
     free(ep->ctl);
     free(ep->evq);
@@ -426,7 +422,6 @@ void ep_qp_remove(struct mrc_ep *ep, struct qp *q)
 void ep_set_active(struct mrc_ep *ep, struct qp *q, int on)
 {
     uint32_t idx = qp_slot(ep, q->qpn);
-    ep->due[idx] = 0;
     for (uint32_t i = 0; i < ep->nact; i++) {
         if (ep->act[i] == idx) {
             if (!on)
@@ -554,14 +549,6 @@ int ep_async_events(struct mrc_ep *ep, struct mrc_async_event *out, uint32_t max
 }
 
 /* ------------------------------------------------------------ posting */
-/* The engine's side learns that q has new work (ep_due_sync, dispatch.c).
- * Lock: the application lock only. */
-static void posted(struct mrc_ep *ep, const struct qp *q)
-{
-    uint32_t idx = qp_slot(ep, q->qpn);
-    __atomic_fetch_or(&ep->posted[idx / 64], 1ull << (idx % 64), __ATOMIC_RELEASE);
-}
-
 /* The entry lies inside a region of the QP's protection domain. */
 static int sge_ok(struct mrc_ep *ep, const struct qp *q, const struct mrc_sge *s)
 {
@@ -610,8 +597,6 @@ int ep_post_write(struct mrc_ep *ep, uint32_t qpn, const struct mrc_wr *wrs, uin
         w->npkts = total ? (uint32_t)((total + q->a.mtu - 1) / q->a.mtu) : 1;
         STORE_SC(q->sq_tail, nt); /* publish: the engine may send it from now on */
     }
-    if (k)
-        posted(ep, q);
     if (k && LOAD_SC(q->state) != MRC_QPS_RTS)
         STORE_SC(ep->flush_pending, 1); /* the engine moved the QP to ERROR meanwhile */
     return k ? (int)k : err;
@@ -634,8 +619,6 @@ int ep_post_recv(struct mrc_ep *ep, uint32_t qpn, const uint64_t *wr_ids, uint32
         q->rq[q->rq_tail] = wr_ids[k];
         STORE_SC(q->rq_tail, nt);
     }
-    if (k)
-        posted(ep, q);
     if (k && LOAD_SC(q->state) == MRC_QPS_ERROR)
         STORE_SC(ep->flush_pending, 1);
     return k ? (int)k : -ENOSPC;
