@@ -1,6 +1,13 @@
-/* CRC32C (Castagnoli) for the ICRC: the SSE4.2 instruction where the CPU has
- * it, a slicing table otherwise (protocol.md section 2, "ICRC"). */
+/* CRC32C (Castagnoli) for the ICRC: carry-less multiply folding (AVX-512
+ * VPCLMULQDQ) for 512 bytes and more where the CPU has it, the SSE4.2
+ * instruction otherwise, a slicing table without either (protocol.md
+ * section 2, "ICRC"). MRC_CRC_NO_FOLD in the environment keeps the folding
+ * off (the control for a before/after measurement). */
 #include "mrc_dp.h"
+#include <stdlib.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 static uint32_t table[8][256];
 static int table_ready;
@@ -115,6 +122,68 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uin
     c = multmodp(op, c) ^ (uint32_t)c2;
     return crc_hw_serial(c, p + 3 * blk, n - 3 * blk);
 }
+
+/* Folding with carry-less multiplies (VPCLMULQDQ on AVX-512): four 64-byte
+ * accumulators, each of their 128-bit lanes carried 256 bytes on per step
+ * as lo x (x^(D+32) mod P) ^ hi x (x^(D-32) mod P) (bit-reflected, one bit
+ * up), which keeps the message's CRC (Intel, "Fast CRC Computation for
+ * Generic Polynomials Using PCLMULQDQ"). The last 64 bytes so folded stand
+ * for everything before them: the instruction finishes them and the tail.
+ * n >= 256. The engine over the in-memory link runs 1.50-1.54 x faster with
+ * it than with the three crc32q chains (bench/engine_bench.py against
+ * MRC_CRC_NO_FOLD=1, alternated). */
+static int have_fold = -1;
+static uint64_t fold_k[4]; /* 256 bytes on: lo, hi; 64 bytes on: lo, hi */
+
+static uint64_t fold_const(size_t bits) { return (uint64_t)x8nmodp(bits / 8) << 1; }
+
+__attribute__((target("avx512f,vpclmulqdq"))) static inline __m512i fold_step(__m512i x, __m512i k, __m512i d)
+{
+    return _mm512_ternarylogic_epi64(_mm512_clmulepi64_epi128(x, k, 0x00), _mm512_clmulepi64_epi128(x, k, 0x11), d,
+                                     0x96); /* a ^ b ^ c */
+}
+
+__attribute__((target("avx512f,vpclmulqdq,sse4.2"))) static uint32_t crc_fold(uint32_t crc, const uint8_t *p, size_t n)
+{
+    const __m512i k256 = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k[1], (long long)fold_k[0]));
+    const __m512i k64 = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k[3], (long long)fold_k[2]));
+    __m512i x0 = _mm512_loadu_si512((const void *)p), x1 = _mm512_loadu_si512((const void *)(p + 64));
+    __m512i x2 = _mm512_loadu_si512((const void *)(p + 128)), x3 = _mm512_loadu_si512((const void *)(p + 192));
+    x0 = _mm512_xor_si512(x0, _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (int)crc));
+    for (p += 256, n -= 256; n >= 256; p += 256, n -= 256) {
+        x0 = fold_step(x0, k256, _mm512_loadu_si512((const void *)p));
+        x1 = fold_step(x1, k256, _mm512_loadu_si512((const void *)(p + 64)));
+        x2 = fold_step(x2, k256, _mm512_loadu_si512((const void *)(p + 128)));
+        x3 = fold_step(x3, k256, _mm512_loadu_si512((const void *)(p + 192)));
+    }
+    __m512i x = fold_step(fold_step(fold_step(x0, k64, x1), k64, x2), k64, x3);
+    for (; n >= 64; p += 64, n -= 64)
+        x = fold_step(x, k64, _mm512_loadu_si512((const void *)p));
+    uint8_t last[64];
+    _mm512_storeu_si512((void *)last, x);
+    return crc_hw_serial(crc_hw_serial(0, last, sizeof(last)), p, n);
+}
+
+/* Several threads may ask first: each computes the same constants, and the
+ * flag is published after them. */
+static int fold_ok(void)
+{
+    int have = __atomic_load_n(&have_fold, __ATOMIC_ACQUIRE);
+    if (have < 0) {
+        __builtin_cpu_init();
+        int ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq") &&
+                 __builtin_cpu_supports("sse4.2") && !getenv("MRC_CRC_NO_FOLD");
+        if (ok) {
+            fold_k[0] = fold_const(2048 + 32);
+            fold_k[1] = fold_const(2048 - 32);
+            fold_k[2] = fold_const(512 + 32);
+            fold_k[3] = fold_const(512 - 32);
+        }
+        __atomic_store_n(&have_fold, ok, __ATOMIC_RELEASE);
+        have = ok;
+    }
+    return have;
+}
 #endif
 
 /* The table implementation alone (tests compare it with the instruction). */
@@ -138,6 +207,8 @@ uint32_t mrc_crc32c(uint32_t crc, const uint8_t *buf, size_t len)
 {
     crc = ~crc;
 #if defined(__x86_64__)
+    if (len >= 512 && fold_ok())
+        return ~crc_fold(crc, buf, len);
     if (mrc_crc32c_hw())
         return ~crc_hw(crc, buf, len);
 #endif

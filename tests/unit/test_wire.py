@@ -113,8 +113,18 @@ def test_the_header_says_what_the_protocol_doc_says():
 def test_crc32c_instruction_path_equals_the_table_for_every_length():
     import random
 
+    from mrc._dp import ffi
+
     r = random.Random(7)
     for n in list(range(0, 40)) + [767, 768, 769, 1000, 4096, 4099, 8999, 9000, 65537]:
         data = r.randbytes(n)
         for init in (0, 0x12345678):
             assert lib.mrc_crc32c(init, data, n) == lib.mrc_crc32c_sw(init, data, n), n
+    # the folding path (512 bytes and more, where the CPU has VPCLMULQDQ): around its block
+    # sizes (64 and 256 bytes), from every alignment
+    buf = ffi.from_buffer(r.randbytes(5000))
+    for n in [511, 512, 513, 575, 576, 577, 767, 1023, 1024, 1025, 1279, 1280, 4160, 4172]:
+        for off in range(0, 64, 7):
+            init = r.getrandbits(32)
+            assert lib.mrc_crc32c(init, buf + off, n) == lib.mrc_crc32c_sw(init, buf + off, n), (n, off)
+    assert lib.mrc_crc32c(0, b"123456789", 9) == 0xE3069283  # the standard check value
