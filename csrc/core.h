@@ -271,9 +271,10 @@ struct mrc_ep {
     uint64_t port_ps_per_byte[MRC_MAX_PLANES];
     uint64_t port_free_ns[MRC_MAX_PLANES];
     /* per plane: the path cursor of the last QP that sent on it (its qpn in
-     * path_qpn, UINT32_MAX before any: QP numbers have 24 bits): a QP that sends next on that plane
-     * takes it up (ev.c, plane_cursor), so the port's packets go over the
-     * plane's paths in turn whichever QPs they belong to */
+     * path_qpn, UINT32_MAX before any: QP numbers have 24 bits); a QP that
+     * sends next on that plane takes it up (ev.c, plane_cursor), so the
+     * port's packets go over the plane's paths in turn whichever QPs they
+     * belong to */
     uint16_t path_rr[MRC_MAX_PLANES];
     uint32_t path_qpn[MRC_MAX_PLANES];
     uint32_t rr_qp;
