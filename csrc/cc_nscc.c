@@ -81,15 +81,9 @@ static void nscc_on_ack(struct qp *q, uint64_t bytes, uint64_t rtt, int ecn, uin
             /* proportional increase, bigger the further below target */
             s->pending += (double)bytes * (target - delay) / target * (double)c->fi_scale / 1000.0 *
                           (double)q->a.mtu / (double)(s->cwnd ? s->cwnd : 1);
-            if (delay >= target / 16)
-                s->near_zero_acks = 0; /* the fast increase wants the delay near zero ACK after ACK */
-            else if (++s->near_zero_acks > 16)
-                s->pending += (double)bytes; /* fast increase */
         } else if (!ecn) {
-            s->near_zero_acks = 0;
             s->pending += (double)c->fi * (double)bytes / (double)(s->cwnd ? s->cwnd : 1);
         } else if (delay >= target) {
-            s->near_zero_acks = 0;
             if (now - s->last_md_ns >= c->base_rtt) {
                 double avg = s->avg_delay > target ? s->avg_delay : target + 1;
                 double f = 1.0 - (double)c->gamma / 1000.0 * (avg - target) / avg;
@@ -98,8 +92,12 @@ static void nscc_on_ack(struct qp *q, uint64_t bytes, uint64_t rtt, int ecn, uin
                 s->pending = 0;
                 s->last_md_ns = now;
             }
+        } /* ECN below target: no window change, the EV manager steers away */
+        if (!ecn && delay < target / 16) { /* the fast increase wants the delay near zero ACK after ACK */
+            if (++s->near_zero_acks > 16)
+                s->pending += (double)bytes;
         } else {
-            s->near_zero_acks = 0; /* ECN below target: no window change, the EV manager steers away */
+            s->near_zero_acks = 0;
         }
         if (delay > (double)c->qa_threshold)
             quick_adapt(q, now);

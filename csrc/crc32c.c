@@ -170,9 +170,8 @@ static int fold_ok(void)
 {
     int have = __atomic_load_n(&have_fold, __ATOMIC_ACQUIRE);
     if (have < 0) {
-        __builtin_cpu_init();
-        int ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq") &&
-                 __builtin_cpu_supports("sse4.2") && !getenv("MRC_CRC_NO_FOLD");
+        int ok = mrc_crc32c_hw() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq") &&
+                 !getenv("MRC_CRC_NO_FOLD"); /* mrc_crc32c_hw: sse4.2, after __builtin_cpu_init */
         if (ok) {
             fold_k[0] = fold_const(2048 + 32);
             fold_k[1] = fold_const(2048 - 32);

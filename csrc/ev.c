@@ -300,14 +300,17 @@ static inline struct ev_entry *slot_ev(struct mrc_ep *ep, struct qp *q, uint32_t
     return e;
 }
 
-/* The rotation passes slot s (not GOOD, or avoided): when it was its
- * plane's next, the plane's cursor passes it too, so that without busy
- * ports the plane's cursor is always the slot the rotation lands on. */
-static inline void plane_pass(struct mrc_ep *ep, struct qp *q, uint32_t plane, uint32_t s)
+/* The rotation passes slot s (not GOOD, or avoided, or taken): when it was
+ * its plane's next, the plane's cursor passes it too, so that without busy
+ * ports the plane's cursor is always the slot the rotation lands on.
+ * Returns whether it was. */
+static inline int plane_pass(struct mrc_ep *ep, struct qp *q, uint32_t plane, uint32_t s)
 {
     uint32_t n = per_plane(q), j = s / q->a.planes;
-    if (plane_cursor(ep, q, plane) == j)
-        plane_cursor_set(ep, q, plane, j + 1 == n ? 0 : j + 1);
+    if (plane_cursor(ep, q, plane) != j)
+        return 0;
+    plane_cursor_set(ep, q, plane, j + 1 == n ? 0 : j + 1);
+    return 1;
 }
 
 /* A retransmission's pick: the first slot on a usable plane whose port may
@@ -414,8 +417,7 @@ int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, ui
             }
             if (!(allow & (1u << plane)))
                 continue;
-            if (plane_cursor(ep, q, plane) == s / q->a.planes) { /* the cursor is this slot (alone, unpaced: always) */
-                plane_pass(ep, q, plane, s);
+            if (plane_pass(ep, q, plane, s)) { /* the cursor was this slot (alone, unpaced: always) */
                 *out = e->ev;
             } else if (plane_pick(ep, q, plane, now, avoid_ev, pass, out) < 0) {
                 continue;
