@@ -57,8 +57,9 @@ def main(argv: list[str]) -> int:
             base, base_at = st, now
         elif now - base_at > 100_000_000:  # a look every 100 ms: steal on a CPU this process was not on
             st = _read()
-            if most_steal(base, st):
-                print(base_at, now - base_at, 0, round(most_steal(base, st) * tick_ms, 1), flush=True)
+            stolen = most_steal(base, st)
+            if stolen:
+                print(base_at, now - base_at, 0, round(stolen * tick_ms, 1), flush=True)
             base, base_at = st, now
         prev = now
 
