@@ -75,3 +75,20 @@ def test_loss_ruleset_thresholds():
     assert "numgen random mod 10000 < 1 counter drop" in loss_ruleset("l0", 0.01)
     full = loss_ruleset("l0", 100)  # nftables refuses "< 10000": everything is dropped instead
     assert "numgen" not in full and 'iifname "l0" counter drop' in full and 'oifname "l0" counter drop' in full
+
+
+def test_the_carrier_wait_covers_every_veth_end_the_plan_sets_up_and_no_other():
+    from mrc.fabric.apply import veths_set_up
+
+    ops = plan(t())
+    ends = veths_set_up(ops)
+    veths = [o for o in ops if o.kind == "veth"]
+    assert len(ends) == 2 * len(veths)  # the plan sets up every end of every veth
+    assert all((o.node, o.args["ifname"]) in ends and (o.args["peer_node"], o.args["peer_ifname"]) in ends
+               for o in veths)
+    # an end the plan leaves down, and an interface set up that is no veth (lo, the bridge), are not waited for
+    left_down = [o for o in ops if not (o.kind == "up" and (o.node, o.args["ifname"]) == (veths[0].node,
+                                                                                            veths[0].args["ifname"]))]
+    assert veths_set_up(left_down) == ends - {(veths[0].node, veths[0].args["ifname"])}
+    assert not any(i in ("lo", "br0") for _, i in ends)
+    assert veths_set_up([]) == set()
