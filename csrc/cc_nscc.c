@@ -99,7 +99,7 @@ static void nscc_on_ack(struct qp *q, uint64_t bytes, uint64_t rtt, int ecn, uin
         } else {
             s->near_zero_acks = 0;
         }
-        if (delay > (double)c->qa_threshold)
+        if (delay > (double)c->qa_threshold && (q->inflight + bytes) * 2 >= s->cwnd)
             quick_adapt(q, now);
     } else if (ecn && now - s->last_md_ns >= c->base_rtt) {
         /* a trim: congestion without an RTT sample; half the largest
