@@ -17,11 +17,14 @@ import time
 from contextlib import suppress
 from dataclasses import asdict
 
-from mrc.errors import FabricError, PrivilegeError, UsageError
+from mrc.errors import SRV6_MISSING, FabricError, PrivilegeError, SRv6Missing, UsageError
 from mrc.fabric import nl, ns, qos, resolver
 from mrc.fabric.plan import Op, link_ops, plan
 from mrc.fabric.topology import NS_PREFIX, Topology
 from mrc.perf import parse_rate  # noqa: F401  (mrc fabric and the benches read rates through here)
+
+#: the plan's ops that add SRv6 routes (a kernel without SRv6 refuses them: SRV6_MISSING)
+SRV6_OPS = ("end", "dt6", "encap")
 
 STATE_DIR = os.environ.get("MRC_STATE_DIR", "/run/mrc/fabrics")
 
@@ -161,6 +164,8 @@ class Executor:
                 code = getattr(e, "errno", None) or getattr(e, "code", None)
                 if exist_ok and code == errno.EEXIST:
                     continue
+                if code == errno.EOPNOTSUPP and op.kind in SRV6_OPS:
+                    raise SRv6Missing(f"{self.t.ns(op.node)}: {op.kind} {op.args}: {SRV6_MISSING}") from e
                 raise FabricError(f"{self.t.ns(op.node)}: {op.kind} {op.args}: {e}") from e
 
     # one method per op kind ----------------------------------------------

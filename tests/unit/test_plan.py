@@ -92,3 +92,36 @@ def test_the_carrier_wait_covers_every_veth_end_the_plan_sets_up_and_no_other():
     assert veths_set_up(left_down) == ends - {(veths[0].node, veths[0].args["ifname"])}
     assert not any(i in ("lo", "br0") for _, i in ends)
     assert veths_set_up([]) == set()
+
+
+def test_a_kernel_without_srv6_is_told_so_and_other_refusals_stay_what_they_were():
+    """This machine's kernel of 2026-12-04 was built without CONFIG_IPV6_SEG6_LWTUNNEL: the first
+    End route came back EOPNOTSUPP, and `mrc demo` said only "Operation not supported"."""
+    import errno
+
+    import pytest
+
+    from mrc.errors import SRV6_MISSING, FabricError, SRv6Missing
+    from mrc.fabric import apply
+    from mrc.fabric.plan import Op
+
+    class Refusing(apply.Executor):
+        def __init__(self, t):  # no netlink: every op below is refused by hand
+            self.t = t
+
+        def op_end(self, node, **_):
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+        op_dt6 = op_encap = op_end
+
+        def op_mtu(self, node, **_):
+            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    ex = Refusing(t())
+    for kind in apply.SRV6_OPS:
+        with pytest.raises(SRv6Missing) as e:
+            ex.run([Op(kind, "p0l0", {"prefix": "fc00:0:1000::/48", "ifname": "usid0"})])
+        assert SRV6_MISSING in str(e.value) and "p0l0" in str(e.value) and "CONFIG_IPV6_SEG6_LWTUNNEL" in str(e.value)
+    with pytest.raises(FabricError) as e:  # the same errno from anything else is no SRv6 question
+        ex.run([Op("mtu", "p0l0", {"ifname": "l0", "mtu": 9000})])
+    assert not isinstance(e.value, SRv6Missing) and "Operation not supported" in str(e.value)
