@@ -343,13 +343,18 @@ def build(a) -> tuple[Topology, qos.PortQoS]:
                  name=f"cg{secrets.token_hex(3)}")
     q = qos.PortQoS(apply.parse_rate(a.rate), a.ecn_kb, a.trim_kb, a.buffer_kb).check()
     apply.up(t)
-    apply.wire_sized(t)  # switches forward wire-size packets (TCP's GSO super-packets are cut at the leaf)
-    apply.set_queues(t.name, None, q)
-    if a.no_nic_rate:  # the control: hosts send at whatever rate their CPU manages
-        qos.apply_ports(t, qos.ports(t)[1], qos.PortQoS(0))
-    for h in range(t.hosts):
-        ns.command(t.ns(t.host(h)), ["sysctl", "-qw", "net.ipv4.tcp_ecn=1"], check=True)
-        baseline.mptcp_setup(t, h)
+    try:
+        apply.wire_sized(t)  # switches forward wire-size packets (TCP's GSO super-packets are cut at the leaf)
+        apply.set_queues(t.name, None, q)
+        if a.no_nic_rate:  # the control: hosts send at whatever rate their CPU manages
+            qos.apply_ports(t, qos.ports(t)[1], qos.PortQoS(0))
+        for h in range(t.hosts):
+            ns.command(t.ns(t.host(h)), ["sysctl", "-qw", "net.ipv4.tcp_ecn=1"], check=True)
+            if apply.kernel_traffic(t.name):  # else no kernel baseline runs (main says why)
+                baseline.mptcp_setup(t, h)
+    except BaseException:  # the fabric goes with the failure
+        apply.down(t.name)
+        raise
     return t, q
 
 
@@ -398,9 +403,17 @@ def main() -> int:
         print(f"congestion_bench: {problem}", file=sys.stderr)
         return 2
     t, q = build(a)
+    unavailable = {}
+    if not apply.kernel_traffic(t.name):  # a kernel without SRv6: MRC only (mrc fabric up says why)
+        for tr in [x for x in transports if x != "mrc"]:
+            unavailable[tr] = ("this kernel has no SRv6 (CONFIG_IPV6_SEG6_LWTUNNEL): kernel traffic crosses the "
+                               "fabric in seg6 encap and End.DT6")
+            transports.remove(tr)
+            log(f"{tr}: not run: {unavailable[tr]}")
     out = {"cc": a.cc, "nic_rate": not a.no_nic_rate, "pacing": not (a.no_nic_rate or a.no_pacing),
            "rate_bps": q.rate_bps, "ecn_kb": q.ecn_kb, "trim_kb": q.trim_kb, "buffer_kb": q.buffer_kb,
-           "hosts": t.hosts, "planes": t.planes, "msg": a.msg, "seconds": a.seconds, "workloads": {}}
+           "hosts": t.hosts, "planes": t.planes, "msg": a.msg, "seconds": a.seconds, "workloads": {},
+           "unavailable": unavailable}
     reader = qos.PortReader(t, qos.switch_ports(t))
     cur = q
     try:

@@ -426,9 +426,15 @@ def fabric_main(a: argparse.Namespace) -> int:
 
             r = check(t)
             res.update(ok_count=r["ok_count"], failed_count=r["failed_count"])
+        res["kernel_traffic"] = apply.kernel_traffic(t.name)
         _print(res, a.json, f"fabric {t.name} up in {secs:.2f} s: {res['namespaces']} namespaces, "
                             f"{res['links']} links, {res['paths']} paths"
-                            + (f"; check: {res['ok_count']} ok, {res['failed_count']} failed" if a.check else ""))
+                            + (f"; check: {res['ok_count']} ok, {res['failed_count']} failed" if a.check else "")
+                            + ("" if res["kernel_traffic"] else
+                               "\nthis kernel has no SRv6 (CONFIG_IPV6_SEG6_LWTUNNEL): the switches run End "
+                               "next-CSID as a tc-BPF program on every port (csrc/bpf/usid_end.bpf.c), so MRC "
+                               "runs as before; the hosts' kernel traffic over the fabric (TCP, MPTCP, ping "
+                               "between inner addresses) needs seg6 encap and End.DT6 and is not set up"))
         return 1 if a.check and res["failed_count"] else 0
     if a.fcmd == "down":
         removed = apply.down(a.name, all_fabrics=a.all)

@@ -58,8 +58,8 @@ fi
 echo "== pip install -e .[test,dash]"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test,dash]'
-echo "== build the switch queues' BPF program (csrc/bpf/port_queue.bpf.c)"
-.venv/bin/python -c 'from mrc.fabric import qos; qos.build(force=True)'
+echo "== build the BPF programs: the switch queues' (csrc/bpf/port_queue.bpf.c) and End next-CSID for a kernel without SRv6 (csrc/bpf/usid_end.bpf.c)"
+.venv/bin/python -c 'from mrc.fabric import qos; qos.build(force=True); qos.build(force=True, name="usid_end")'
 
 case "$what" in
     demo) exec .venv/bin/mrc demo "${@:2}" ;;

@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import socket
+import struct
 import subprocess
 import time
 from contextlib import suppress
@@ -22,9 +23,6 @@ from mrc.fabric import nl, ns, qos, resolver
 from mrc.fabric.plan import Op, link_ops, plan
 from mrc.fabric.topology import NS_PREFIX, Topology
 from mrc.perf import parse_rate  # noqa: F401  (mrc fabric and the benches read rates through here)
-
-#: the plan's ops that add SRv6 routes (a kernel without SRv6 refuses them: SRV6_MISSING)
-SRV6_OPS = ("end", "dt6", "encap")
 
 STATE_DIR = os.environ.get("MRC_STATE_DIR", "/run/mrc/fabrics")
 
@@ -71,19 +69,37 @@ def topology_path(name: str) -> str:
     return os.path.join(STATE_DIR, f"{name}.topology")
 
 
-def save_state(t: Topology, faults: dict | None = None, queues: dict | None = None) -> None:
+def save_state(t: Topology, faults: dict | None = None, queues: dict | None = None,
+               kernel_traffic: bool | None = None) -> None:
     """Write the fabric's state; ``queues`` (switch port -> its queue, see
-    :func:`set_queues`) is kept from the file when not given."""
+    :func:`set_queues`) and ``kernel_traffic`` (:func:`kernel_traffic`) are kept from the file
+    when not given."""
     os.makedirs(STATE_DIR, exist_ok=True)
-    if queues is None:
-        with suppress(FileNotFoundError, ValueError):
-            with open(state_path(t.name)) as f:
-                queues = json.load(f).get("queues")
+    old = {}
+    with suppress(FileNotFoundError, ValueError):
+        with open(state_path(t.name)) as f:
+            old = json.load(f)
+    queues = old.get("queues") if queues is None else queues
+    kernel_traffic = old.get("kernel_traffic", True) if kernel_traffic is None else kernel_traffic
     tmp = state_path(t.name) + ".tmp"
     with open(tmp, "w") as f:
-        json.dump({"topology": t.to_dict(), "faults": faults or {}, "queues": queues or {}, "created": time.time()},
-                  f, indent=1)
+        json.dump({"topology": t.to_dict(), "faults": faults or {}, "queues": queues or {},
+                   "kernel_traffic": kernel_traffic, "created": time.time()}, f, indent=1)
     os.replace(tmp, state_path(t.name))
+
+
+def kernel_traffic(name: str) -> bool:
+    """Whether the hosts' kernels can talk over fabric ``name`` (TCP, MPTCP, ping between their
+    inner addresses: seg6 encap and End.DT6). False on a kernel without SRv6, where MRC still runs
+    (its switches' End in tc BPF)."""
+    return bool(load_state(name).get("kernel_traffic", True))
+
+
+def require_kernel_traffic(name: str, what: str) -> None:
+    """Raise SRv6Missing, saying what needed it, on a fabric without kernel traffic."""
+    if not kernel_traffic(name):
+        raise SRv6Missing(f"fabric {name}: {what} crosses the fabric in seg6 encap and End.DT6, and "
+                          f"{SRV6_MISSING}")
 
 
 def load_state(name: str) -> dict:
@@ -125,6 +141,7 @@ class Executor:
         self._ipr: dict[str, object] = {}
         self._nl: dict[str, nl.NetlinkRoute] = {}
         self._idx: dict[tuple[str, str], int] = {}
+        self.no_kernel_traffic = False  # a kernel without SRv6 refused a host's seg6 / End.DT6 route
 
     def ipr(self, node: str):
         if node not in self._ipr:
@@ -164,8 +181,6 @@ class Executor:
                 code = getattr(e, "errno", None) or getattr(e, "code", None)
                 if exist_ok and code == errno.EEXIST:
                     continue
-                if code == errno.EOPNOTSUPP and op.kind in SRV6_OPS:
-                    raise SRv6Missing(f"{self.t.ns(op.node)}: {op.kind} {op.args}: {SRV6_MISSING}") from e
                 raise FabricError(f"{self.t.ns(op.node)}: {op.kind} {op.args}: {e}") from e
 
     # one method per op kind ----------------------------------------------
@@ -220,14 +235,61 @@ class Executor:
         _nft(self.t, node, script)
 
     def op_end(self, node: str, prefix: str, ifname: str) -> None:
-        self.raw(node).add(prefix, self.index(node, ifname), nl.end_next_csid(32, 16))
+        try:
+            self.raw(node).add(prefix, self.index(node, ifname), nl.end_next_csid(32, 16))
+        except OSError as e:
+            if e.errno != errno.EOPNOTSUPP:
+                raise
+            end_program(self.t, node, prefix)  # a kernel without SRv6: the same End in tc BPF
 
     def op_dt6(self, node: str, prefix: str, ifname: str, table: int) -> None:
-        self.raw(node).add(prefix, self.index(node, ifname), nl.end_dt6(table))
+        self._kernel_srv6(node, lambda: self.raw(node).add(prefix, self.index(node, ifname), nl.end_dt6(table)))
 
     def op_encap(self, node: str, dst: str, segment: str, ifname: str, prefsrc: str | None = None,
                  table: int = nl.RT_TABLE_MAIN) -> None:
-        self.raw(node).add(dst, self.index(node, ifname), nl.encap_red(segment), table=table, prefsrc=prefsrc)
+        self._kernel_srv6(node, lambda: self.raw(node).add(dst, self.index(node, ifname), nl.encap_red(segment),
+                                                           table=table, prefsrc=prefsrc))
+
+    def _kernel_srv6(self, node: str, add) -> None:
+        """A host's routes for kernel traffic over the fabric (seg6 encap, End.DT6): on a kernel
+        without SRv6 there are none, and the fabric's state says so (kernel_traffic)."""
+        try:
+            add()
+        except OSError as e:
+            if e.errno != errno.EOPNOTSUPP:
+                raise
+            self.no_kernel_traffic = True
+
+
+# ------------------------------------------------------------------ End in tc BPF
+END_PRIO = 1  # the End program's preference on clsact ingress
+
+
+def end_program(t: Topology, node: str, prefix: str) -> None:
+    """Switch ``node``'s End next-CSID for its uSID ``prefix`` (block:uSID::/48) as a tc-BPF
+    program on clsact ingress of every one of its fabric ports (csrc/bpf/usid_end.bpf.c), for a
+    kernel that refuses seg6local routes. Raises FabricError if it does not load."""
+    addr = socket.inet_pton(socket.AF_INET6, prefix.split("/")[0])
+    obj = qos.build(name="usid_end", what="the switches of a fabric on a kernel without SRv6")
+    ifnames = [i for _, i, _ in qos.switch_ports(t, node)]
+    lines = [x for i in ifnames for x in (f"qdisc replace dev {i} clsact",
+             f"filter replace dev {i} ingress prio {END_PRIO} handle 1 bpf direct-action obj {obj} sec tc")]
+    r = qos._tc_batch(t, node, lines)
+    if r.returncode != 0:
+        raise FabricError(f"attaching the End program in {t.ns(node)} failed: {r.stderr.strip()}")
+    for i in ifnames:
+        with qos._port_maps(t, node, i, "usid_end", "ingress") as maps:
+            if maps is None:
+                raise FabricError(f"the End program did not load on {node}:{i} "
+                                  f"(see `tc -n {t.ns(node)} filter show dev {i} ingress`)")
+            qos._map_rw(maps["cfg"], addr[:6] + b"\0\0", 8)
+
+
+def end_shifted(t: Topology, node: str, ifname: str) -> int | None:
+    """Packets the End program of a switch port has shifted (None: the port has no program, as on a
+    kernel with SRv6)."""
+    with qos._port_maps(t, node, ifname, "usid_end", "ingress") as maps:
+        return None if maps is None else struct.unpack("<Q", qos._map_rw(maps["st"], None, 8))[0]
 
 
 # ------------------------------------------------------------------ up/down
@@ -287,6 +349,8 @@ def up(t: Topology, progress=None) -> float:
             if progress:
                 progress(min(i + batch, len(ops)), len(ops))
         wait_carrier(ex, veths_set_up(ops))
+        if ex.no_kernel_traffic:
+            save_state(t, kernel_traffic=False)
     except BaseException:
         ex.close()
         down(t.name)

@@ -37,8 +37,6 @@ from mrc.errors import FabricError, UsageError
 from mrc.fabric.topology import Topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SOURCE = os.path.join(ROOT, "csrc", "bpf", "port_queue.bpf.c")
-OBJECT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "port_queue.bpf.o")
 FIFO_PACKETS = 100_000  # the htb leaf never drops before the program does
 PRIO = 7  # the filter's preference on clsact egress
 
@@ -74,26 +72,29 @@ DEFAULT_THRESHOLDS = {"ecn_kb": 32, "trim_kb": 96, "buffer_kb": 512}
 
 
 # ------------------------------------------------------------------ building
-def build(force: bool = False) -> str:
-    """Compile the program once (clang -target bpf); returns the object's path."""
-    if not force and os.path.exists(OBJECT) and os.path.getmtime(OBJECT) >= os.path.getmtime(SOURCE):
-        return OBJECT
+def build(force: bool = False, name: str = "port_queue", what: str = "the switch queues") -> str:
+    """Compile csrc/bpf/NAME.bpf.c once (clang -target bpf); returns the object's path. ``what``
+    names who needs it in the errors."""
+    source = os.path.join(ROOT, "csrc", "bpf", f"{name}.bpf.c")
+    obj = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.bpf.o")
+    if not force and os.path.exists(obj) and os.path.getmtime(obj) >= os.path.getmtime(source):
+        return obj
     clang = shutil.which("clang")
     if not clang:
-        raise FabricError("the switch queues need clang to build their BPF program: "
+        raise FabricError(f"{what} need clang to build their BPF program: "
                           "apt-get install clang libbpf-dev (tools/setup.sh installs both)")
     if not os.path.exists("/usr/include/bpf/bpf_helpers.h"):
-        raise FabricError("the switch queues need the libbpf headers (/usr/include/bpf/bpf_helpers.h): "
+        raise FabricError(f"{what} need the libbpf headers (/usr/include/bpf/bpf_helpers.h): "
                           "apt-get install libbpf-dev (tools/setup.sh installs it)")
     arch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip() or \
         "x86_64-linux-gnu"
-    tmp = OBJECT + f".{os.getpid()}.tmp"
+    tmp = obj + f".{os.getpid()}.tmp"
     r = subprocess.run([clang, "-O2", "-g", "-target", "bpf", f"-I/usr/include/{arch}", "-Wall", "-Werror",
-                        "-c", SOURCE, "-o", tmp], capture_output=True, text=True)
+                        "-c", source, "-o", tmp], capture_output=True, text=True)
     if r.returncode != 0:
-        raise FabricError(f"building {SOURCE} failed:\n{r.stderr.strip()}")
-    os.replace(tmp, OBJECT)
-    return OBJECT
+        raise FabricError(f"building {source} failed:\n{r.stderr.strip()}")
+    os.replace(tmp, obj)
+    return obj
 
 
 # ------------------------------------------------------------------ bpf(2)
@@ -153,9 +154,9 @@ def _map_rw(fd: int, value: bytes | None, size: int) -> bytes:
 
 
 @contextlib.contextmanager
-def _port_maps(t: Topology, node: str, ifname: str):
+def _port_maps(t: Topology, node: str, ifname: str, name: str = "port_queue", hook: str = "egress"):
     """The port program's maps (name -> fd), or None when it has no program; closed after."""
-    pid = _prog_id(t, node, ifname)
+    pid = _prog_id(t, node, ifname, name, hook)
     maps = _prog_maps(pid) if pid is not None else None
     try:
         yield maps
@@ -199,12 +200,12 @@ def nic(q: PortQoS) -> PortQoS:
     return PortQoS(q.rate_bps)
 
 
-def _prog_id(t: Topology, node: str, ifname: str) -> int | None:
-    r = subprocess.run(["tc", "-n", t.ns(node), "-j", "filter", "show", "dev", ifname, "egress"],
+def _prog_id(t: Topology, node: str, ifname: str, name: str = "port_queue", hook: str = "egress") -> int | None:
+    r = subprocess.run(["tc", "-n", t.ns(node), "-j", "filter", "show", "dev", ifname, hook],
                        capture_output=True, text=True)
     for f in json.loads(r.stdout or "[]") if r.returncode == 0 else []:
         prog = f.get("options", {}).get("prog")
-        if prog and prog.get("name") == "port_queue":
+        if prog and prog.get("name") == name:
             return int(prog["id"])
     return None
 
@@ -222,11 +223,14 @@ def apply_ports(t: Topology, ports: list[tuple[str, str, str]], q: PortQoS) -> i
     for node, ifname, _ in ports:
         per_node.setdefault(node, []).append(ifname)
     for node, ifnames in per_node.items():
-        if not q.rate_bps:  # a port without a queue has neither (deleting what is absent is no error)
-            _tc_batch(t, node, [f"qdisc del dev {i} {w}" for i in ifnames for w in ("root", "clsact")], force=True)
+        # a port without a queue has neither (deleting what is absent is no error); clsact stays, with
+        # what its ingress holds (apply.py: the End program of a kernel without SRv6)
+        gone = [f"{w} dev {i} {x}" for i in ifnames for w, x in (("qdisc del", "root"), ("filter del", "egress"))]
+        if not q.rate_bps:
+            _tc_batch(t, node, gone, force=True)
             continue
         lines, fresh = [], [i for i in ifnames if _prog_id(t, node, i) is None]
-        _tc_batch(t, node, [f"qdisc del dev {i} {w}" for i in fresh for w in ("root", "clsact")], force=True)
+        _tc_batch(t, node, [g for g in gone if any(f"dev {i} " in g for i in fresh)], force=True)
         for i in ifnames:
             rate = f"htb rate {q.rate_bps}bit ceil {q.rate_bps}bit quantum 9100"
             if i not in fresh:  # a port that has its queue keeps it (and its counters): a new rate
@@ -235,7 +239,7 @@ def apply_ports(t: Topology, ports: list[tuple[str, str, str]], q: PortQoS) -> i
             lines += [f"qdisc add dev {i} root handle 1: htb default 1",
                       f"class add dev {i} parent 1: classid 1:1 {rate}",
                       f"qdisc add dev {i} parent 1:1 handle 10: pfifo limit {FIFO_PACKETS}",
-                      f"qdisc add dev {i} clsact",
+                      f"qdisc replace dev {i} clsact",
                       f"filter add dev {i} egress prio {PRIO} handle 1 bpf direct-action obj {obj} sec tc"]
         r = _tc_batch(t, node, lines)
         if r.returncode != 0:

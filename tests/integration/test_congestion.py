@@ -107,7 +107,13 @@ def test_the_congestion_bench_runs_mrc_and_tcp_flows_across_host_processes():
                         "--workloads", "incast", "--transports", "mrc,tcp_cubic"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    w = json.loads(r.stdout)["workloads"]["incast"]
+    out = json.loads(r.stdout)
+    w = out["workloads"]["incast"]
+    if "tcp_cubic" in out["unavailable"]:  # a kernel without SRv6: MRC alone, and the bench says why
+        assert "no SRv6" in out["unavailable"]["tcp_cubic"] and "tcp_cubic" not in w, out["unavailable"]
+        assert w["verified"] and w["qp_errors"] == 0 and w["messages"] > 0 and w["utilization"] > 0.5, w
+        assert w["drops"] == 0 and w["cpu_share"]["h0"] > 0 and 0 < w["messages_unpaused"] <= w["messages"], w
+        pytest.skip("TCP not run: " + out["unavailable"]["tcp_cubic"])
     for run in (w, w["tcp_cubic"]):
         assert run["verified"] and run["qp_errors"] == 0 and run["messages"] > 0, run
         for key in ("utilization", "jain", "drops", "trims", "marks", "p99_ms", "ideal_p99_ms"):

@@ -94,34 +94,53 @@ def test_the_carrier_wait_covers_every_veth_end_the_plan_sets_up_and_no_other():
     assert veths_set_up([]) == set()
 
 
-def test_a_kernel_without_srv6_is_told_so_and_other_refusals_stay_what_they_were():
-    """This machine's kernel of 2026-12-04 was built without CONFIG_IPV6_SEG6_LWTUNNEL: the first
-    End route came back EOPNOTSUPP, and `mrc demo` said only "Operation not supported"."""
+
+def test_a_kernel_without_srv6_gets_the_end_program_and_no_kernel_traffic(monkeypatch):
+    """This machine's kernel of 2026-12-04 was built without CONFIG_IPV6_SEG6_LWTUNNEL: every
+    seg6local and seg6 route came back EOPNOTSUPP and `mrc demo` said only "Operation not
+    supported". A refused End route now puts the same End in tc BPF on the switch's ports; a
+    refused End.DT6 or encap route leaves the hosts without kernel traffic, and the fabric's state
+    says so; any other refusal stays an error."""
     import errno
 
     import pytest
 
-    from mrc.errors import SRV6_MISSING, FabricError, SRv6Missing
+    from mrc.errors import FabricError
     from mrc.fabric import apply
     from mrc.fabric.plan import Op
 
+    attached = []
+    monkeypatch.setattr(apply, "end_program", lambda t, node, prefix: attached.append((node, prefix)))
+
+    class Raw:
+        def __init__(self, code):
+            self.code = code
+
+        def add(self, *a, **k):
+            raise OSError(self.code, "refused")
+
     class Refusing(apply.Executor):
-        def __init__(self, t):  # no netlink: every op below is refused by hand
-            self.t = t
+        def __init__(self, t, code):  # no netlink: every route is refused with code
+            self.t, self.code, self.no_kernel_traffic = t, code, False
 
-        def op_end(self, node, **_):
-            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+        def raw(self, node):
+            return Raw(self.code)
 
-        op_dt6 = op_encap = op_end
+        def index(self, node, ifname):
+            return 1
 
-        def op_mtu(self, node, **_):
-            raise OSError(errno.EOPNOTSUPP, "Operation not supported")
-
-    ex = Refusing(t())
-    for kind in apply.SRV6_OPS:
-        with pytest.raises(SRv6Missing) as e:
-            ex.run([Op(kind, "p0l0", {"prefix": "fc00:0:1000::/48", "ifname": "usid0"})])
-        assert SRV6_MISSING in str(e.value) and "p0l0" in str(e.value) and "CONFIG_IPV6_SEG6_LWTUNNEL" in str(e.value)
-    with pytest.raises(FabricError) as e:  # the same errno from anything else is no SRv6 question
-        ex.run([Op("mtu", "p0l0", {"ifname": "l0", "mtu": 9000})])
-    assert not isinstance(e.value, SRv6Missing) and "Operation not supported" in str(e.value)
+    ex = Refusing(t(), errno.EOPNOTSUPP)
+    ex.run([Op("end", "p0l0", {"prefix": "fc00:0:1000::/48", "ifname": "usid0"})])
+    assert attached == [("p0l0", "fc00:0:1000::/48")] and not ex.no_kernel_traffic
+    ex.run([Op("dt6", "h0", {"prefix": "fc00:0:b000::/48", "ifname": "p0", "table": 255})])
+    assert ex.no_kernel_traffic
+    ex2 = Refusing(t(), errno.EOPNOTSUPP)
+    ex2.run([Op("encap", "h0", {"dst": "fd00::1/128", "segment": "fc00:0:1000::", "ifname": "p0"})])
+    assert ex2.no_kernel_traffic
+    for kind, args in (("end", {"prefix": "fc00:0:1000::/48", "ifname": "usid0"}),
+                       ("dt6", {"prefix": "fc00:0:b000::/48", "ifname": "p0", "table": 255})):
+        other = Refusing(t(), errno.EINVAL)  # anything else is an error, as before
+        with pytest.raises(FabricError, match="refused"):
+            other.run([Op(kind, "p0l0", args)])
+        assert not other.no_kernel_traffic
+    assert len(attached) == 1

@@ -1,0 +1,97 @@
+"""The switches' End next-CSID for a kernel without SRv6 (csrc/bpf/usid_end.bpf.c)
+on crafted frames, run by the kernel itself (BPF_PROG_TEST_RUN) as attached
+to a real switch's ports: what it shifts, byte for byte, and what it leaves
+alone. Runs on any kernel (the program is attached by hand where the kernel
+has its own End)."""
+
+import ctypes
+import os
+import socket
+import struct
+
+import pytest
+
+from mrc.fabric import apply, qos
+from mrc.fabric.topology import Topology
+
+pytestmark = pytest.mark.root
+
+TC_ACT_OK = 0
+LEAF = "p0l0"
+
+
+@pytest.fixture(scope="module")
+def end():
+    t = Topology(planes=1, spines=1, leaves=1, hosts=2, name=f"ue{os.getpid() % 100000}")
+    apply.up(t)
+    try:
+        prefix = f"fc00:0:{t.leaf_usid(0, 0):x}::/48"
+        if apply.kernel_traffic(t.name):  # the kernel's own End: the program beside it, for this test alone
+            apply.end_program(t, LEAF, prefix)
+        node, ifname, _ = qos.switch_ports(t, LEAF)[0]
+        pid = qos._prog_id(t, node, ifname, "usid_end", "ingress")
+        maps = qos._prog_maps(pid)
+        prog = qos._fd_by_id(qos._PROG_GET_FD, pid)
+        yield t, prog, maps, t.leaf_usid(0, 0), (node, ifname)
+        os.close(prog)
+        for fd in maps.values():
+            os.close(fd)
+    finally:
+        apply.down(t.name)
+
+
+def run(end, frame: bytes) -> tuple[int, bytes, int]:
+    """(verdict, the frame as it goes on, packets counted as shifted)."""
+    t, prog, maps, _, _ = end
+    before = struct.unpack("<Q", qos._map_rw(maps["st"], None, 8))[0]
+    out = ctypes.create_string_buffer(len(frame) + 256)
+    inp = ctypes.create_string_buffer(frame, len(frame))
+    attr = ctypes.create_string_buffer(80)
+    struct.pack_into("<IIIIQQI", attr, 0, prog, 0, len(frame), len(out), ctypes.addressof(inp),
+                     ctypes.addressof(out), 1)
+    qos._bpf(10, attr)  # BPF_PROG_TEST_RUN
+    _, verdict, _, size_out = struct.unpack_from("<IIII", attr, 0)
+    after = struct.unpack("<Q", qos._map_rw(maps["st"], None, 8))[0]
+    return verdict, out.raw[:size_out], after - before
+
+
+def frame(dst: str, ethertype: int = 0x86DD, payload: bytes = b"\x5a" * 64) -> bytes:
+    ip6 = struct.pack("!IHBB", 6 << 28, len(payload), 17, 64) + socket.inet_pton(socket.AF_INET6, "fd00::1") + \
+        socket.inet_pton(socket.AF_INET6, dst)
+    return b"\x02" * 6 + b"\x04" * 6 + struct.pack("!H", ethertype) + ip6 + payload
+
+
+def da(f: bytes) -> str:
+    return socket.inet_ntop(socket.AF_INET6, f[38:54])
+
+
+def test_its_own_usid_is_shifted_out_and_nothing_else_changes(end):
+    own = end[3]
+    f = frame(f"fc00:0:{own:x}:2000:1000:b001::")
+    verdict, out, shifted = run(end, f)
+    assert verdict == TC_ACT_OK and shifted == 1
+    assert da(out) == "fc00:0:2000:1000:b001::"
+    assert out[:38] == f[:38] and out[54:] == f[54:]  # source, hop limit, payload: as they came
+    # the last uSID: zeros behind it
+    verdict, out, shifted = run(end, frame(f"fc00:0:{own:x}:b001::"))
+    assert verdict == TC_ACT_OK and shifted == 1 and da(out) == "fc00:0:b001::"
+
+
+def test_another_switchs_usid_another_block_and_other_frames_pass_untouched(end):
+    own = end[3]
+    for f in (frame("fc00:0:2000:1000:b001::"),            # the next switch's uSID: routed as it is
+              frame(f"fc01:0:{own:x}:2000::"),             # another block
+              frame(f"fc00:1:{own:x}:2000::"),
+              frame(f"fc00:0:{own:x}:2000::", ethertype=0x0800),  # not IPv6
+              frame(f"fc00:0:{own:x}:2000::", ethertype=0x0800)[:40]):  # short (the kernel's test run
+        # refuses an IPv6 frame cut inside its header; the program reads with bpf_skb_load_bytes,
+        # which fails on one, and lets it pass)
+        verdict, out, shifted = run(end, f)
+        assert verdict == TC_ACT_OK and out == f and shifted == 0, da(f) if len(f) >= 54 else f
+
+
+def test_every_port_of_the_switch_has_it(end):
+    t = end[0]
+    ports = qos.switch_ports(t, LEAF)
+    assert len(ports) == 3  # two hosts and the spine
+    assert all(apply.end_shifted(t, node, i) is not None for node, i, _ in ports)
