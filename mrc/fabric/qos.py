@@ -144,6 +144,19 @@ def _prog_maps(prog_id: int) -> dict[str, int]:
     return out
 
 
+def prog_test_run(prog_fd: int, frame: bytes) -> tuple[int, bytes]:
+    """Run a loaded tc program on ``frame`` in the kernel (BPF_PROG_TEST_RUN): (verdict, the frame
+    as the program leaves it). For the programs' tests on crafted packets."""
+    out = ctypes.create_string_buffer(len(frame) + 256)
+    inp = ctypes.create_string_buffer(frame, len(frame))
+    attr = ctypes.create_string_buffer(80)
+    struct.pack_into("<IIIIQQI", attr, 0, prog_fd, 0, len(frame), len(out), ctypes.addressof(inp),
+                     ctypes.addressof(out), 1)
+    _bpf(10, attr)  # BPF_PROG_TEST_RUN
+    _, verdict, _, size_out = struct.unpack_from("<IIII", attr, 0)
+    return verdict, out.raw[:size_out]
+
+
 def _map_rw(fd: int, value: bytes | None, size: int) -> bytes:
     key = ctypes.c_uint32(0)
     buf = ctypes.create_string_buffer(value if value is not None else b"", size)

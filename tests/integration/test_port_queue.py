@@ -2,7 +2,6 @@
 packets, run by the kernel itself (BPF_PROG_TEST_RUN) as loaded on a real
 fabric port: what it marks, trims and drops, byte for byte."""
 
-import ctypes
 import json
 import os
 import socket
@@ -50,17 +49,11 @@ def run(port, frame: bytes, backlog_kb: float) -> tuple[int, bytes, dict]:
     st = list(before)
     st[2], st[3] = time.monotonic_ns(), int(backlog_kb * 1024)  # last_ns, backlog
     qos._map_rw(maps["st"], qos._ST.pack(*st), qos._ST.size)
-    out = ctypes.create_string_buffer(len(frame) + 256)
-    inp = ctypes.create_string_buffer(frame, len(frame))
-    attr = ctypes.create_string_buffer(80)
-    struct.pack_into("<IIIIQQI", attr, 0, prog, 0, len(frame), len(out), ctypes.addressof(inp),
-                     ctypes.addressof(out), 1)
-    qos._bpf(10, attr)  # BPF_PROG_TEST_RUN
-    _, verdict, _, size_out = struct.unpack_from("<IIII", attr, 0)
+    verdict, out = qos.prog_test_run(prog, frame)
     after = qos._ST.unpack(qos._map_rw(maps["st"], None, qos._ST.size))
     delta = {k: after[5 + i] - before[5 + i] for i, k in enumerate(("packets", "bytes", "marked", "trimmed",
                                                                      "dropped"))}
-    return verdict, out.raw[:size_out], delta
+    return verdict, out, delta
 
 
 def udp6_checksum(src: str, dst: str, seg: bytes) -> int:

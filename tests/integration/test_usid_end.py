@@ -4,7 +4,6 @@ to a real switch's ports: what it shifts, byte for byte, and what it leaves
 alone. Runs on any kernel (the program is attached by hand where the kernel
 has its own End)."""
 
-import ctypes
 import os
 import socket
 import struct
@@ -44,15 +43,9 @@ def run(end, frame: bytes) -> tuple[int, bytes, int]:
     """(verdict, the frame as it goes on, packets counted as shifted)."""
     t, prog, maps, _, _ = end
     before = struct.unpack("<Q", qos._map_rw(maps["st"], None, 8))[0]
-    out = ctypes.create_string_buffer(len(frame) + 256)
-    inp = ctypes.create_string_buffer(frame, len(frame))
-    attr = ctypes.create_string_buffer(80)
-    struct.pack_into("<IIIIQQI", attr, 0, prog, 0, len(frame), len(out), ctypes.addressof(inp),
-                     ctypes.addressof(out), 1)
-    qos._bpf(10, attr)  # BPF_PROG_TEST_RUN
-    _, verdict, _, size_out = struct.unpack_from("<IIII", attr, 0)
+    verdict, out = qos.prog_test_run(prog, frame)
     after = struct.unpack("<Q", qos._map_rw(maps["st"], None, 8))[0]
-    return verdict, out.raw[:size_out], after - before
+    return verdict, out, after - before
 
 
 def frame(dst: str, ethertype: int = 0x86DD, payload: bytes = b"\x5a" * 64) -> bytes:
