@@ -43,6 +43,9 @@ def _ctx_id(path: str) -> str:
     return os.path.basename(path).removesuffix(".sock")
 
 
+SLOW_MISSES = 5  # answers in a row a followed context may miss before it is passed over
+
+
 class _Ctx:
     """One control endpoint of a context in the fabric."""
 
@@ -74,6 +77,8 @@ class Collector:
         self._ctx: dict[str, _Ctx] = {}
         #: endpoints not followed: path -> why (None: another fabric's context)
         self._foreign: dict[str, str | None] = {}
+        #: followed endpoints whose last answer did not come in time: path -> (events cursor, misses)
+        self._slow: dict[str, tuple[int, int]] = {}
         self._watch: dict[str, float] = {}   # "ctx/qpn" -> when a page last asked
         self._known: set[str] = set()         # the QPs of the last sample
         self._prev: dict | None = None
@@ -184,13 +189,30 @@ class Collector:
                 info = client.call("info")
             except (ErrnoError, OSError) as e:
                 client.close()
-                self._foreign[path] = str(e)
+                if not self._missed(path, e):
+                    self._foreign[path] = str(e)
                 continue
             if info.get("topology") != self.name or info.get("host") not in self.t.host_nodes():
                 client.close()
                 self._foreign[path] = None
                 continue
             self._ctx[path] = _Ctx(path, client, info)
+            if path in self._slow:  # followed again where it left off (no event twice)
+                self._ctx[path].seq = self._slow[path][0]
+
+    def _missed(self, path: str, e: Exception, seq: int | None = None) -> bool:
+        """A context that answered before and now did not answer in time (its process busy: a
+        full-speed transfer riding out a fault on a loaded machine) is asked again at the next
+        discovery, from its events cursor, up to SLOW_MISSES times in a row; an endpoint that never
+        answered is passed over at once, as before. True: it will be asked again."""
+        if not isinstance(e, TimeoutError) or (seq is None and path not in self._slow):
+            return False
+        cursor, misses = self._slow.get(path, (seq or 0, 0))
+        if misses + 1 >= SLOW_MISSES:
+            self._slow.pop(path, None)
+            return False
+        self._slow[path] = (cursor if seq is None else seq, misses + 1)
+        return True
 
     def _contexts(self) -> tuple[list[dict], dict, list[dict]]:
         now = time.monotonic()
@@ -199,6 +221,7 @@ class Collector:
             self._next_discovery = now + 1.0
             alive = set(endpoints())
             self._foreign = {p: why for p, why in self._foreign.items() if p in alive}
+            self._slow = {p: v for p, v in self._slow.items() if p in alive}
         with self._lock:
             watched = {k for k, at in self._watch.items() if now - at < WATCH_S}
             self._watch = {k: at for k, at in self._watch.items() if k in watched}
@@ -220,9 +243,11 @@ class Collector:
             except (ErrnoError, OSError, ValueError, KeyError, TypeError) as e:
                 c.client.close()
                 del self._ctx[path]
-                self._foreign[path] = f"answers nonsense or nothing: {e}"
+                if not self._missed(path, e, c.seq):
+                    self._foreign[path] = f"answers nonsense or nothing: {e}"
                 continue
             c.seq = last
+            self._slow.pop(path, None)
             for e in events:
                 self._event_id += 1
                 new_events.append({"id": self._event_id, "t": round(now - self.start, 3), "ctx": c.id,
