@@ -303,9 +303,9 @@ def test_switch_queues_show_when_the_fabric_has_them(lab):
         apply.set_queues(t.name, None, qos.PortQoS(0))
 
 
-def hostile_endpoint(path, info):
-    """A control socket that answers ``info`` as the fabric's context would,
-    then nonsense to everything else; and keeps answering."""
+def fake_endpoint(path, answer):
+    """A control socket at ``path`` whose answer to each request is ``answer(op)`` (a dict), one
+    thread per connection, until it is closed."""
     import threading
 
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -313,12 +313,9 @@ def hostile_endpoint(path, info):
     srv.listen(8)
 
     def client(conn):
-        with conn, conn.makefile("rwb") as f:
+        with contextlib.suppress(OSError), conn, conn.makefile("rwb") as f:
             for line in f:
-                op = json.loads(line).get("op")
-                ans = {"ok": True, **info} if op == "info" else {"ok": True, "qps": [{"qpn": "<img src=x>"}],
-                                                                  "events": "x", "last": None}
-                f.write(json.dumps(ans).encode() + b"\n")
+                f.write(json.dumps(answer(json.loads(line).get("op"))).encode() + b"\n")
                 f.flush()
 
     def serve():
@@ -330,6 +327,13 @@ def hostile_endpoint(path, info):
             threading.Thread(target=client, args=(conn,), daemon=True).start()
     threading.Thread(target=serve, daemon=True).start()
     return srv
+
+
+def hostile_endpoint(path, info):
+    """A control socket that answers ``info`` as the fabric's context would,
+    then nonsense to everything else; and keeps answering."""
+    return fake_endpoint(path, lambda op: {"ok": True, **info} if op == "info" else
+                         {"ok": True, "qps": [{"qpn": "<img src=x>"}], "events": "x", "last": None})
 
 
 def test_a_lying_or_silent_control_socket_does_not_stop_the_view(lab):
@@ -369,37 +373,19 @@ def test_a_context_that_answers_late_once_is_followed_again_not_passed_over(lab)
 
     t, port = lab
     me = os.getpid()
-    path = os.path.join(os.environ["MRC_CTL_DIR"], f"{me}-late.sock")
     calls = {"events": 0, "stalled": threading.Event()}
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
-    srv.listen(8)
 
-    def client(conn):
-        with contextlib.suppress(OSError), conn, conn.makefile("rwb") as f:
-            for line in f:
-                op = json.loads(line).get("op")
-                if op == "info":
-                    ans = {"ok": True, "topology": t.name, "host": "h0", "pid": me}
-                elif op == "events":
-                    calls["events"] += 1
-                    if calls["events"] == 3:  # the third answer comes late, once
-                        time.sleep(2.5)
-                        calls["stalled"].set()
-                    ans = {"ok": True, "events": [], "last": calls["events"], "dropped": 0}
-                else:
-                    ans = {"ok": True, "qps": []}
-                f.write(json.dumps(ans).encode() + b"\n")
-                f.flush()
-
-    def serve():
-        while True:
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                return
-            threading.Thread(target=client, args=(conn,), daemon=True).start()
-    threading.Thread(target=serve, daemon=True).start()
+    def answer(op):
+        if op == "info":
+            return {"ok": True, "topology": t.name, "host": "h0", "pid": me}
+        if op != "events":
+            return {"ok": True, "qps": []}
+        calls["events"] += 1
+        if calls["events"] == 3:  # the third answer comes late, once
+            time.sleep(2.5)
+            calls["stalled"].set()
+        return {"ok": True, "events": [], "last": calls["events"], "dropped": 0}
+    srv = fake_endpoint(os.path.join(os.environ["MRC_CTL_DIR"], f"{me}-late.sock"), answer)
     me_ctx = f"{me}-late"
     try:
         def followed():
