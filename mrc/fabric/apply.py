@@ -12,7 +12,6 @@ import errno
 import json
 import os
 import socket
-import struct
 import subprocess
 import time
 from contextlib import suppress
@@ -240,17 +239,17 @@ class Executor:
         except OSError as e:
             if e.errno != errno.EOPNOTSUPP:
                 raise
-            end_program(self.t, node, prefix)  # a kernel without SRv6: the same End in tc BPF
+            qos.end_program(self.t, node, prefix)  # a kernel without SRv6: the same End in tc BPF
 
     def op_dt6(self, node: str, prefix: str, ifname: str, table: int) -> None:
-        self._kernel_srv6(node, lambda: self.raw(node).add(prefix, self.index(node, ifname), nl.end_dt6(table)))
+        self._kernel_srv6(lambda: self.raw(node).add(prefix, self.index(node, ifname), nl.end_dt6(table)))
 
     def op_encap(self, node: str, dst: str, segment: str, ifname: str, prefsrc: str | None = None,
                  table: int = nl.RT_TABLE_MAIN) -> None:
-        self._kernel_srv6(node, lambda: self.raw(node).add(dst, self.index(node, ifname), nl.encap_red(segment),
+        self._kernel_srv6(lambda: self.raw(node).add(dst, self.index(node, ifname), nl.encap_red(segment),
                                                            table=table, prefsrc=prefsrc))
 
-    def _kernel_srv6(self, node: str, add) -> None:
+    def _kernel_srv6(self, add) -> None:
         """A host's routes for kernel traffic over the fabric (seg6 encap, End.DT6): on a kernel
         without SRv6 there are none, and the fabric's state says so (kernel_traffic)."""
         try:
@@ -259,37 +258,6 @@ class Executor:
             if e.errno != errno.EOPNOTSUPP:
                 raise
             self.no_kernel_traffic = True
-
-
-# ------------------------------------------------------------------ End in tc BPF
-END_PRIO = 1  # the End program's preference on clsact ingress
-
-
-def end_program(t: Topology, node: str, prefix: str) -> None:
-    """Switch ``node``'s End next-CSID for its uSID ``prefix`` (block:uSID::/48) as a tc-BPF
-    program on clsact ingress of every one of its fabric ports (csrc/bpf/usid_end.bpf.c), for a
-    kernel that refuses seg6local routes. Raises FabricError if it does not load."""
-    addr = socket.inet_pton(socket.AF_INET6, prefix.split("/")[0])
-    obj = qos.build(name="usid_end", what="the switches of a fabric on a kernel without SRv6")
-    ifnames = [i for _, i, _ in qos.switch_ports(t, node)]
-    lines = [x for i in ifnames for x in (f"qdisc replace dev {i} clsact",
-             f"filter replace dev {i} ingress prio {END_PRIO} handle 1 bpf direct-action obj {obj} sec tc")]
-    r = qos._tc_batch(t, node, lines)
-    if r.returncode != 0:
-        raise FabricError(f"attaching the End program in {t.ns(node)} failed: {r.stderr.strip()}")
-    for i in ifnames:
-        with qos._port_maps(t, node, i, "usid_end", "ingress") as maps:
-            if maps is None:
-                raise FabricError(f"the End program did not load on {node}:{i} "
-                                  f"(see `tc -n {t.ns(node)} filter show dev {i} ingress`)")
-            qos._map_rw(maps["cfg"], addr[:6] + b"\0\0", 8)
-
-
-def end_shifted(t: Topology, node: str, ifname: str) -> int | None:
-    """Packets the End program of a switch port has shifted (None: the port has no program, as on a
-    kernel with SRv6)."""
-    with qos._port_maps(t, node, ifname, "usid_end", "ingress") as maps:
-        return None if maps is None else struct.unpack("<Q", qos._map_rw(maps["st"], None, 8))[0]
 
 
 # ------------------------------------------------------------------ up/down

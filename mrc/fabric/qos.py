@@ -29,6 +29,7 @@ import ctypes
 import json
 import os
 import shutil
+import socket
 import struct
 import subprocess
 from dataclasses import dataclass
@@ -371,3 +372,34 @@ class PortReader:
             for fd in maps.values():
                 os.close(fd)
         self.fds = []
+
+
+# ------------------------------------------------------------------ End in tc BPF
+END_PRIO = 1  # the End program's preference on clsact ingress
+
+
+def end_program(t: Topology, node: str, prefix: str) -> None:
+    """Switch ``node``'s End next-CSID for its uSID ``prefix`` (block:uSID::/48) as a tc-BPF
+    program on clsact ingress of every one of its fabric ports (csrc/bpf/usid_end.bpf.c), for a
+    kernel that refuses seg6local routes. Raises FabricError if it does not load."""
+    addr = socket.inet_pton(socket.AF_INET6, prefix.split("/")[0])
+    obj = build(name="usid_end", what="the switches of a fabric on a kernel without SRv6")
+    ifnames = [i for _, i, _ in switch_ports(t, node)]
+    lines = [x for i in ifnames for x in (f"qdisc replace dev {i} clsact",
+             f"filter replace dev {i} ingress prio {END_PRIO} handle 1 bpf direct-action obj {obj} sec tc")]
+    r = _tc_batch(t, node, lines)
+    if r.returncode != 0:
+        raise FabricError(f"attaching the End program in {t.ns(node)} failed: {r.stderr.strip()}")
+    for i in ifnames:
+        with _port_maps(t, node, i, "usid_end", "ingress") as maps:
+            if maps is None:
+                raise FabricError(f"the End program did not load on {node}:{i} "
+                                  f"(see `tc -n {t.ns(node)} filter show dev {i} ingress`)")
+            _map_rw(maps["cfg"], addr[:6] + b"\0\0", 8)
+
+
+def end_shifted(t: Topology, node: str, ifname: str) -> int | None:
+    """Packets the End program of a switch port has shifted (None: the port has no program, as on a
+    kernel with SRv6)."""
+    with _port_maps(t, node, ifname, "usid_end", "ingress") as maps:
+        return None if maps is None else struct.unpack("<Q", _map_rw(maps["st"], None, 8))[0]

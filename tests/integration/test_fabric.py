@@ -33,10 +33,10 @@ def test_switch_routes_really_carry_next_csid(small_fabric):
         # and it is what shifts the packets that cross it
         assert not end, out
         ports = [i for n, i, _ in qos.switch_ports(t, node)]
-        before = [apply.end_shifted(t, node, i) for i in ports]
+        before = [qos.end_shifted(t, node, i) for i in ports]
         assert ports and None not in before, before  # every port of the switch has it
         assert check(t)["failed_count"] == 0
-        after = [apply.end_shifted(t, node, i) for i in ports]
+        after = [qos.end_shifted(t, node, i) for i in ports]
         assert sum(after) > sum(before), (before, after)
 
 

@@ -26,7 +26,7 @@ def end():
     try:
         prefix = f"fc00:0:{t.leaf_usid(0, 0):x}::/48"
         if apply.kernel_traffic(t.name):  # the kernel's own End: the program beside it, for this test alone
-            apply.end_program(t, LEAF, prefix)
+            qos.end_program(t, LEAF, prefix)
         node, ifname, _ = qos.switch_ports(t, LEAF)[0]
         pid = qos._prog_id(t, node, ifname, "usid_end", "ingress")
         maps = qos._prog_maps(pid)
@@ -87,7 +87,7 @@ def test_every_port_of_the_switch_has_it(end):
     t = end[0]
     ports = qos.switch_ports(t, LEAF)
     assert len(ports) == 3  # two hosts and the spine
-    assert all(apply.end_shifted(t, node, i) is not None for node, i, _ in ports)
+    assert all(qos.end_shifted(t, node, i) is not None for node, i, _ in ports)
 
 
 def test_a_port_queue_set_and_removed_leaves_the_end_in_place(end):
@@ -95,12 +95,12 @@ def test_a_port_queue_set_and_removed_leaves_the_end_in_place(end):
     # with it) on a fresh port, removing one deleted it again; each now touches only its egress filter
     t, node, ifname = end[0], *end[4]
     link = [ln for n, i, ln in qos.switch_ports(t, LEAF) if i == ifname][0]
-    before = apply.end_shifted(t, node, ifname)
+    before = qos.end_shifted(t, node, ifname)
     qos.apply_ports(t, [(node, ifname, link)], qos.PortQoS(100_000_000, 32, 96, 512))
     assert qos._prog_id(t, node, ifname) is not None  # the queue is there
-    assert apply.end_shifted(t, node, ifname) == before  # and the same End program, its count kept
+    assert qos.end_shifted(t, node, ifname) == before  # and the same End program, its count kept
     qos.apply_ports(t, [(node, ifname, link)], qos.PortQoS(0))
     assert qos._prog_id(t, node, ifname) is None
-    assert apply.end_shifted(t, node, ifname) == before
+    assert qos.end_shifted(t, node, ifname) == before
     verdict, out, shifted = run(end, frame(f"fc00:0:{end[3]:x}:2000:b001::"))
     assert shifted == 1 and da(out) == "fc00:0:2000:b001::"

@@ -106,11 +106,11 @@ def test_a_kernel_without_srv6_gets_the_end_program_and_no_kernel_traffic(monkey
     import pytest
 
     from mrc.errors import FabricError
-    from mrc.fabric import apply
+    from mrc.fabric import apply, qos
     from mrc.fabric.plan import Op
 
     attached = []
-    monkeypatch.setattr(apply, "end_program", lambda t, node, prefix: attached.append((node, prefix)))
+    monkeypatch.setattr(qos, "end_program", lambda t, node, prefix: attached.append((node, prefix)))
 
     class Raw:
         def __init__(self, code):
@@ -144,3 +144,35 @@ def test_a_kernel_without_srv6_gets_the_end_program_and_no_kernel_traffic(monkey
             other.run([Op(kind, "p0l0", args)])
         assert not other.no_kernel_traffic
     assert len(attached) == 1
+
+
+def test_the_state_says_whether_kernel_traffic_runs_and_keeps_it_through_later_writes(tmp_path, monkeypatch):
+    """kernel_traffic is False only where up() found a kernel without SRv6; a state file of an older
+    version (no key), a fault recorded later, or a state file cut short do not turn it on or off."""
+    import json
+
+    import pytest
+
+    from mrc.errors import FabricError, SRv6Missing
+    from mrc.fabric import apply
+
+    monkeypatch.setattr(apply, "STATE_DIR", str(tmp_path))
+    topo = t()
+    apply.save_state(topo)
+    assert apply.kernel_traffic(topo.name) is True
+    apply.save_state(topo, kernel_traffic=False)
+    apply.save_state(topo, {"h0-p0l0": {"down": True}})  # a fault: the flag stays
+    assert apply.kernel_traffic(topo.name) is False
+    with pytest.raises(SRv6Missing, match="kernel TCP crosses the fabric"):
+        apply.require_kernel_traffic(topo.name, "kernel TCP")
+    path = apply.state_path(topo.name)
+    st = json.load(open(path))
+    del st["kernel_traffic"]  # written by an older mrc
+    json.dump(st, open(path, "w"))
+    assert apply.kernel_traffic(topo.name) is True
+    apply.require_kernel_traffic(topo.name, "kernel TCP")
+    open(path, "w").write('{"topology": ')  # cut short: rewritten whole, kernel traffic as a fresh fabric
+    apply.save_state(topo)
+    assert apply.kernel_traffic(topo.name) is True
+    with pytest.raises(FabricError, match="no fabric named"):
+        apply.kernel_traffic("nosuchfab")
