@@ -350,8 +350,7 @@ def build(a) -> tuple[Topology, qos.PortQoS]:
             qos.apply_ports(t, qos.ports(t)[1], qos.PortQoS(0))
         for h in range(t.hosts):
             ns.command(t.ns(t.host(h)), ["sysctl", "-qw", "net.ipv4.tcp_ecn=1"], check=True)
-            if apply.kernel_traffic(t.name):  # else no kernel baseline runs (main says why)
-                baseline.mptcp_setup(t, h)
+            baseline.mptcp_setup(t, h)
     except BaseException:  # the fabric goes with the failure
         apply.down(t.name)
         raise
@@ -403,17 +402,10 @@ def main() -> int:
         print(f"congestion_bench: {problem}", file=sys.stderr)
         return 2
     t, q = build(a)
-    unavailable = {}
-    if not apply.kernel_traffic(t.name):  # a kernel without SRv6: MRC only (mrc fabric up says why)
-        for tr in [x for x in transports if x != "mrc"]:
-            unavailable[tr] = ("this kernel has no SRv6 (CONFIG_IPV6_SEG6_LWTUNNEL): kernel traffic crosses the "
-                               "fabric in seg6 encap and End.DT6")
-            transports.remove(tr)
-            log(f"{tr}: not run: {unavailable[tr]}")
     out = {"cc": a.cc, "nic_rate": not a.no_nic_rate, "pacing": not (a.no_nic_rate or a.no_pacing),
            "rate_bps": q.rate_bps, "ecn_kb": q.ecn_kb, "trim_kb": q.trim_kb, "buffer_kb": q.buffer_kb,
            "hosts": t.hosts, "planes": t.planes, "msg": a.msg, "seconds": a.seconds, "workloads": {},
-           "unavailable": unavailable}
+           "srv6": apply.srv6(t.name)}
     reader = qos.PortReader(t, qos.switch_ports(t))
     cur = q
     try:

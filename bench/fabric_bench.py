@@ -97,13 +97,12 @@ def main() -> int:
     apply.up(t)
     try:
         src, dst = 0, t.hosts - 1
-        kernel = apply.kernel_traffic(t.name)  # False on a kernel without SRv6: the kernel's rows are left out
-        if not kernel:
-            log("this kernel has no SRv6 (CONFIG_IPV6_SEG6_LWTUNNEL): kernel TCP and MPTCP are not run")
+        if apply.srv6(t.name) != "kernel":
+            log("this kernel has no SRv6: the fabric's End, encap and End.DT6 run in tc BPF (mrc.fabric.srv6bpf)")
         log("kernel TCP, one stream over plane 0, GSO super-packets through the switches ...")
-        tcp_super = stream_gbps(t, src, dst, a.seconds) if kernel else None
+        tcp_super = stream_gbps(t, src, dst, a.seconds)
         nif = apply.wire_sized(t)
-        log(f"  {tcp_super} Gb/s\nswitches now forward wire-size packets ({nif} interfaces)\n"
+        log(f"  {tcp_super:.2f} Gb/s\nswitches now forward wire-size packets ({nif} interfaces)\n"
             "mrc, one QP over all planes ...")
         m = mrc_rate(t, src, dst, a.seconds)
         payload = m["payload"]
@@ -112,26 +111,21 @@ def main() -> int:
         log(f"  {raw:.2f} Gb/s\nmrc, 64 KiB writes, no fault ...")
         small = mrc_rate(t, src, dst, a.seconds / 2, msg=64 << 10)
         log(f"  {small['gbps']:.2f} Gb/s\nkernel TCP, one stream over plane 0 ...")
-        tcp = stream_gbps(t, src, dst, a.seconds) if kernel else None
-        log(f"  {tcp} Gb/s\nMPTCP, one subflow per plane ...")
-        if kernel:
-            mptcp_setup(t, src)
-            mptcp_setup(t, dst)
-        mp = stream_gbps(t, src, dst, a.seconds, proto=IPPROTO_MPTCP) if kernel else None
-        log(f"  {mp} Gb/s\nmrc with a T0-T1 link cut mid-transfer ...")
+        tcp = stream_gbps(t, src, dst, a.seconds)
+        log(f"  {tcp:.2f} Gb/s\nMPTCP, one subflow per plane ...")
+        mptcp_setup(t, src)
+        mptcp_setup(t, dst)
+        mp = stream_gbps(t, src, dst, a.seconds, proto=IPPROTO_MPTCP)
+        log(f"  {mp:.2f} Gb/s\nmrc with a T0-T1 link cut mid-transfer ...")
         link = f"{t.leaf(2, t.host_leaf(src))}-{t.spine(2, 1)}"
         cut = mrc_rate(t, src, dst, a.seconds / 2, cut=link, msg=64 << 10)
         log(f"  longest stall {cut['max_stall_after_event_ms']} ms\nmrc with the same link black-holed (nftables) ...")
         hole = mrc_rate(t, src, dst, a.seconds / 2, cut=link, msg=64 << 10, mode="blackhole")
-        def r3(x):
-            return None if x is None else round(x, 3)
-
-        def vs(x):  # MRC's rate over x (None: x was not run)
-            return None if x is None else round(m["gbps"] / x, 3)
-        res = {"payload": payload, "raw_gbps": round(raw, 3), "mrc_gbps": m["gbps"], "tcp_gbps": r3(tcp),
-               "mptcp_gbps": r3(mp), "ratio_raw": round(m["gbps"] / raw, 3),
-               "ratio_mptcp": vs(mp), "ratio_tcp": vs(tcp), "kernel_traffic": kernel,
-               "tcp_superpacket_gbps": r3(tcp_super), "ratio_tcp_superpacket": vs(tcp_super),
+        res = {"payload": payload, "raw_gbps": round(raw, 3), "mrc_gbps": m["gbps"], "tcp_gbps": round(tcp, 3),
+               "mptcp_gbps": round(mp, 3), "ratio_raw": round(m["gbps"] / raw, 3),
+               "ratio_mptcp": round(m["gbps"] / mp, 3), "ratio_tcp": round(m["gbps"] / tcp, 3),
+               "tcp_superpacket_gbps": round(tcp_super, 3), "ratio_tcp_superpacket": round(m["gbps"] / tcp_super, 3),
+               "srv6": apply.srv6(t.name),
                "stall_ms": cut["max_stall_after_event_ms"], "stall_ms_whole_run": cut["max_stall_ms"],
                "stall_ms_no_fault": small["max_stall_ms"], "stall_ms_blackhole": hole["max_stall_after_event_ms"],
                "stall_msg_bytes": 64 << 10,

@@ -426,15 +426,15 @@ def fabric_main(a: argparse.Namespace) -> int:
 
             r = check(t)
             res.update(ok_count=r["ok_count"], failed_count=r["failed_count"])
-        res["kernel_traffic"] = apply.kernel_traffic(t.name)
+        res["srv6"] = apply.srv6(t.name)
         _print(res, a.json, f"fabric {t.name} up in {secs:.2f} s: {res['namespaces']} namespaces, "
                             f"{res['links']} links, {res['paths']} paths"
                             + (f"; check: {res['ok_count']} ok, {res['failed_count']} failed" if a.check else "")
-                            + ("" if res["kernel_traffic"] else
-                               "\nthis kernel has no SRv6 (CONFIG_IPV6_SEG6_LWTUNNEL): the switches run End "
-                               "next-CSID as a tc-BPF program on every port (csrc/bpf/usid_end.bpf.c), so MRC "
-                               "runs as before; the hosts' kernel traffic over the fabric (TCP, MPTCP, ping "
-                               "between inner addresses) needs seg6 encap and End.DT6 and is not set up"))
+                            + ("" if res["srv6"] == "kernel" else
+                               "\nthis kernel has no SRv6 (CONFIG_IPV6_SEG6_LWTUNNEL): the switches' End next-CSID "
+                               "and the hosts' seg6 encap and End.DT6 run as tc-BPF programs on the ports "
+                               "(csrc/bpf/usid_end, host_encap, host_decap .bpf.c); MRC and the kernel's TCP "
+                               "and MPTCP cross the fabric as with the kernel's SRv6"))
         return 1 if a.check and res["failed_count"] else 0
     if a.fcmd == "down":
         removed = apply.down(a.name, all_fabrics=a.all)

@@ -38,19 +38,6 @@ class FabricError(MrcError):
     exit_code = 2
 
 
-#: What a kernel without SRv6 gets told (mrc.fabric.apply raises it when a seg6local or seg6
-#: route is refused with EOPNOTSUPP; tests/conftest.py skips what fails with it).
-SRV6_MISSING = ("this kernel has no SRv6: it refuses seg6local and seg6 routes (EOPNOTSUPP), so it was "
-                "built without CONFIG_IPV6_SEG6_LWTUNNEL. The fabric's switches forward with SRv6 End "
-                "next-CSID and its hosts' kernel traffic with seg6 encap and End.DT6: run it on a Linux 6.1 "
-                "or newer built with SRv6, as distribution kernels are (`zcat /proc/config.gz | grep SEG6` "
-                "shows it where the kernel exposes its config). The in-memory link and `mrc sim` need none of it")
-
-
-class SRv6Missing(FabricError):
-    """The kernel has no SRv6 (seg6local, seg6 encap): the fabric cannot be built on it."""
-
-
 class ErrnoError(MrcError, OSError):
     """A call refused with an errno: by the C data path, the controller or
     connection setup. ``errno`` is the code (the OCP API names them: EINVAL,

@@ -58,8 +58,9 @@ fi
 echo "== pip install -e .[test,dash]"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test,dash]'
-echo "== build the BPF programs: the switch queues' (csrc/bpf/port_queue.bpf.c) and End next-CSID for a kernel without SRv6 (csrc/bpf/usid_end.bpf.c)"
-.venv/bin/python -c 'from mrc.fabric import qos; qos.build(force=True); qos.build(force=True, name="usid_end")'
+echo "== build the BPF programs (csrc/bpf): the switch queues', and the SRv6 of a kernel without it (End, encap, End.DT6)"
+.venv/bin/python -c 'from mrc.fabric import tcbpf
+for n in ("port_queue", "usid_end", "host_encap", "host_decap"): tcbpf.build(n, "the fabric", force=True)'
 
 case "$what" in
     demo) exec .venv/bin/mrc demo "${@:2}" ;;

@@ -17,10 +17,10 @@ import time
 from contextlib import suppress
 from dataclasses import asdict
 
-from mrc.errors import SRV6_MISSING, FabricError, PrivilegeError, SRv6Missing, UsageError
-from mrc.fabric import nl, ns, qos, resolver
+from mrc.errors import FabricError, PrivilegeError, UsageError
+from mrc.fabric import nl, ns, qos, resolver, srv6bpf
 from mrc.fabric.plan import Op, link_ops, plan
-from mrc.fabric.topology import NS_PREFIX, Topology
+from mrc.fabric.topology import NS_PREFIX, Link, Topology
 from mrc.perf import parse_rate  # noqa: F401  (mrc fabric and the benches read rates through here)
 
 STATE_DIR = os.environ.get("MRC_STATE_DIR", "/run/mrc/fabrics")
@@ -69,36 +69,27 @@ def topology_path(name: str) -> str:
 
 
 def save_state(t: Topology, faults: dict | None = None, queues: dict | None = None,
-               kernel_traffic: bool | None = None) -> None:
+               srv6: str | None = None) -> None:
     """Write the fabric's state; ``queues`` (switch port -> its queue, see
-    :func:`set_queues`) and ``kernel_traffic`` (:func:`kernel_traffic`) are kept from the file
-    when not given."""
+    :func:`set_queues`) and ``srv6`` (:func:`srv6`) are kept from the file when not given."""
     os.makedirs(STATE_DIR, exist_ok=True)
     old = {}
     with suppress(FileNotFoundError, ValueError):
         with open(state_path(t.name)) as f:
             old = json.load(f)
     queues = old.get("queues") if queues is None else queues
-    kernel_traffic = old.get("kernel_traffic", True) if kernel_traffic is None else kernel_traffic
+    srv6 = old.get("srv6", "kernel") if srv6 is None else srv6
     tmp = state_path(t.name) + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"topology": t.to_dict(), "faults": faults or {}, "queues": queues or {},
-                   "kernel_traffic": kernel_traffic, "created": time.time()}, f, indent=1)
+                   "srv6": srv6, "created": time.time()}, f, indent=1)
     os.replace(tmp, state_path(t.name))
 
 
-def kernel_traffic(name: str) -> bool:
-    """Whether the hosts' kernels can talk over fabric ``name`` (TCP, MPTCP, ping between their
-    inner addresses: seg6 encap and End.DT6). False on a kernel without SRv6, where MRC still runs
-    (its switches' End in tc BPF)."""
-    return bool(load_state(name).get("kernel_traffic", True))
-
-
-def require_kernel_traffic(name: str, what: str) -> None:
-    """Raise SRv6Missing, saying what needed it, on a fabric without kernel traffic."""
-    if not kernel_traffic(name):
-        raise SRv6Missing(f"fabric {name}: {what} crosses the fabric in seg6 encap and End.DT6, and "
-                          f"{SRV6_MISSING}")
+def srv6(name: str) -> str:
+    """What runs fabric ``name``'s SRv6: ``kernel`` (seg6local and seg6 routes) or ``tc-bpf``
+    (a kernel without SRv6: the same behaviours as tc-BPF programs, mrc.fabric.srv6bpf)."""
+    return load_state(name).get("srv6", "kernel")
 
 
 def load_state(name: str) -> dict:
@@ -140,7 +131,8 @@ class Executor:
         self._ipr: dict[str, object] = {}
         self._nl: dict[str, nl.NetlinkRoute] = {}
         self._idx: dict[tuple[str, str], int] = {}
-        self.no_kernel_traffic = False  # a kernel without SRv6 refused a host's seg6 / End.DT6 route
+        self.srv6_bpf = False  # a kernel without SRv6 refused a seg6local or seg6 route: tc BPF instead
+        self._segs: dict[tuple[str, str], int] = {}  # a host port -> its encap program's segs map
 
     def ipr(self, node: str):
         if node not in self._ipr:
@@ -168,8 +160,11 @@ class Executor:
                 i.close()
         for r in self._nl.values():
             r.close()
+        for fd in self._segs.values():
+            os.close(fd)
         self._ipr.clear()
         self._nl.clear()
+        self._segs.clear()
 
     def run(self, ops: list[Op], exist_ok: bool = False) -> None:
         for op in ops:
@@ -239,25 +234,41 @@ class Executor:
         except OSError as e:
             if e.errno != errno.EOPNOTSUPP:
                 raise
-            qos.end_program(self.t, node, prefix)  # a kernel without SRv6: the same End in tc BPF
+            srv6bpf.end_program(self.t, node, prefix)  # a kernel without SRv6: the same End in tc BPF
+            self.srv6_bpf = True
 
     def op_dt6(self, node: str, prefix: str, ifname: str, table: int) -> None:
-        self._kernel_srv6(lambda: self.raw(node).add(prefix, self.index(node, ifname), nl.end_dt6(table)))
-
-    def op_encap(self, node: str, dst: str, segment: str, ifname: str, prefsrc: str | None = None,
-                 table: int = nl.RT_TABLE_MAIN) -> None:
-        self._kernel_srv6(lambda: self.raw(node).add(dst, self.index(node, ifname), nl.encap_red(segment),
-                                                           table=table, prefsrc=prefsrc))
-
-    def _kernel_srv6(self, add) -> None:
-        """A host's routes for kernel traffic over the fabric (seg6 encap, End.DT6): on a kernel
-        without SRv6 there are none, and the fabric's state says so (kernel_traffic)."""
         try:
-            add()
+            self.raw(node).add(prefix, self.index(node, ifname), nl.end_dt6(table))
         except OSError as e:
             if e.errno != errno.EOPNOTSUPP:
                 raise
-            self.no_kernel_traffic = True
+            self._host_port(node, ifname)  # the End.DT6 (and the encap) in tc BPF
+            self.srv6_bpf = True
+
+    def op_encap(self, node: str, dst: str, segment: str, ifname: str, prefsrc: str | None = None,
+                 table: int = nl.RT_TABLE_MAIN) -> None:
+        oif = self.index(node, ifname)
+        try:
+            self.raw(node).add(dst, oif, nl.encap_red(segment), table=table, prefsrc=prefsrc)
+            return
+        except OSError as e:
+            if e.errno != errno.EOPNOTSUPP:
+                raise
+        # a kernel without SRv6: a plain route to the port's leaf, with room for the outer header
+        # the port's encap program adds (with this segment)
+        self.raw(node).add(dst, oif, None, table=table, prefsrc=prefsrc, gateway=Link.b_ll,
+                           mtu=srv6bpf.ENCAP_ROUTE_MTU)
+        srv6bpf.set_segment(self._host_port(node, ifname), dst, segment)
+        self.srv6_bpf = True
+
+    def _host_port(self, node: str, ifname: str) -> int:
+        """The host port's encap and End.DT6 programs (srv6bpf.host_port), attached once per
+        executor; returns its ``segs`` map, kept open until :meth:`close`."""
+        key = (node, ifname)
+        if key not in self._segs:
+            self._segs[key] = srv6bpf.host_port(self.t, node, ifname)
+        return self._segs[key]
 
 
 # ------------------------------------------------------------------ up/down
@@ -317,8 +328,8 @@ def up(t: Topology, progress=None) -> float:
             if progress:
                 progress(min(i + batch, len(ops)), len(ops))
         wait_carrier(ex, veths_set_up(ops))
-        if ex.no_kernel_traffic:
-            save_state(t, kernel_traffic=False)
+        if ex.srv6_bpf:
+            save_state(t, srv6="tc-bpf")
     except BaseException:
         ex.close()
         down(t.name)

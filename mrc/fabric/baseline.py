@@ -1,7 +1,8 @@
 """The kernel's transports over the same fabric, as baselines for MRC: one
 TCP stream over one plane, or MPTCP with one subflow per plane, between two
 fabric hosts' kernel addresses (encap.red + End.DT6 through the same uSID
-switches; docs/fabric.md)."""
+switches; docs/fabric.md; on a kernel without SRv6 the same in tc BPF,
+mrc.fabric.srv6bpf)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import socket
 import threading
 import time
 
-from mrc.fabric import apply, ns
+from mrc.fabric import ns
 from mrc.fabric.topology import Topology
 
 IPPROTO_MPTCP = 262
@@ -17,7 +18,6 @@ IPPROTO_MPTCP = 262
 
 def mptcp_setup(t: Topology, h: int) -> None:
     """Let host ``h`` open one MPTCP subflow per plane (an endpoint per extra plane address)."""
-    apply.require_kernel_traffic(t.name, "MPTCP")
     node = t.ns(t.host(h))
     ns.command(node, ["ip", "mptcp", "limits", "set", "subflow", str(t.planes), "add_addr_accepted",
                       str(t.planes)], check=True)
@@ -30,7 +30,6 @@ def stream_gbps(t: Topology, src: int, dst: int, seconds: float, plane: int = 0,
     """One stream from ``src`` to ``dst`` (TCP, or MPTCP with
     ``proto=IPPROTO_MPTCP``) to the receiver's kernel address on ``plane``,
     for ``seconds``; returns the receiver's goodput in Gb/s."""
-    apply.require_kernel_traffic(t.name, "kernel TCP" if not proto else "MPTCP")
     srv = ns.run_in(t.ns(t.host(dst)), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM, proto))
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("::", port))

@@ -37,6 +37,8 @@ RTA_DST = 1
 RTA_OIF = 4
 RTA_GATEWAY = 5
 RTA_PREFSRC = 7
+RTA_METRICS = 8
+RTAX_MTU = 2
 RTA_TABLE = 15
 RTA_ENCAP_TYPE = 21
 RTA_ENCAP = 22
@@ -103,6 +105,7 @@ def route_message(
     table: int = RT_TABLE_MAIN,
     gateway: str | None = None,
     prefsrc: str | None = None,
+    mtu: int | None = None,
     seq: int = 1,
     msg_type: int = RTM_NEWROUTE,
     flags: int = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
@@ -126,6 +129,8 @@ def route_message(
         attrs += _attr(RTA_GATEWAY, _in6(gateway))
     if prefsrc:
         attrs += _attr(RTA_PREFSRC, _in6(prefsrc))
+    if mtu:
+        attrs += _nest(RTA_METRICS, _u32(RTAX_MTU, mtu))
     if encap_type is not None:
         attrs += _attr(RTA_ENCAP_TYPE, struct.pack("=H", encap_type)) + encap
     payload = body + attrs
@@ -238,9 +243,11 @@ class NetlinkRoute:
                     return
                 off += (length + 3) & ~3
 
-    def add(self, dst: str, oif: int, kind: tuple[int, bytes], table: int = RT_TABLE_MAIN,
+    def add(self, dst: str, oif: int, kind: tuple[int, bytes] | None, table: int = RT_TABLE_MAIN,
             exist_ok: bool = False, **kw) -> None:
-        encap_type, encap = kind
+        """Add an IPv6 route; ``kind``: its lwtunnel encap (end_next_csid, end_dt6, encap_red) or
+        None for a plain route; ``kw``: route_message's gateway, prefsrc, mtu."""
+        encap_type, encap = kind or (None, b"")
         try:
             self.request(route_message, dst=dst, oif=oif, encap_type=encap_type, encap=encap,
                          table=table, **kw)

@@ -14,30 +14,21 @@ Every switch port (the switch end of every link) can get, opt-in
 
 The kernel here has htb, tbf, fifo, clsact and cls_bpf but no red, codel or
 netem (docs/machine-notes are in the repository's README): the program is
-the switch's AQM. It is built with clang and the libbpf headers
-(``tools/setup.sh`` installs them; :func:`build` says what is missing).
-
-Each port loads its own instance of the program, so each has its own two
-maps (``cfg``, written here; ``st``, read here), found through the port's
-tc filter and the bpf(2) system call.
+the switch's AQM. Each port loads its own instance of the program
+(:mod:`mrc.fabric.tcbpf` builds and finds it), so each has its own two maps
+(``cfg``, written here; ``st``, read here).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import json
 import os
-import shutil
-import socket
 import struct
-import subprocess
 from dataclasses import dataclass
 
 from mrc.errors import FabricError, UsageError
+from mrc.fabric import tcbpf
 from mrc.fabric.topology import Topology
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIFO_PACKETS = 100_000  # the htb leaf never drops before the program does
 PRIO = 7  # the filter's preference on clsact egress
 
@@ -72,116 +63,10 @@ class PortQoS:
 DEFAULT_THRESHOLDS = {"ecn_kb": 32, "trim_kb": 96, "buffer_kb": 512}
 
 
-# ------------------------------------------------------------------ building
-def build(force: bool = False, name: str = "port_queue", what: str = "the switch queues") -> str:
-    """Compile csrc/bpf/NAME.bpf.c once (clang -target bpf); returns the object's path. ``what``
-    names who needs it in the errors."""
-    source = os.path.join(ROOT, "csrc", "bpf", f"{name}.bpf.c")
-    obj = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.bpf.o")
-    if not force and os.path.exists(obj) and os.path.getmtime(obj) >= os.path.getmtime(source):
-        return obj
-    clang = shutil.which("clang")
-    if not clang:
-        raise FabricError(f"{what} need clang to build their BPF program: "
-                          "apt-get install clang libbpf-dev (tools/setup.sh installs both)")
-    if not os.path.exists("/usr/include/bpf/bpf_helpers.h"):
-        raise FabricError(f"{what} need the libbpf headers (/usr/include/bpf/bpf_helpers.h): "
-                          "apt-get install libbpf-dev (tools/setup.sh installs it)")
-    arch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip() or \
-        "x86_64-linux-gnu"
-    tmp = obj + f".{os.getpid()}.tmp"
-    r = subprocess.run([clang, "-O2", "-g", "-target", "bpf", f"-I/usr/include/{arch}", "-Wall", "-Werror",
-                        "-c", source, "-o", tmp], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise FabricError(f"building {source} failed:\n{r.stderr.strip()}")
-    os.replace(tmp, obj)
-    return obj
-
-
-# ------------------------------------------------------------------ bpf(2)
-_libc = ctypes.CDLL(None, use_errno=True)
-_SYS_BPF = 321
-_MAP_LOOKUP, _MAP_UPDATE, _PROG_GET_FD, _MAP_GET_FD, _INFO = 1, 2, 13, 14, 15
-
-
-def _bpf(cmd: int, attr: ctypes.Array) -> int:
-    r = _libc.syscall(_SYS_BPF, cmd, attr, ctypes.sizeof(attr))
-    if r < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"bpf({cmd}): {os.strerror(e)}")
-    return r
-
-
-def _fd_by_id(cmd: int, ident: int) -> int:
-    return _bpf(cmd, ctypes.create_string_buffer(struct.pack("<III", ident, 0, 0), 16))
-
-
-def _prog_maps(prog_id: int) -> dict[str, int]:
-    """The program's maps, name -> map fd (the caller closes them)."""
-    fd = _fd_by_id(_PROG_GET_FD, prog_id)
-    try:
-        ids = (ctypes.c_uint32 * 8)()
-        info = ctypes.create_string_buffer(256)
-        struct.pack_into("<IQ", info, 52, 8, ctypes.addressof(ids))  # nr_map_ids, map_ids
-        _bpf(_INFO, ctypes.create_string_buffer(struct.pack("<IIQ", fd, 256, ctypes.addressof(info)), 16))
-        n = struct.unpack_from("<I", info, 52)[0]
-    finally:
-        os.close(fd)
-    out: dict[str, int] = {}
-    try:
-        for mid in list(ids)[:n]:
-            mfd = _fd_by_id(_MAP_GET_FD, mid)
-            try:
-                minfo = ctypes.create_string_buffer(128)
-                _bpf(_INFO, ctypes.create_string_buffer(struct.pack("<IIQ", mfd, 128, ctypes.addressof(minfo)), 16))
-            except BaseException:
-                os.close(mfd)
-                raise
-            out[minfo.raw[24:40].split(b"\0")[0].decode()] = mfd
-    except BaseException:  # none of them leaks
-        for fd in out.values():
-            os.close(fd)
-        raise
-    return out
-
-
-def prog_test_run(prog_fd: int, frame: bytes) -> tuple[int, bytes]:
-    """Run a loaded tc program on ``frame`` in the kernel (BPF_PROG_TEST_RUN): (verdict, the frame
-    as the program leaves it). For the programs' tests on crafted packets."""
-    out = ctypes.create_string_buffer(len(frame) + 256)
-    inp = ctypes.create_string_buffer(frame, len(frame))
-    attr = ctypes.create_string_buffer(80)
-    struct.pack_into("<IIIIQQI", attr, 0, prog_fd, 0, len(frame), len(out), ctypes.addressof(inp),
-                     ctypes.addressof(out), 1)
-    _bpf(10, attr)  # BPF_PROG_TEST_RUN
-    _, verdict, _, size_out = struct.unpack_from("<IIII", attr, 0)
-    return verdict, out.raw[:size_out]
-
-
-def _map_rw(fd: int, value: bytes | None, size: int) -> bytes:
-    key = ctypes.c_uint32(0)
-    buf = ctypes.create_string_buffer(value if value is not None else b"", size)
-    attr = ctypes.create_string_buffer(struct.pack("<IIQQQ", fd, 0, ctypes.addressof(key), ctypes.addressof(buf), 0),
-                                       32)
-    _bpf(_MAP_UPDATE if value is not None else _MAP_LOOKUP, attr)
-    return buf.raw
-
-
-@contextlib.contextmanager
-def _port_maps(t: Topology, node: str, ifname: str, name: str = "port_queue", hook: str = "egress"):
-    """The port program's maps (name -> fd), or None when it has no program; closed after."""
-    pid = _prog_id(t, node, ifname, name, hook)
-    maps = _prog_maps(pid) if pid is not None else None
-    try:
-        yield maps
-    finally:
-        for fd in (maps or {}).values():
-            os.close(fd)
-
-
 def _counters(st_fd: int) -> dict:
     """The st map's counters (ST_FIELDS)."""
-    return dict(zip(ST_FIELDS, _ST.unpack(_map_rw(st_fd, None, _ST.size))[2:], strict=True))
+    return dict(zip(ST_FIELDS, _ST.unpack(tcbpf.map_rw(st_fd, None, _ST.size))[2:], strict=True))
+
 
 
 # ------------------------------------------------------------------ ports
@@ -214,37 +99,23 @@ def nic(q: PortQoS) -> PortQoS:
     return PortQoS(q.rate_bps)
 
 
-def _prog_id(t: Topology, node: str, ifname: str, name: str = "port_queue", hook: str = "egress") -> int | None:
-    r = subprocess.run(["tc", "-n", t.ns(node), "-j", "filter", "show", "dev", ifname, hook],
-                       capture_output=True, text=True)
-    for f in json.loads(r.stdout or "[]") if r.returncode == 0 else []:
-        prog = f.get("options", {}).get("prog")
-        if prog and prog.get("name") == name:
-            return int(prog["id"])
-    return None
-
-
-def _tc_batch(t: Topology, node: str, lines: list[str], force: bool = False) -> subprocess.CompletedProcess:
-    return subprocess.run(["tc"] + (["-force"] if force else []) + ["-n", t.ns(node), "-batch", "-"],
-                          input="\n".join(lines) + "\n", text=True, capture_output=True)
-
-
 def apply_ports(t: Topology, ports: list[tuple[str, str, str]], q: PortQoS) -> int:
     """Give each port the queue ``q`` (rate 0: remove it). Returns how many."""
     q.check()
-    obj = build() if q.rate_bps else None
+    obj = tcbpf.build("port_queue", "the switch queues") if q.rate_bps else None
     per_node: dict[str, list[str]] = {}
     for node, ifname, _ in ports:
         per_node.setdefault(node, []).append(ifname)
     for node, ifnames in per_node.items():
         # a port without a queue has neither (deleting what is absent is no error); clsact stays, with
-        # what its ingress holds (apply.py: the End program of a kernel without SRv6)
-        gone = [f"{w} dev {i} {x}" for i in ifnames for w, x in (("qdisc del", "root"), ("filter del", "egress"))]
+        # the other programs it holds (mrc.fabric.srv6bpf's, on a kernel without SRv6)
+        gone = [f"{w} dev {i} {x}" for i in ifnames
+                for w, x in (("qdisc del", "root"), ("filter del", f"egress prio {PRIO}"))]
         if not q.rate_bps:
-            _tc_batch(t, node, gone, force=True)
+            tcbpf.tc_batch(t, node, gone, force=True)
             continue
-        lines, fresh = [], [i for i in ifnames if _prog_id(t, node, i) is None]
-        _tc_batch(t, node, [g for g in gone if any(f"dev {i} " in g for i in fresh)], force=True)
+        lines, fresh = [], [i for i in ifnames if tcbpf.prog_id(t, node, i, "port_queue", "egress") is None]
+        tcbpf.tc_batch(t, node, [g for g in gone if any(f"dev {i} " in g for i in fresh)], force=True)
         for i in ifnames:
             rate = f"htb rate {q.rate_bps}bit ceil {q.rate_bps}bit quantum 9100"
             if i not in fresh:  # a port that has its queue keeps it (and its counters): a new rate
@@ -255,7 +126,7 @@ def apply_ports(t: Topology, ports: list[tuple[str, str, str]], q: PortQoS) -> i
                       f"qdisc add dev {i} parent 1:1 handle 10: pfifo limit {FIFO_PACKETS}",
                       f"qdisc replace dev {i} clsact",
                       f"filter add dev {i} egress prio {PRIO} handle 1 bpf direct-action obj {obj} sec tc"]
-        r = _tc_batch(t, node, lines)
+        r = tcbpf.tc_batch(t, node, lines)
         if r.returncode != 0:
             raise FabricError(f"setting the queues in {t.ns(node)} failed: {r.stderr.strip()}")
         for i in ifnames:
@@ -264,11 +135,11 @@ def apply_ports(t: Topology, ports: list[tuple[str, str, str]], q: PortQoS) -> i
 
 
 def _write_cfg(t: Topology, node: str, ifname: str, q: PortQoS) -> None:
-    with _port_maps(t, node, ifname) as maps:
+    with tcbpf.port_maps(t, node, ifname, "port_queue", "egress") as maps:
         if maps is None:
             raise FabricError(f"the queue program did not load on {node}:{ifname} "
                               f"(see `tc -n {t.ns(node)} filter show dev {ifname} egress`)")
-        _map_rw(maps["cfg"], _CFG.pack(q.rate_bps // 8, q.ecn_kb * 1024, q.trim_kb * 1024, q.buffer_kb * 1024, 0),
+        tcbpf.map_rw(maps["cfg"], _CFG.pack(q.rate_bps // 8, q.ecn_kb * 1024, q.trim_kb * 1024, q.buffer_kb * 1024, 0),
                 _CFG.size)
 
 
@@ -282,10 +153,10 @@ def shown(c: dict) -> dict:
 
 def port_counters(t: Topology, node: str, ifname: str) -> dict | None:
     """The port's counters, or None when it has no queue program."""
-    with _port_maps(t, node, ifname) as maps:
+    with tcbpf.port_maps(t, node, ifname, "port_queue", "egress") as maps:
         if maps is None:
             return None
-        cfg = _CFG.unpack(_map_rw(maps["cfg"], None, _CFG.size))
+        cfg = _CFG.unpack(tcbpf.map_rw(maps["cfg"], None, _CFG.size))
         out = shown(_counters(maps["st"]))
     out.update(rate_bps=cfg[0] * 8, ecn_kb=cfg[1] // 1024, trim_kb=cfg[2] // 1024, buffer_kb=cfg[3] // 1024)
     return out
@@ -358,9 +229,9 @@ class PortReader:
     def __init__(self, t: Topology, ports: list[tuple[str, str, str]]) -> None:
         self.ports, self.fds = [], []
         for node, ifname, _ in ports:
-            pid = _prog_id(t, node, ifname)
+            pid = tcbpf.prog_id(t, node, ifname, "port_queue", "egress")
             if pid is not None:
-                maps = _prog_maps(pid)
+                maps = tcbpf.prog_maps(pid)
                 self.ports.append(f"{node}:{ifname}")
                 self.fds.append(maps)
 
@@ -372,34 +243,3 @@ class PortReader:
             for fd in maps.values():
                 os.close(fd)
         self.fds = []
-
-
-# ------------------------------------------------------------------ End in tc BPF
-END_PRIO = 1  # the End program's preference on clsact ingress
-
-
-def end_program(t: Topology, node: str, prefix: str) -> None:
-    """Switch ``node``'s End next-CSID for its uSID ``prefix`` (block:uSID::/48) as a tc-BPF
-    program on clsact ingress of every one of its fabric ports (csrc/bpf/usid_end.bpf.c), for a
-    kernel that refuses seg6local routes. Raises FabricError if it does not load."""
-    addr = socket.inet_pton(socket.AF_INET6, prefix.split("/")[0])
-    obj = build(name="usid_end", what="the switches of a fabric on a kernel without SRv6")
-    ifnames = [i for _, i, _ in switch_ports(t, node)]
-    lines = [x for i in ifnames for x in (f"qdisc replace dev {i} clsact",
-             f"filter replace dev {i} ingress prio {END_PRIO} handle 1 bpf direct-action obj {obj} sec tc")]
-    r = _tc_batch(t, node, lines)
-    if r.returncode != 0:
-        raise FabricError(f"attaching the End program in {t.ns(node)} failed: {r.stderr.strip()}")
-    for i in ifnames:
-        with _port_maps(t, node, i, "usid_end", "ingress") as maps:
-            if maps is None:
-                raise FabricError(f"the End program did not load on {node}:{i} "
-                                  f"(see `tc -n {t.ns(node)} filter show dev {i} ingress`)")
-            _map_rw(maps["cfg"], addr[:6] + b"\0\0", 8)
-
-
-def end_shifted(t: Topology, node: str, ifname: str) -> int | None:
-    """Packets the End program of a switch port has shifted (None: the port has no program, as on a
-    kernel with SRv6)."""
-    with _port_maps(t, node, ifname, "usid_end", "ingress") as maps:
-        return None if maps is None else struct.unpack("<Q", _map_rw(maps["st"], None, 8))[0]

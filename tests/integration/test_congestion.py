@@ -109,11 +109,7 @@ def test_the_congestion_bench_runs_mrc_and_tcp_flows_across_host_processes():
     assert r.returncode == 0, r.stderr[-2000:]
     out = json.loads(r.stdout)
     w = out["workloads"]["incast"]
-    if "tcp_cubic" in out["unavailable"]:  # a kernel without SRv6: MRC alone, and the bench says why
-        assert "no SRv6" in out["unavailable"]["tcp_cubic"] and "tcp_cubic" not in w, out["unavailable"]
-        assert w["verified"] and w["qp_errors"] == 0 and w["messages"] > 0 and w["utilization"] > 0.5, w
-        assert w["drops"] == 0 and w["cpu_share"]["h0"] > 0 and 0 < w["messages_unpaused"] <= w["messages"], w
-        pytest.skip("TCP not run: " + out["unavailable"]["tcp_cubic"])
+    assert out["srv6"] in ("kernel", "tc-bpf"), out  # what carried the kernel's TCP (mrc.fabric.srv6bpf)
     for run in (w, w["tcp_cubic"]):
         assert run["verified"] and run["qp_errors"] == 0 and run["messages"] > 0, run
         for key in ("utilization", "jain", "drops", "trims", "marks", "p99_ms", "ideal_p99_ms"):
@@ -122,5 +118,8 @@ def test_the_congestion_bench_runs_mrc_and_tcp_flows_across_host_processes():
     assert "p99_vs_tcp_cubic" in w and w["cpu_share"]["h0"] > 0
     assert w["ideal_vs_tcp_cubic"] == round(w["ideal_p99_ms"] / w["tcp_cubic"]["p99_ms"], 3)
     for run in (w, w["tcp_cubic"]):  # the VM's own pauses beside the figures, and the p99 without them
-        assert 0 < run["messages_unpaused"] <= run["messages"] and run["p99_ms_unpaused"] > 0, run
+        # (a hypervisor stealing time in most 100 ms windows leaves few messages or none unpaused:
+        # seen once on 2026-12-04, 1 of 91 and then 0)
+        assert 0 <= run["messages_unpaused"] <= run["messages"], run
+        assert run["p99_ms_unpaused"] > 0 or not run["messages_unpaused"], run
         assert run["machine_pauses"] or run["machine_steal_max_ms"] or run["messages_unpaused"] == run["messages"], run

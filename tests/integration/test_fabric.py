@@ -10,7 +10,7 @@ import time
 import pytest
 
 from mrc.errors import FabricError, UsageError
-from mrc.fabric import apply, ns, qos
+from mrc.fabric import apply, ns, qos, srv6bpf
 from mrc.fabric.check import PROTO_EXPERIMENT, check
 from mrc.fabric.topology import Topology
 from tests.integration.conftest import unique_name
@@ -25,7 +25,7 @@ def test_switch_routes_really_carry_next_csid(small_fabric):
     for node in ("p0l0", "p1s1"):
         out = ns.command(t.ns(node), ["ip", "-6", "route", "show"], capture_output=True, text=True).stdout
         end = [line for line in out.splitlines() if "seg6local" in line]
-        if apply.kernel_traffic(t.name):  # the kernel's SRv6
+        if apply.srv6(t.name) == "kernel":  # the kernel's SRv6
             assert len(end) == 1, out
             assert "action End flavors next-csid lblen 32 nflen 16" in end[0]
             continue
@@ -33,10 +33,10 @@ def test_switch_routes_really_carry_next_csid(small_fabric):
         # and it is what shifts the packets that cross it
         assert not end, out
         ports = [i for n, i, _ in qos.switch_ports(t, node)]
-        before = [qos.end_shifted(t, node, i) for i in ports]
+        before = [srv6bpf.end_shifted(t, node, i) for i in ports]
         assert ports and None not in before, before  # every port of the switch has it
         assert check(t)["failed_count"] == 0
-        after = [qos.end_shifted(t, node, i) for i in ports]
+        after = [srv6bpf.end_shifted(t, node, i) for i in ports]
         assert sum(after) > sum(before), (before, after)
 
 
@@ -223,7 +223,6 @@ def _link_stats(t, node, ifnames):
 
 
 def _tcp_send(t, plane, nbytes):
-    apply.require_kernel_traffic(t.name, "kernel TCP")  # a kernel without SRv6 has none: skipped (conftest)
     dst = t.inner_address(1, plane)
     srv = ns.run_in(t.ns("h1"), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM))
     srv.bind((dst, 5202))

@@ -14,7 +14,7 @@ from scapy.layers.inet6 import UDP, IPv6
 from scapy.layers.l2 import Ether
 
 from mrc import dissect, wire
-from mrc.fabric import apply, qos
+from mrc.fabric import apply, qos, tcbpf
 from mrc.fabric.topology import Topology
 
 pytestmark = pytest.mark.root
@@ -30,9 +30,9 @@ def port():
     try:
         node, ifname, _ = qos.switch_ports(t, "h1-p0l0")[0]
         qos.apply_ports(t, [(node, ifname, "h1-p0l0")], qos.PortQoS(1000, K, T, B))  # 1 kbit/s: it never drains
-        pid = qos._prog_id(t, node, ifname)
-        maps = qos._prog_maps(pid)
-        prog = qos._fd_by_id(qos._PROG_GET_FD, pid)
+        pid = tcbpf.prog_id(t, node, ifname, "port_queue", "egress")
+        maps = tcbpf.prog_maps(pid)
+        prog = tcbpf.prog_fd(pid)
         yield t, prog, maps
         os.close(prog)
         for fd in maps.values():
@@ -45,12 +45,12 @@ def run(port, frame: bytes, backlog_kb: float) -> tuple[int, bytes, dict]:
     """Set the queue estimate, run the program on ``frame``; (verdict, the
     packet as it leaves, the counters' change)."""
     t, prog, maps = port
-    before = qos._ST.unpack(qos._map_rw(maps["st"], None, qos._ST.size))
+    before = qos._ST.unpack(tcbpf.map_rw(maps["st"], None, qos._ST.size))
     st = list(before)
     st[2], st[3] = time.monotonic_ns(), int(backlog_kb * 1024)  # last_ns, backlog
-    qos._map_rw(maps["st"], qos._ST.pack(*st), qos._ST.size)
-    verdict, out = qos.prog_test_run(prog, frame)
-    after = qos._ST.unpack(qos._map_rw(maps["st"], None, qos._ST.size))
+    tcbpf.map_rw(maps["st"], qos._ST.pack(*st), qos._ST.size)
+    verdict, out = tcbpf.prog_test_run(prog, frame)
+    after = qos._ST.unpack(tcbpf.map_rw(maps["st"], None, qos._ST.size))
     delta = {k: after[5 + i] - before[5 + i] for i, k in enumerate(("packets", "bytes", "marked", "trimmed",
                                                                      "dropped"))}
     return verdict, out, delta

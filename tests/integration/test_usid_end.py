@@ -10,7 +10,7 @@ import struct
 
 import pytest
 
-from mrc.fabric import apply, qos
+from mrc.fabric import apply, qos, srv6bpf, tcbpf
 from mrc.fabric.topology import Topology
 
 pytestmark = pytest.mark.root
@@ -25,12 +25,12 @@ def end():
     apply.up(t)
     try:
         prefix = f"fc00:0:{t.leaf_usid(0, 0):x}::/48"
-        if apply.kernel_traffic(t.name):  # the kernel's own End: the program beside it, for this test alone
-            qos.end_program(t, LEAF, prefix)
+        if apply.srv6(t.name) == "kernel":  # the kernel's own End: the program beside it, for this test alone
+            srv6bpf.end_program(t, LEAF, prefix)
         node, ifname, _ = qos.switch_ports(t, LEAF)[0]
-        pid = qos._prog_id(t, node, ifname, "usid_end", "ingress")
-        maps = qos._prog_maps(pid)
-        prog = qos._fd_by_id(qos._PROG_GET_FD, pid)
+        pid = tcbpf.prog_id(t, node, ifname, "usid_end", "ingress")
+        maps = tcbpf.prog_maps(pid)
+        prog = tcbpf.prog_fd(pid)
         yield t, prog, maps, t.leaf_usid(0, 0), (node, ifname)
         os.close(prog)
         for fd in maps.values():
@@ -42,9 +42,9 @@ def end():
 def run(end, frame: bytes) -> tuple[int, bytes, int]:
     """(verdict, the frame as it goes on, packets counted as shifted)."""
     t, prog, maps, _, _ = end
-    before = struct.unpack("<Q", qos._map_rw(maps["st"], None, 8))[0]
-    verdict, out = qos.prog_test_run(prog, frame)
-    after = struct.unpack("<Q", qos._map_rw(maps["st"], None, 8))[0]
+    before = struct.unpack("<Q", tcbpf.map_rw(maps["st"], None, 8))[0]
+    verdict, out = tcbpf.prog_test_run(prog, frame)
+    after = struct.unpack("<Q", tcbpf.map_rw(maps["st"], None, 8))[0]
     return verdict, out, after - before
 
 
@@ -87,7 +87,7 @@ def test_every_port_of_the_switch_has_it(end):
     t = end[0]
     ports = qos.switch_ports(t, LEAF)
     assert len(ports) == 3  # two hosts and the spine
-    assert all(qos.end_shifted(t, node, i) is not None for node, i, _ in ports)
+    assert all(srv6bpf.end_shifted(t, node, i) is not None for node, i, _ in ports)
 
 
 def test_a_port_queue_set_and_removed_leaves_the_end_in_place(end):
@@ -95,12 +95,12 @@ def test_a_port_queue_set_and_removed_leaves_the_end_in_place(end):
     # with it) on a fresh port, removing one deleted it again; each now touches only its egress filter
     t, node, ifname = end[0], *end[4]
     link = [ln for n, i, ln in qos.switch_ports(t, LEAF) if i == ifname][0]
-    before = qos.end_shifted(t, node, ifname)
+    before = srv6bpf.end_shifted(t, node, ifname)
     qos.apply_ports(t, [(node, ifname, link)], qos.PortQoS(100_000_000, 32, 96, 512))
-    assert qos._prog_id(t, node, ifname) is not None  # the queue is there
-    assert qos.end_shifted(t, node, ifname) == before  # and the same End program, its count kept
+    assert tcbpf.prog_id(t, node, ifname, "port_queue", "egress") is not None  # the queue is there
+    assert srv6bpf.end_shifted(t, node, ifname) == before  # and the same End program, its count kept
     qos.apply_ports(t, [(node, ifname, link)], qos.PortQoS(0))
-    assert qos._prog_id(t, node, ifname) is None
-    assert qos.end_shifted(t, node, ifname) == before
+    assert tcbpf.prog_id(t, node, ifname, "port_queue", "egress") is None
+    assert srv6bpf.end_shifted(t, node, ifname) == before
     verdict, out, shifted = run(end, frame(f"fc00:0:{end[3]:x}:2000:b001::"))
     assert shifted == 1 and da(out) == "fc00:0:2000:b001::"

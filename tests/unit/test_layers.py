@@ -27,7 +27,8 @@ C_LAYERS = [
     ["simfab.c", "simfab_setup.c"],  # the fabric simulator drives whole contexts
     ["bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c",
      "fuzz/fuzz_parse.c", "fuzz/fuzz_responder.c", "fuzz/fuzz_requester.c"],
-    ["bpf/port_queue.bpf.c", "bpf/usid_end.bpf.c"],  # the switches' queues and End (kernel side): call nothing
+    ["bpf/port_queue.bpf.c", "bpf/usid_end.bpf.c",  # the switches' queues and End, and the hosts'
+     "bpf/host_encap.bpf.c", "bpf/host_decap.bpf.c"],  # encap and End.DT6 (kernel side): call nothing
 ]
 #: the stack: these never import mrc.fabric (they take a path resolver)
 STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/errors.py", "mrc/paths.py",

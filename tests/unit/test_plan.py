@@ -95,84 +95,94 @@ def test_the_carrier_wait_covers_every_veth_end_the_plan_sets_up_and_no_other():
 
 
 
-def test_a_kernel_without_srv6_gets_the_end_program_and_no_kernel_traffic(monkeypatch):
+def test_a_kernel_without_srv6_gets_the_same_behaviours_in_tc_bpf(monkeypatch):
     """This machine's kernel of 2026-12-04 was built without CONFIG_IPV6_SEG6_LWTUNNEL: every
     seg6local and seg6 route came back EOPNOTSUPP and `mrc demo` said only "Operation not
-    supported". A refused End route now puts the same End in tc BPF on the switch's ports; a
-    refused End.DT6 or encap route leaves the hosts without kernel traffic, and the fabric's state
-    says so; any other refusal stays an error."""
+    supported". A refused End route puts the same End in tc BPF on the switch's ports; a refused
+    End.DT6 route the host port's encap and decap programs; a refused encap route becomes a plain
+    route to the port's leaf with room for the outer header, and the path's segment goes into the
+    port's encap program. Any other refusal stays an error."""
     import errno
 
     import pytest
 
     from mrc.errors import FabricError
-    from mrc.fabric import apply, qos
+    from mrc.fabric import apply, nl, srv6bpf
     from mrc.fabric.plan import Op
 
-    attached = []
-    monkeypatch.setattr(qos, "end_program", lambda t, node, prefix: attached.append((node, prefix)))
+    attached, ports, segments = [], [], []
+    monkeypatch.setattr(srv6bpf, "end_program", lambda t, node, prefix: attached.append((node, prefix)))
+    monkeypatch.setattr(srv6bpf, "host_port", lambda t, node, ifname: ports.append((node, ifname)) or 42)
+    monkeypatch.setattr(srv6bpf, "set_segment", lambda fd, dst, seg: segments.append((fd, dst, seg)))
 
     class Raw:
         def __init__(self, code):
-            self.code = code
+            self.code, self.plain = code, []
 
-        def add(self, *a, **k):
-            raise OSError(self.code, "refused")
+        def add(self, dst, oif, kind, **k):
+            if kind is not None:  # an lwtunnel route (seg6local, seg6)
+                raise OSError(self.code, "refused")
+            self.plain.append((dst, k))
 
     class Refusing(apply.Executor):
-        def __init__(self, t, code):  # no netlink: every route is refused with code
-            self.t, self.code, self.no_kernel_traffic = t, code, False
+        def __init__(self, t, code):  # no netlink: every SRv6 route is refused with code
+            self.t, self.srv6_bpf, self._segs, self._raw = t, False, {}, Raw(code)
 
         def raw(self, node):
-            return Raw(self.code)
+            return self._raw
 
         def index(self, node, ifname):
             return 1
 
     ex = Refusing(t(), errno.EOPNOTSUPP)
     ex.run([Op("end", "p0l0", {"prefix": "fc00:0:1000::/48", "ifname": "usid0"})])
-    assert attached == [("p0l0", "fc00:0:1000::/48")] and not ex.no_kernel_traffic
-    ex.run([Op("dt6", "h0", {"prefix": "fc00:0:b000::/48", "ifname": "p0", "table": 255})])
-    assert ex.no_kernel_traffic
+    assert attached == [("p0l0", "fc00:0:1000::/48")] and ex.srv6_bpf
     ex2 = Refusing(t(), errno.EOPNOTSUPP)
-    ex2.run([Op("encap", "h0", {"dst": "fd00::1/128", "segment": "fc00:0:1000::", "ifname": "p0"})])
-    assert ex2.no_kernel_traffic
+    ex2.run([Op("dt6", "h0", {"prefix": "fc00:0:b000:d6::/64", "ifname": "p0", "table": 255}),
+             Op("encap", "h0", {"dst": "fd6d:1:0::1/128", "segment": "fc00:0:1000:2000:1000:b001:d6::",
+                                "ifname": "p0", "prefsrc": "fd6d:0:0::1"}),
+             Op("encap", "h0", {"dst": "fd6d:1::/32", "segment": "fc00:0:1000:2000:1000:b001:d6::",
+                                "ifname": "p0", "table": 100})])
+    assert ex2.srv6_bpf and ports == [("h0", "p0")]  # attached once for the port's routes
+    assert segments == [(42, "fd6d:1:0::1/128", "fc00:0:1000:2000:1000:b001:d6::"),
+                        (42, "fd6d:1::/32", "fc00:0:1000:2000:1000:b001:d6::")]
+    gw = {"gateway": "fe80::1", "mtu": 9000 - 40}  # the leaf's end; the link's MTU less the outer header
+    assert ex2._raw.plain == [("fd6d:1:0::1/128", {"table": nl.RT_TABLE_MAIN, "prefsrc": "fd6d:0:0::1", **gw}),
+                              ("fd6d:1::/32", {"table": 100, "prefsrc": None, **gw})]
     for kind, args in (("end", {"prefix": "fc00:0:1000::/48", "ifname": "usid0"}),
-                       ("dt6", {"prefix": "fc00:0:b000::/48", "ifname": "p0", "table": 255})):
+                       ("dt6", {"prefix": "fc00:0:b000:d6::/64", "ifname": "p0", "table": 255}),
+                       ("encap", {"dst": "fd6d:1::/32", "segment": "fc00:0:1000::", "ifname": "p0"})):
         other = Refusing(t(), errno.EINVAL)  # anything else is an error, as before
         with pytest.raises(FabricError, match="refused"):
-            other.run([Op(kind, "p0l0", args)])
-        assert not other.no_kernel_traffic
-    assert len(attached) == 1
+            other.run([Op(kind, "h0", args)])
+        assert not other.srv6_bpf and not other._raw.plain
+    assert len(attached) == 1 and len(ports) == 1
 
 
-def test_the_state_says_whether_kernel_traffic_runs_and_keeps_it_through_later_writes(tmp_path, monkeypatch):
-    """kernel_traffic is False only where up() found a kernel without SRv6; a state file of an older
-    version (no key), a fault recorded later, or a state file cut short do not turn it on or off."""
+def test_the_state_says_what_runs_srv6_and_keeps_it_through_later_writes(tmp_path, monkeypatch):
+    """srv6 is "tc-bpf" only where up() found a kernel without SRv6; a state file of an older
+    version (no key), a fault recorded later, or a state file cut short do not change it."""
     import json
 
     import pytest
 
-    from mrc.errors import FabricError, SRv6Missing
+    from mrc.errors import FabricError
     from mrc.fabric import apply
 
     monkeypatch.setattr(apply, "STATE_DIR", str(tmp_path))
     topo = t()
     apply.save_state(topo)
-    assert apply.kernel_traffic(topo.name) is True
-    apply.save_state(topo, kernel_traffic=False)
-    apply.save_state(topo, {"h0-p0l0": {"down": True}})  # a fault: the flag stays
-    assert apply.kernel_traffic(topo.name) is False
-    with pytest.raises(SRv6Missing, match="kernel TCP crosses the fabric"):
-        apply.require_kernel_traffic(topo.name, "kernel TCP")
+    assert apply.srv6(topo.name) == "kernel"
+    apply.save_state(topo, srv6="tc-bpf")
+    apply.save_state(topo, {"h0-p0l0": {"down": True}})  # a fault: the record stays
+    assert apply.srv6(topo.name) == "tc-bpf"
     path = apply.state_path(topo.name)
     st = json.load(open(path))
-    del st["kernel_traffic"]  # written by an older mrc
+    del st["srv6"]  # written by an older mrc
     json.dump(st, open(path, "w"))
-    assert apply.kernel_traffic(topo.name) is True
-    apply.require_kernel_traffic(topo.name, "kernel TCP")
-    open(path, "w").write('{"topology": ')  # cut short: rewritten whole, kernel traffic as a fresh fabric
+    assert apply.srv6(topo.name) == "kernel"
+    open(path, "w").write('{"topology": ')  # cut short: rewritten whole, as a fresh fabric's
     apply.save_state(topo)
-    assert apply.kernel_traffic(topo.name) is True
+    assert apply.srv6(topo.name) == "kernel"
     with pytest.raises(FabricError, match="no fabric named"):
-        apply.kernel_traffic("nosuchfab")
+        apply.srv6("nosuchfab")

@@ -1,0 +1,92 @@
+/* A host's End.DT6 for kernel traffic over the fabric, for a kernel built
+ * without SRv6 (no CONFIG_IPV6_SEG6_LWTUNNEL: seg6local routes are refused):
+ * the other half of host_encap.bpf.c. tc clsact ingress of every host port;
+ * mrc.fabric.srv6bpf attaches it only when the kernel refuses the End.DT6
+ * route.
+ *
+ * A packet whose outer destination lies in this port's End.DT6 prefix
+ * (block:<port uSID>:d6::/64, what the last switch's shift leaves of the
+ * path's container) and whose next header is IPv6 loses its outer header;
+ * the inner packet goes on to IPv6 input, which delivers it to the inner
+ * address on lo (the kernel's End.DT6 looks it up in the local table; the
+ * hosts do not forward, so anything else is dropped there too). A CE mark on
+ * the outer header is copied onto an ECN-capable inner header (RFC 6040; the
+ * kernel's End.DT6 does not, and the switch queues mark both headers for it);
+ * a CE-marked packet whose inner header is not ECN-capable is dropped, as
+ * RFC 6040 says. Anything else passes untouched.
+ *
+ * `cfg`: the first 8 bytes of the port's End.DT6 prefix; `st`: packets
+ * decapsulated, CE copied inward, and dropped. */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ipv6.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#ifndef BPF_F_ADJ_ROOM_DECAP_L3_IPV6 /* Linux 6.3; older uapi headers lack it */
+#define BPF_F_ADJ_ROOM_DECAP_L3_IPV6 (1ULL << 8)
+#endif
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, __u64);
+} cfg SEC(".maps");
+
+struct counts {
+    __u64 done;
+    __u64 ce;
+    __u64 dropped;
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 1);
+    __type(key, __u32);
+    __type(value, struct counts);
+} st SEC(".maps");
+
+enum { ECN_CE = 3 };
+
+SEC("tc")
+int host_decap(struct __sk_buff *skb)
+{
+    __u32 zero = 0;
+    __u16 proto;
+    struct ipv6hdr o;
+    __u8 inner[2];
+    __u64 head; /* the outer destination's first 8 bytes */
+    __u64 *prefix = bpf_map_lookup_elem(&cfg, &zero);
+    struct counts *n = bpf_map_lookup_elem(&st, &zero);
+    if (!prefix || !*prefix || !n || bpf_skb_load_bytes(skb, 12, &proto, 2) || proto != bpf_htons(ETH_P_IPV6) ||
+        bpf_skb_load_bytes(skb, ETH_HLEN, &o, sizeof(o)) || o.nexthdr != IPPROTO_IPV6 ||
+        (__builtin_memcpy(&head, &o.daddr, 8), head != *prefix) ||
+        bpf_skb_load_bytes(skb, ETH_HLEN + sizeof(o), inner, 2) || (inner[0] >> 4) != 6)
+        return TC_ACT_OK;
+    /* the ECN field: the low 2 bits of the traffic class, bits 5-4 of the header's second byte */
+    if (((((__u8 *)&o)[1] >> 4) & 3) == ECN_CE) {
+        if (!((inner[1] >> 4) & 3)) {
+            __sync_fetch_and_add(&n->dropped, 1);
+            return TC_ACT_SHOT;
+        }
+        if ((inner[1] >> 4 & 3) != ECN_CE) {
+            inner[1] |= ECN_CE << 4;
+            if (bpf_skb_store_bytes(skb, ETH_HLEN + sizeof(o) + 1, &inner[1], 1, BPF_F_RECOMPUTE_CSUM))
+                goto drop;
+            __sync_fetch_and_add(&n->ce, 1);
+        }
+    }
+    if (bpf_skb_adjust_room(skb, -(__s32)sizeof(o), BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_DECAP_L3_IPV6) &&
+        bpf_skb_adjust_room(skb, -(__s32)sizeof(o), BPF_ADJ_ROOM_MAC, 0)) /* a kernel before 6.3 */
+        goto drop;
+    __sync_fetch_and_add(&n->done, 1);
+    return TC_ACT_OK;
+drop:
+    __sync_fetch_and_add(&n->dropped, 1);
+    return TC_ACT_SHOT;
+}
+
+char LICENSE[] SEC("license") = "Apache-2.0";
