@@ -322,7 +322,10 @@ def test_a_thread_that_progresses_the_nic_itself_gets_every_completion_and_gives
     t, ca, cb = pair
     for c in (ca, cb):
         c.engine.set_spin(0)  # engines that sleep at once: the callers do the work
-    qa, qb, src, dst, ms, ib, cq = connect(t, ca, cb, 1 << 20, QPAttr(rq_depth=16))
+    # a retry timer of 268 ms (1.024 us x 2^18), not the software profile's 2 ms: the ACK the engine
+    # must send by itself goes in microseconds, and only a missing one may fire the timer; with 2 ms
+    # one of the VM's pauses did once in CI (a hypervisor here steals up to 70 ms in a 100 ms window)
+    qa, qb, src, dst, ms, ib, cq = connect(t, ca, cb, 1 << 20, QPAttr(rq_depth=16, timeout=18))
     cqb = qb.recv_cq
     work = 0
     for i in range(8):
