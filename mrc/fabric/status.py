@@ -15,10 +15,15 @@ def status_text(t, state: dict, present: list[str]) -> tuple[dict, str]:
             "ports": [{"plane": p, "ifname": t.port_ifname(p), "address": t.port_address(h, p),
                        "kernel_address": t.inner_address(h, p)} for p in range(t.planes)],
         })
+    srv6 = state.get("srv6", "kernel")
     obj = {"name": t.name, "topology": t.to_dict(), "namespaces": len(expected), "missing_namespaces": missing,
-           "links": len(t.links()), "hosts": hosts, "faults": faults}
+           "links": len(t.links()), "hosts": hosts, "faults": faults, "srv6": srv6}
     lines = [f"fabric {t.name}: {t.planes} planes x ({t.spines} spines, {t.leaves} leaves), {t.hosts} hosts; "
-             f"{len(expected) - len(missing)}/{len(expected)} namespaces, {len(t.links())} links"]
+             f"{len(expected) - len(missing)}/{len(expected)} namespaces, {len(t.links())} links",
+             "SRv6: the kernel's (seg6local End next-CSID on the switches, seg6 encap and End.DT6 on the hosts)"
+             if srv6 == "kernel" else
+             "SRv6: tc-BPF programs on the ports, this kernel has none (End next-CSID on the switches' ingress, "
+             "encap on the hosts' egress, End.DT6 on their ingress: docs/fabric.md)"]
     lines.append(f"{'host':<5} {'leaf':<5} {'mgmt':<10} ports (plane: uSID address / kernel address)")
     for h in hosts:
         first = True

@@ -22,6 +22,9 @@ pytestmark = pytest.mark.root
 
 def test_switch_routes_really_carry_next_csid(small_fabric):
     t = small_fabric
+    st = subprocess.run([sys.executable, "-m", "mrc", "fabric", "status", "--json", "--name", t.name],
+                        capture_output=True, text=True)
+    assert st.returncode == 0 and json.loads(st.stdout)["srv6"] == apply.srv6(t.name), st.stdout + st.stderr
     for node in ("p0l0", "p1s1"):
         out = ns.command(t.ns(node), ["ip", "-6", "route", "show"], capture_output=True, text=True).stdout
         end = [line for line in out.splitlines() if "seg6local" in line]
