@@ -17,24 +17,13 @@
  *
  * `cfg`: the first 8 bytes of the port's End.DT6 prefix; `st`: packets
  * decapsulated, CE copied inward, and dropped. */
-#include <linux/bpf.h>
-#include <linux/if_ether.h>
-#include <linux/in.h>
-#include <linux/ipv6.h>
-#include <linux/pkt_cls.h>
-#include <bpf/bpf_endian.h>
-#include <bpf/bpf_helpers.h>
+#include "tc.h"
 
 #ifndef BPF_F_ADJ_ROOM_DECAP_L3_IPV6 /* Linux 6.3; older uapi headers lack it */
 #define BPF_F_ADJ_ROOM_DECAP_L3_IPV6 (1ULL << 8)
 #endif
 
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, __u64);
-} cfg SEC(".maps");
+ARRAY_MAP(cfg, __u64, 1);
 
 struct counts {
     __u64 done;
@@ -42,12 +31,7 @@ struct counts {
     __u64 dropped;
 };
 
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, struct counts);
-} st SEC(".maps");
+ARRAY_MAP(st, struct counts, 1);
 
 enum { ECN_CE = 3 };
 

@@ -22,13 +22,7 @@
  * (all zero: no path, the packet passes as it is); `st`: packets
  * encapsulated, and packets dropped because they could not be (too long for
  * the header's payload length, or the kernel refused the room). */
-#include <linux/bpf.h>
-#include <linux/if_ether.h>
-#include <linux/in.h>
-#include <linux/ipv6.h>
-#include <linux/pkt_cls.h>
-#include <bpf/bpf_endian.h>
-#include <bpf/bpf_helpers.h>
+#include "tc.h"
 
 #define MAX_HOSTS 256 /* mrc.fabric.topology.MAX_INDEX */
 
@@ -36,31 +30,16 @@ struct addr16 {
     __u8 a[16];
 };
 
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, struct addr16);
-} cfg SEC(".maps");
+ARRAY_MAP(cfg, struct addr16, 1);
 
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, MAX_HOSTS);
-    __type(key, __u32);
-    __type(value, struct addr16);
-} segs SEC(".maps");
+ARRAY_MAP(segs, struct addr16, MAX_HOSTS);
 
 struct counts {
     __u64 done;
     __u64 dropped;
 };
 
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, struct counts);
-} st SEC(".maps");
+ARRAY_MAP(st, struct counts, 1);
 
 SEC("tc")
 int host_encap(struct __sk_buff *skb)

@@ -18,12 +18,7 @@
  * (its NACK is the signal). A threshold of 0 turns its rule off.
  * Per port counters and the estimate's high-water mark are in `st`; the
  * control plane (mrc.fabric.qos) writes `cfg` and reads `st`. */
-#include <linux/bpf.h>
-#include <linux/if_ether.h>
-#include <linux/ipv6.h>
-#include <linux/pkt_cls.h>
-#include <bpf/bpf_endian.h>
-#include <bpf/bpf_helpers.h>
+#include "tc.h"
 
 struct port_cfg {
     __u64 rate_bytes_per_s; /* 0: no queue estimate, nothing marked, trimmed or dropped */
@@ -37,19 +32,9 @@ struct port_st {
     __u64 packets, bytes, marked, trimmed, dropped;
 };
 
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, struct port_cfg);
-} cfg SEC(".maps");
+ARRAY_MAP(cfg, struct port_cfg, 1);
 
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, struct port_st);
-} st SEC(".maps");
+ARRAY_MAP(st, struct port_st, 1);
 
 enum {
     ETH = 14, IP6 = 40, UDP = 8, BTH = 12, METH = 4, TSETH = 4, RETH = 16, IMM = 4,

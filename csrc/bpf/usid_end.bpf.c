@@ -15,11 +15,7 @@
  *
  * `cfg` (written by mrc.fabric.apply): the 32-bit locator block and the
  * switch's own uSID; `st`: packets shifted. */
-#include <linux/bpf.h>
-#include <linux/if_ether.h>
-#include <linux/pkt_cls.h>
-#include <bpf/bpf_endian.h>
-#include <bpf/bpf_helpers.h>
+#include "tc.h"
 
 struct end_cfg {
     __u32 block;   /* the locator block, network order (fc00:0000) */
@@ -27,19 +23,9 @@ struct end_cfg {
     __u16 pad;
 };
 
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, struct end_cfg);
-} cfg SEC(".maps");
+ARRAY_MAP(cfg, struct end_cfg, 1);
 
-struct {
-    __uint(type, BPF_MAP_TYPE_ARRAY);
-    __uint(max_entries, 1);
-    __type(key, __u32);
-    __type(value, __u64);
-} st SEC(".maps");
+ARRAY_MAP(st, __u64, 1);
 
 enum { ETH = 14, DA = ETH + 24 };
 

@@ -32,7 +32,9 @@ def build(name: str, what: str, force: bool = False) -> str:
     names who needs it in the errors."""
     source = os.path.join(ROOT, "csrc", "bpf", f"{name}.bpf.c")
     obj = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.bpf.o")
-    if not force and os.path.exists(obj) and os.path.getmtime(obj) >= os.path.getmtime(source):
+    header = os.path.join(ROOT, "csrc", "bpf", "tc.h")  # every program includes it
+    if not force and os.path.exists(obj) and os.path.getmtime(obj) >= max(os.path.getmtime(source),
+                                                                          os.path.getmtime(header)):
         return obj
     clang = shutil.which("clang")
     if not clang:
