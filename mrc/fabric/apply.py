@@ -9,12 +9,13 @@ any process, finds it. Namespaces are named ``mrc-<name>-<node>``; ``down
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import socket
 import subprocess
 import time
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import asdict
 
 from mrc.errors import FabricError, PrivilegeError, UsageError
@@ -84,6 +85,21 @@ def save_state(t: Topology, faults: dict | None = None, queues: dict | None = No
         json.dump({"topology": t.to_dict(), "faults": faults or {}, "queues": queues or {},
                    "srv6": srv6, "created": time.time()}, f, indent=1)
     os.replace(tmp, state_path(t.name))
+
+
+@contextmanager
+def state_lock(name: str):
+    """Hold fabric ``name``'s state file for one read-modify-write. Fault commands run from several
+    processes and threads at once (the dash's flap thread beside a heal from the page, `mrc fabric`
+    beside the dash), and a write built on an earlier read put back faults another writer had just
+    cleared: the page then showed healed links lossy and rate-limited for good."""
+    os.makedirs(STATE_DIR, exist_ok=True)
+    fd = os.open(os.path.join(STATE_DIR, f"{name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and the lock with it
 
 
 def srv6(name: str) -> str:
@@ -351,7 +367,7 @@ def down(name: str | None = None, all_fabrics: bool = False) -> list[str]:
             for f in os.listdir(STATE_DIR):
                 os.unlink(os.path.join(STATE_DIR, f))
     elif name:
-        for path in (state_path(name), topology_path(name)):
+        for path in (state_path(name), topology_path(name), os.path.join(STATE_DIR, f"{name}.lock")):
             with suppress(FileNotFoundError):
                 os.unlink(path)
     return targets
@@ -405,25 +421,28 @@ def heal(name: str, target: str | None = None) -> list[str]:
     finally:
         ex.close()
     rated = {link.name for link in links if faults.get(link.name, {}).get("rate") is not None}
-    for link in links:
-        faults.pop(link.name, None)
-    save_state(t, faults)
+    with state_lock(name):  # what others recorded meanwhile stays (the read above is stale by now)
+        now = load_state(name)["faults"]
+        for link in links:
+            now.pop(link.name, None)
+        save_state(t, now)
     if rated:
         _restore_queues(t, rated)
     return [link.name for link in links]
 
 
 def _record(t: Topology, key: str, links: list[str], value) -> None:
-    state = load_state(t.name)
-    for ln in links:
-        entry = state["faults"].setdefault(ln, {})
-        if value is None:
-            entry.pop(key, None)
-        else:
-            entry[key] = value
-        if not entry:
-            state["faults"].pop(ln)
-    save_state(t, state["faults"])
+    with state_lock(t.name):
+        state = load_state(t.name)
+        for ln in links:
+            entry = state["faults"].setdefault(ln, {})
+            if value is None:
+                entry.pop(key, None)
+            else:
+                entry[key] = value
+            if not entry:
+                state["faults"].pop(ln)
+        save_state(t, state["faults"])
 
 
 def _switch_end(link) -> tuple[str, str]:
@@ -507,14 +526,16 @@ def set_queues(name: str, target: str | None, q: qos.PortQoS) -> int:
     sw, hosts = qos.ports(t, target)
     qos.apply_ports(t, sw, q)
     qos.apply_ports(t, hosts, qos.nic(q))
-    queues = load_state(name).get("queues", {})
-    for ports, pq in ((sw, q), (hosts, qos.nic(q))):
-        for port in ports:
-            if q.rate_bps:
-                queues[_queue_key(port)] = asdict(pq)
-            else:
-                queues.pop(_queue_key(port), None)
-    save_state(t, load_state(name)["faults"], queues)
+    with state_lock(name):
+        st = load_state(name)
+        queues = st.get("queues", {})
+        for ports, pq in ((sw, q), (hosts, qos.nic(q))):
+            for port in ports:
+                if q.rate_bps:
+                    queues[_queue_key(port)] = asdict(pq)
+                else:
+                    queues.pop(_queue_key(port), None)
+        save_state(t, st["faults"], queues)
     return len(sw)
 
 

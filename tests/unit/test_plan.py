@@ -186,3 +186,40 @@ def test_the_state_says_what_runs_srv6_and_keeps_it_through_later_writes(tmp_pat
     assert apply.srv6(topo.name) == "kernel"
     with pytest.raises(FabricError, match="no fabric named"):
         apply.srv6("nosuchfab")
+
+
+def test_a_heal_keeps_what_others_recorded_while_it_ran_and_brings_back_nothing_they_cleared(tmp_path, monkeypatch):
+    """The dash's flap thread heals its link while a heal of everything from the page runs (and
+    `mrc fabric` may run beside the dash): a heal wrote back the faults it had read at its start,
+    so a fault recorded meanwhile was lost, and one cleared meanwhile came back (the dash test then
+    saw a healed link lossy for good, 1 run in 12). Each write now starts from the state as it is."""
+    from mrc.fabric import apply
+
+    monkeypatch.setattr(apply, "STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(apply, "require_root", lambda what: None)
+    topo = t()
+    a, b, c = (link.name for link in topo.links()[:3])
+    apply.save_state(topo, {a: {"down": True}, b: {"loss": 1.5}})
+    meanwhile = []
+
+    class Busy:  # the heal's netlink work, while another writer goes
+        def __init__(self, t):
+            pass
+
+        def run(self, ops, exist_ok=False):
+            if meanwhile:
+                meanwhile.pop()()
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(apply, "Executor", Busy)
+    monkeypatch.setattr(apply, "_clear_loss", lambda t, link: None)
+    # another writer records a fault on c while a is healed: it stays
+    meanwhile.append(lambda: apply._record(topo, "down", [c], True))
+    apply.heal(topo.name, a)
+    assert apply.load_state(topo.name)["faults"] == {b: {"loss": 1.5}, c: {"down": True}}
+    # another writer clears b while c is healed: b does not come back
+    meanwhile.append(lambda: apply._record(topo, "loss", [b], None))
+    apply.heal(topo.name, c)
+    assert apply.load_state(topo.name)["faults"] == {}
