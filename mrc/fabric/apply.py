@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import json
 import os
 import socket
 import subprocess
+import threading
 import time
 from contextlib import contextmanager, suppress
 from dataclasses import asdict
@@ -87,19 +89,46 @@ def save_state(t: Topology, faults: dict | None = None, queues: dict | None = No
     os.replace(tmp, state_path(t.name))
 
 
+_held = threading.local()  # the fabrics whose lock this thread holds, and how deep
+
+
 @contextmanager
 def state_lock(name: str):
-    """Hold fabric ``name``'s state file for one read-modify-write. Fault commands run from several
+    """Hold fabric ``name`` for one change: a fault operation (fail, heal, loss, rate, queues: see
+    :func:`_one_at_a_time`) or a read-modify-write of its state file. They run from several
     processes and threads at once (the dash's flap thread beside a heal from the page, `mrc fabric`
-    beside the dash), and a write built on an earlier read put back faults another writer had just
-    cleared: the page then showed healed links lossy and rate-limited for good."""
+    beside the dash). Interleaved, a heal wrote back the faults it had read at its start, bringing
+    back faults another writer had just cleared (the page showed healed links lossy for good), and
+    re-added a link's routes just as the flap took that link down (ENETDOWN: the heal failed).
+    Re-entrant within a thread; an flock across processes."""
+    depth = getattr(_held, "names", None)
+    if depth is None:
+        depth = _held.names = {}
+    if depth.get(name):
+        depth[name] += 1
+        try:
+            yield
+        finally:
+            depth[name] -= 1
+        return
     os.makedirs(STATE_DIR, exist_ok=True)
     fd = os.open(os.path.join(STATE_DIR, f"{name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        depth[name] = 1
         yield
     finally:
+        depth.pop(name, None)
         os.close(fd)  # and the lock with it
+
+
+def _one_at_a_time(fn):
+    """``fn(name, ...)`` changes fabric ``name`` while no other change runs (:func:`state_lock`)."""
+    @functools.wraps(fn)
+    def run(name: str, *args, **kw):
+        with state_lock(name):
+            return fn(name, *args, **kw)
+    return run
 
 
 def srv6(name: str) -> str:
@@ -386,6 +415,7 @@ def _set_link(ex: Executor, link, up: bool) -> None:
         (ex.op_up if up else ex.op_down)(node, ifname)
 
 
+@_one_at_a_time
 def fail(name: str, target: str) -> list[str]:
     """Take a link (both veth ends) or every link of a switch down."""
     require_root("mrc fabric fail")
@@ -401,6 +431,7 @@ def fail(name: str, target: str) -> list[str]:
     return [link.name for link in links]
 
 
+@_one_at_a_time
 def heal(name: str, target: str | None = None) -> list[str]:
     """Bring links back up and re-apply their addresses and routes; clear loss and rate faults."""
     require_root("mrc fabric heal")
@@ -456,6 +487,7 @@ def _nft(t: Topology, node: str, script: str) -> None:
         raise FabricError(f"nft in {t.ns(node)} failed: {r.stderr.strip()} (is nftables installed?)")
 
 
+@_one_at_a_time
 def loss(name: str, target: str, percent: float) -> None:
     """Drop ``percent``% of the packets crossing a link, in both directions
     (nftables ``numgen random`` in the switch at its upper end; no netem here)."""
@@ -490,6 +522,7 @@ def _clear_loss(t: Topology, link) -> None:
     _nft(t, node, f"table inet mrcloss_{ifname}\ndelete table inet mrcloss_{ifname}\n")
 
 
+@_one_at_a_time
 def rate(name: str, target: str, rate_spec: str) -> int:
     """Limit a link to a rate with tbf on both ends' egress (a real queue)."""
     require_root("mrc fabric rate")
@@ -516,6 +549,7 @@ def rate(name: str, target: str, rate_spec: str) -> int:
 
 
 # ------------------------------------------------------- switch queues (mrc.fabric.qos)
+@_one_at_a_time
 def set_queues(name: str, target: str | None, q: qos.PortQoS) -> int:
     """Give the switch ports of ``target`` (a link: its ends; a switch or a
     host: its ports; None: every port) the queue ``q``, and the hosts' ports
