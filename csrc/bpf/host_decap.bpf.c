@@ -34,37 +34,41 @@ struct counts {
 ARRAY_MAP(st, struct counts, 1);
 
 enum { ECN_CE = 3 };
+#define OUTER ((__s32)sizeof(struct ipv6hdr)) /* the header taken off */
 
 SEC("tc")
 int host_decap(struct __sk_buff *skb)
 {
     __u32 zero = 0;
     __u16 proto;
-    struct ipv6hdr o;
+    __u8 h[8];  /* the outer header's first 8 bytes: version, traffic class, ..., next header */
     __u8 inner[2];
     __u64 head; /* the outer destination's first 8 bytes */
+    /* every packet the port takes in comes here, MRC's too: the next header decides first */
+    if (bpf_skb_load_bytes(skb, 12, &proto, 2) || proto != bpf_htons(ETH_P_IPV6) ||
+        bpf_skb_load_bytes(skb, ETH_HLEN, h, 8) || h[6] != IPPROTO_IPV6)
+        return TC_ACT_OK;
     __u64 *prefix = bpf_map_lookup_elem(&cfg, &zero);
     struct counts *n = bpf_map_lookup_elem(&st, &zero);
-    if (!prefix || !*prefix || !n || bpf_skb_load_bytes(skb, 12, &proto, 2) || proto != bpf_htons(ETH_P_IPV6) ||
-        bpf_skb_load_bytes(skb, ETH_HLEN, &o, sizeof(o)) || o.nexthdr != IPPROTO_IPV6 ||
-        (__builtin_memcpy(&head, &o.daddr, 8), head != *prefix) ||
-        bpf_skb_load_bytes(skb, ETH_HLEN + sizeof(o), inner, 2) || (inner[0] >> 4) != 6)
+    if (!prefix || !*prefix || !n ||
+        bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct ipv6hdr, daddr), &head, 8) || head != *prefix ||
+        bpf_skb_load_bytes(skb, ETH_HLEN + OUTER, inner, 2) || (inner[0] >> 4) != 6)
         return TC_ACT_OK;
     /* the ECN field: the low 2 bits of the traffic class, bits 5-4 of the header's second byte */
-    if (((((__u8 *)&o)[1] >> 4) & 3) == ECN_CE) {
+    if (((h[1] >> 4) & 3) == ECN_CE) {
         if (!((inner[1] >> 4) & 3)) {
             __sync_fetch_and_add(&n->dropped, 1);
             return TC_ACT_SHOT;
         }
         if ((inner[1] >> 4 & 3) != ECN_CE) {
             inner[1] |= ECN_CE << 4;
-            if (bpf_skb_store_bytes(skb, ETH_HLEN + sizeof(o) + 1, &inner[1], 1, BPF_F_RECOMPUTE_CSUM))
+            if (bpf_skb_store_bytes(skb, ETH_HLEN + OUTER + 1, &inner[1], 1, BPF_F_RECOMPUTE_CSUM))
                 goto drop;
             __sync_fetch_and_add(&n->ce, 1);
         }
     }
-    if (bpf_skb_adjust_room(skb, -(__s32)sizeof(o), BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_DECAP_L3_IPV6) &&
-        bpf_skb_adjust_room(skb, -(__s32)sizeof(o), BPF_ADJ_ROOM_MAC, 0)) /* a kernel before 6.3 */
+    if (bpf_skb_adjust_room(skb, -OUTER, BPF_ADJ_ROOM_MAC, BPF_F_ADJ_ROOM_DECAP_L3_IPV6) &&
+        bpf_skb_adjust_room(skb, -OUTER, BPF_ADJ_ROOM_MAC, 0)) /* a kernel before 6.3 */
         goto drop;
     __sync_fetch_and_add(&n->done, 1);
     return TC_ACT_OK;

@@ -46,25 +46,27 @@ int host_encap(struct __sk_buff *skb)
 {
     __u32 zero = 0, host;
     __u16 proto;
-    struct ipv6hdr in, out;
+    __u8 d[16];
+    struct ipv6hdr out;
+    /* every packet the port sends comes here, MRC's too: the destination alone decides, the rest
+     * of the header is read only for a packet that is ours */
     if (bpf_skb_load_bytes(skb, 12, &proto, 2) || proto != bpf_htons(ETH_P_IPV6) ||
-        bpf_skb_load_bytes(skb, ETH_HLEN, &in, sizeof(in)))
+        bpf_skb_load_bytes(skb, ETH_HLEN + offsetof(struct ipv6hdr, daddr), d, 16))
         return TC_ACT_UNSPEC;
-    __u8 *d = in.daddr.in6_u.u6_addr8;
     if (d[0] != 0xfd || d[1] != 0x6d || d[2] != 0)
         return TC_ACT_UNSPEC; /* not an inner address: not ours */
     host = d[3];
     struct addr16 *seg = bpf_map_lookup_elem(&segs, &host);
     struct addr16 *src = bpf_map_lookup_elem(&cfg, &zero);
     struct counts *n = bpf_map_lookup_elem(&st, &zero);
-    if (!seg || !src || !n || !seg->a[0])
+    /* version, traffic class (ECN with it), flow label: copied to the outer header */
+    if (!seg || !src || !n || !seg->a[0] || bpf_skb_load_bytes(skb, ETH_HLEN, &out, 4))
         return TC_ACT_UNSPEC;
     __u32 len = skb->len - ETH_HLEN; /* the inner packet: the outer header's payload */
     if (len > 0xffff) {
         __sync_fetch_and_add(&n->dropped, 1);
         return TC_ACT_SHOT;
     }
-    __builtin_memcpy(&out, &in, 4); /* version, traffic class (ECN with it), flow label */
     out.payload_len = bpf_htons(len);
     out.nexthdr = IPPROTO_IPV6;
     out.hop_limit = 64;
