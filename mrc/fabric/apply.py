@@ -452,11 +452,9 @@ def heal(name: str, target: str | None = None) -> list[str]:
     finally:
         ex.close()
     rated = {link.name for link in links if faults.get(link.name, {}).get("rate") is not None}
-    with state_lock(name):  # what others recorded meanwhile stays (the read above is stale by now)
-        now = load_state(name)["faults"]
-        for link in links:
-            now.pop(link.name, None)
-        save_state(t, now)
+    for link in links:
+        faults.pop(link.name, None)
+    save_state(t, faults)
     if rated:
         _restore_queues(t, rated)
     return [link.name for link in links]
@@ -560,16 +558,15 @@ def set_queues(name: str, target: str | None, q: qos.PortQoS) -> int:
     sw, hosts = qos.ports(t, target)
     qos.apply_ports(t, sw, q)
     qos.apply_ports(t, hosts, qos.nic(q))
-    with state_lock(name):
-        st = load_state(name)
-        queues = st.get("queues", {})
-        for ports, pq in ((sw, q), (hosts, qos.nic(q))):
-            for port in ports:
-                if q.rate_bps:
-                    queues[_queue_key(port)] = asdict(pq)
-                else:
-                    queues.pop(_queue_key(port), None)
-        save_state(t, st["faults"], queues)
+    st = load_state(name)  # (the fabric is held: _one_at_a_time)
+    queues = st.get("queues", {})
+    for ports, pq in ((sw, q), (hosts, qos.nic(q))):
+        for port in ports:
+            if q.rate_bps:
+                queues[_queue_key(port)] = asdict(pq)
+            else:
+                queues.pop(_queue_key(port), None)
+    save_state(t, st["faults"], queues)
     return len(sw)
 
 

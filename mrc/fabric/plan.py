@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from mrc.fabric.topology import Topology, usid_prefix
 
+LINK_MTU = 9000  # every fabric link (veth pair)
+
 #: Sysctls for every namespace (set before any interface exists, so the
 #: ``default`` values reach every interface created later).
 COMMON_SYSCTLS = {
@@ -141,8 +143,8 @@ def link_config(t: Topology, link) -> list[Op]:
     ln = (link.name,)
     a_mac, b_mac = link_macs(link)
     ops = [
-        Op("mtu", link.a_node, {"ifname": link.a_if, "mtu": 9000}, ln),
-        Op("mtu", link.b_node, {"ifname": link.b_if, "mtu": 9000}, ln),
+        Op("mtu", link.a_node, {"ifname": link.a_if, "mtu": LINK_MTU}, ln),
+        Op("mtu", link.b_node, {"ifname": link.b_if, "mtu": LINK_MTU}, ln),
         Op("addr", link.a_node, {"ifname": link.a_if, "address": link.a_ll, "prefixlen": 64}, ln),
         Op("addr", link.b_node, {"ifname": link.b_if, "address": link.b_ll, "prefixlen": 64}, ln),
     ]

@@ -68,7 +68,6 @@ def _counters(st_fd: int) -> dict:
     return dict(zip(ST_FIELDS, _ST.unpack(tcbpf.map_rw(st_fd, None, _ST.size))[2:], strict=True))
 
 
-
 # ------------------------------------------------------------------ ports
 def switch_ports(t: Topology, target: str | None = None) -> list[tuple[str, str, str]]:
     """(node, ifname, link) of every switch port, or of those of ``target``
@@ -99,6 +98,13 @@ def nic(q: PortQoS) -> PortQoS:
     return PortQoS(q.rate_bps)
 
 
+def _removal(ifnames: list[str]) -> list[str]:
+    """tc lines that take a port's queue away (deleting what is absent is no error): the htb and
+    the queue's own filter; clsact stays, with the other programs it holds (mrc.fabric.srv6bpf's,
+    on a kernel without SRv6)."""
+    return [x for i in ifnames for x in (f"qdisc del dev {i} root", f"filter del dev {i} egress prio {PRIO}")]
+
+
 def apply_ports(t: Topology, ports: list[tuple[str, str, str]], q: PortQoS) -> int:
     """Give each port the queue ``q`` (rate 0: remove it). Returns how many."""
     q.check()
@@ -107,15 +113,11 @@ def apply_ports(t: Topology, ports: list[tuple[str, str, str]], q: PortQoS) -> i
     for node, ifname, _ in ports:
         per_node.setdefault(node, []).append(ifname)
     for node, ifnames in per_node.items():
-        # a port without a queue has neither (deleting what is absent is no error); clsact stays, with
-        # the other programs it holds (mrc.fabric.srv6bpf's, on a kernel without SRv6)
-        gone = [f"{w} dev {i} {x}" for i in ifnames
-                for w, x in (("qdisc del", "root"), ("filter del", f"egress prio {PRIO}"))]
         if not q.rate_bps:
-            tcbpf.tc_batch(t, node, gone, force=True)
+            tcbpf.tc_batch(t, node, _removal(ifnames), force=True)
             continue
         lines, fresh = [], [i for i in ifnames if tcbpf.prog_id(t, node, i, "port_queue", "egress") is None]
-        tcbpf.tc_batch(t, node, [g for g in gone if any(f"dev {i} " in g for i in fresh)], force=True)
+        tcbpf.tc_batch(t, node, _removal(fresh), force=True)
         for i in ifnames:
             rate = f"htb rate {q.rate_bps}bit ceil {q.rate_bps}bit quantum 9100"
             if i not in fresh:  # a port that has its queue keeps it (and its counters): a new rate

@@ -28,11 +28,12 @@ import struct
 
 from mrc.errors import FabricError
 from mrc.fabric import tcbpf
+from mrc.fabric.plan import LINK_MTU
+from mrc.fabric.qos import switch_ports
 from mrc.fabric.topology import Topology
 
 END_PRIO = 1  # the End program's preference on clsact ingress
 HOST_PRIO = 1  # the host port programs' (egress: before the port queue's, mrc.fabric.qos.PRIO)
-LINK_MTU = 9000  # mrc.fabric.plan.link_config
 ENCAP_ROUTE_MTU = LINK_MTU - 40  # an inner packet and its outer IPv6 header fit the link
 WHO = "the fabric on a kernel without SRv6"
 
@@ -65,8 +66,6 @@ def end_program(t: Topology, node: str, prefix: str) -> None:
     """Switch ``node``'s End next-CSID for its uSID ``prefix`` (block:uSID::/48) as a tc-BPF
     program on clsact ingress of every one of its fabric ports (csrc/bpf/usid_end.bpf.c). Raises
     FabricError if it does not load."""
-    from mrc.fabric.qos import switch_ports
-
     addr = socket.inet_pton(socket.AF_INET6, prefix.split("/")[0])
     obj = tcbpf.build("usid_end", f"the switches of {WHO}")
     ifnames = [i for _, i, _ in switch_ports(t, node)]
