@@ -112,7 +112,12 @@ def state_lock(name: str):
             depth[name] -= 1
         return
     os.makedirs(STATE_DIR, exist_ok=True)
-    fd = os.open(os.path.join(STATE_DIR, f"{name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    path = os.path.join(STATE_DIR, f"{name}.lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as e:
+        raise FabricError(f"fabric {name} cannot be locked for a change: {path}: {e.strerror} (it must be "
+                          "a plain file or absent: remove it)") from e
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         depth[name] = 1

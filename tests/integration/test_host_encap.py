@@ -100,6 +100,7 @@ def test_encap_leaves_everything_else_alone(hosts):
     mrc = ip6(t.port_address(0, PLANE), t.path_address(0, 1, PLANE, 0), b"\0" * 64, nh=17)
     for f in (ETH + mrc,                                   # MRC: already on its path
               ETH + inner(t, dst_host=7),                  # a host the port has no path to
+              ETH + inner(t, dst_host=0x100),              # a host index past the plan's (fd6d:100:...)
               ETH + ip6("fd6d::1", "fd6e::2", b"\0" * 40),  # the management network's
               ETH[:12] + b"\x08\x00" + bytes(40)):         # IPv4
         verdict, out, moved = h0.run("host_encap", f)
@@ -154,6 +155,14 @@ def test_decap_leaves_everything_else_alone(hosts):
               ETH[:12] + b"\x08\x00" + bytes(40)):
         verdict, out, moved = h1.run("host_decap", f)
         assert verdict == TC_ACT_OK and out == f and not moved
+
+
+def test_decap_drops_and_counts_an_inner_packet_too_short_to_be_one(hosts):
+    t, (_, h1) = hosts
+    dt6 = t.dt6_prefix(1, PLANE).split("/")[0]
+    for inner_bytes in (b"\x60" + bytes(7), b"\x60" + bytes(38)):  # an IPv6 version and less than its header
+        verdict, _, moved = h1.run("host_decap", ETH + ip6(t.port_address(0, PLANE), dt6, inner_bytes, nh=41))
+        assert verdict == TC_ACT_SHOT and moved == {"decap_dropped": 1}, (len(inner_bytes), moved)
 
 
 def test_a_host_port_queue_set_and_removed_leaves_the_programs_in_place(hosts):

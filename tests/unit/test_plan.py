@@ -234,3 +234,28 @@ def test_fault_operations_on_a_fabric_run_one_at_a_time_and_keep_each_others_rec
         apply._record(topo, "loss", [b], None)
         apply.heal(topo.name, c)
     assert apply.load_state(topo.name)["faults"] == {}
+
+
+def test_a_lock_path_that_is_not_a_file_is_a_clear_error_and_changes_nothing(tmp_path, monkeypatch):
+    """The fabric's lock lives beside its state (/run/mrc/fabrics/NAME.lock): a directory or a
+    symbolic link there (planted, or left by something else) stops a change with the path and what
+    to do, not a traceback, and the state is as it was."""
+    import os
+
+    import pytest
+
+    from mrc.errors import FabricError
+    from mrc.fabric import apply
+
+    monkeypatch.setattr(apply, "STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(apply, "require_root", lambda what: None)
+    topo = t()
+    apply.save_state(topo, {"x": {"down": True}})
+    lock = tmp_path / f"{topo.name}.lock"
+    for plant in (lambda: lock.mkdir(), lambda: os.symlink(tmp_path / "elsewhere", lock)):
+        plant()
+        with pytest.raises(FabricError, match=f"cannot be locked.*{lock.name}.*remove it"):
+            apply._record(topo, "down", ["y"], True)
+        assert apply.load_state(topo.name)["faults"] == {"x": {"down": True}}
+        assert not (tmp_path / "elsewhere").exists()  # a link is not followed
+        lock.rmdir() if lock.is_dir() and not lock.is_symlink() else lock.unlink()
