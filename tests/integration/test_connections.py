@@ -1,6 +1,7 @@
 """Root tests: real MRC connections between fabric hosts (raw sockets, engine
 threads, the kernel's uSID forwarding)."""
 import hashlib
+import os
 import time
 
 import pytest
@@ -34,6 +35,21 @@ def connect(t, ca, cb, size, attr=None):
 def acked_packets(qa) -> int:
     """Packets acknowledged so far (PSNs start at the QP's random initial PSN)."""
     return (qa.stats()["una_psn"] - qa.sq_psn) & 0xFFFFFF
+
+
+def stolen_cpu_s() -> float:
+    """The hypervisor's steal time so far, summed over this machine's CPUs,
+    in seconds (/proc/stat's "cpu" line, eighth column)."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+
+
+def stolen_between(samples: list[tuple[float, float]], a: float, b: float) -> float:
+    """Steal time between monotonic times a and b from (time, stolen_cpu_s())
+    samples in time order: the last reading at or before each end."""
+    def at(x):
+        return max((s for t, s in samples if t <= x), default=samples[0][1])
+    return at(b) - at(a)
 
 
 def sent_an_eighth(qa, size):
@@ -135,10 +151,14 @@ def test_cutting_a_whole_plane_mid_transfer_completes_without_error(pair):
 def test_a_whole_plane_cut_costs_about_its_share_in_the_first_second(pair):
     """All of a plane's T1 switches fail mid-transfer (host ports stay up):
     the second after the cut carries at least half what the second before
-    did. A plane's share is 1/8, so 7/8 would be the ideal; the bound is
-    loose because a loaded CI machine's rate swings by a third from one
-    second to the next; the collapse it guards against (issue 16: 5.8 to
-    0.48 Gb/s) was a ratio of 0.08."""
+    did, per CPU-second the machine had. A plane's share is 1/planes, so
+    3/4 would be the ideal here; the bound is loose because a loaded CI
+    machine's rate swings by a third from one second to the next; the
+    collapse it guards against (issue 16: 5.8 to 0.48 Gb/s) was a ratio of
+    0.08. The rate here is the CPUs' (the kernel forwards every packet), so
+    the hypervisor's steal time in a window (one CI run: 3,394 messages in
+    the second before, 1,147 after) is taken out of that window's CPU
+    time before the two are compared."""
     from mrc.fabric.faults import FaultScheduler
 
     t, ca, cb = pair
@@ -146,6 +166,7 @@ def test_a_whole_plane_cut_costs_about_its_share_in_the_first_second(pair):
     msg, depth, slots = 256 << 10, 32, (64 << 20) // (256 << 10)
     cut = t.planes - 1
     times: list[float] = []
+    steal = [(time.monotonic(), stolen_cpu_s())]
     with FaultScheduler(t.name) as faults:
         posted = done = 0
         t0 = time.monotonic()
@@ -162,6 +183,8 @@ def test_a_whole_plane_cut_costs_about_its_share_in_the_first_second(pair):
                 assert w.ok, w.status_name
                 times.append(time.monotonic())
                 done += 1
+            if time.monotonic() - steal[-1][0] >= 0.01:
+                steal.append((time.monotonic(), stolen_cpu_s()))
             if cut_at is None and time.monotonic() - t0 >= 2.0:
                 # from the fault process, without waiting for it: the loop polls on
                 faults.plan([(0.0, "fail", [t.spine(cut, s) for s in range(t.spines)], None)])
@@ -175,7 +198,9 @@ def test_a_whole_plane_cut_costs_about_its_share_in_the_first_second(pair):
     cut_at = ev[0]["start_ns"] / 1e9  # when the fault process began it (CLOCK_MONOTONIC)
     before = sum(1 for x in times if cut_at - 1.0 <= x < cut_at)
     after = sum(1 for x in times if cut_at <= x < cut_at + 1.0)
-    assert before > 0 and after >= 0.5 * before, (before, after)
+    cpus = os.cpu_count() or 1
+    cpu_before, cpu_after = (max(cpus - stolen_between(steal, a, a + 1.0), 0.05 * cpus) for a in (cut_at - 1.0, cut_at))
+    assert before > 0 and after / cpu_after >= 0.5 * before / cpu_before, (before, after, cpu_before, cpu_after)
     assert qa.state == "RTS" and qa.stats()["plane_tx"][cut] > 0
 
 
