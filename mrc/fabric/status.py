@@ -3,6 +3,12 @@ their ports and addresses, the namespaces present, the faults in force."""
 
 from __future__ import annotations
 
+SRV6_TEXT = {
+    "kernel": "SRv6: the kernel's (seg6local End next-CSID on the switches, seg6 encap and End.DT6 on the hosts)",
+    "tc-bpf": "SRv6: tc-BPF programs on the ports, this kernel has none (End next-CSID on the switches' ingress, "
+              "encap on the hosts' egress, End.DT6 on their ingress: docs/fabric.md)",
+}
+
 
 def status_text(t, state: dict, present: list[str]) -> tuple[dict, str]:
     faults = state.get("faults", {})
@@ -20,10 +26,8 @@ def status_text(t, state: dict, present: list[str]) -> tuple[dict, str]:
            "links": len(t.links()), "hosts": hosts, "faults": faults, "srv6": srv6}
     lines = [f"fabric {t.name}: {t.planes} planes x ({t.spines} spines, {t.leaves} leaves), {t.hosts} hosts; "
              f"{len(expected) - len(missing)}/{len(expected)} namespaces, {len(t.links())} links",
-             "SRv6: the kernel's (seg6local End next-CSID on the switches, seg6 encap and End.DT6 on the hosts)"
-             if srv6 == "kernel" else
-             "SRv6: tc-BPF programs on the ports, this kernel has none (End next-CSID on the switches' ingress, "
-             "encap on the hosts' egress, End.DT6 on their ingress: docs/fabric.md)"]
+             SRV6_TEXT.get(srv6, f"SRv6: {srv6!r} in the fabric's state is neither 'kernel' nor 'tc-bpf' "
+                                 f"(an older or edited state file): `mrc fabric down` and up again")]
     lines.append(f"{'host':<5} {'leaf':<5} {'mgmt':<10} ports (plane: uSID address / kernel address)")
     for h in hosts:
         first = True
