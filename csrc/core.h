@@ -189,6 +189,7 @@ struct qp {
     uint16_t prr[MRC_MAX_PLANES]; /* per plane: its slot (index among the plane's) tried next */
     uint8_t owed[MRC_MAX_PLANES]; /* per plane: turns the rotation passed while its paced port was busy */
     uint32_t owed_mask;      /* planes owed a turn */
+    uint32_t owed_next;      /* the plane pick_owed looks at first (after the last it served) */
     uint64_t held_ns;        /* 0, or: the rotation waits for a busy port owed all it may be, until then */
     uint32_t nbad;           /* EVs in ASSUMED_BAD (probing) */
     uint32_t remote_ports;
