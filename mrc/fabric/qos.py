@@ -116,7 +116,8 @@ def apply_ports(t: Topology, ports: list[tuple[str, str, str]], q: PortQoS) -> i
         if not q.rate_bps:
             tcbpf.tc_batch(t, node, _removal(ifnames), force=True)
             continue
-        lines, fresh = [], [i for i in ifnames if tcbpf.prog_id(t, node, i, "port_queue", "egress") is None]
+        ids = tcbpf.prog_ids(t, node, [(i, "egress") for i in ifnames])
+        lines, fresh = [], [i for i, found in zip(ifnames, ids, strict=True) if "port_queue" not in found]
         tcbpf.tc_batch(t, node, _removal(fresh), force=True)
         for i in ifnames:
             rate = f"htb rate {q.rate_bps}bit ceil {q.rate_bps}bit quantum 9100"

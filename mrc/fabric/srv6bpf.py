@@ -47,8 +47,8 @@ def _attach(t: Topology, node: str, lines: list[str], what: str) -> None:
         raise FabricError(f"attaching {what} in {t.ns(node)} failed: {r.stderr.strip()}")
 
 
-def _maps(t: Topology, node: str, ifname: str, name: str, hook: str):
-    pid = tcbpf.prog_id(t, node, ifname, name, hook)
+def _maps(t: Topology, node: str, ifname: str, name: str, hook: str, pid: int | None):
+    """The maps of program ``name`` (its id ``pid``, from tcbpf.prog_ids) on a port."""
     if pid is None:
         raise FabricError(f"the {name} program did not load on {node}:{ifname} "
                           f"(see `tc -n {t.ns(node)} filter show dev {ifname} {hook}`)")
@@ -73,8 +73,9 @@ def end_program(t: Topology, node: str, prefix: str) -> None:
         f"qdisc replace dev {i} clsact",
         f"filter replace dev {i} ingress prio {END_PRIO} handle 1 bpf direct-action obj {obj} sec tc")],
         "the End program")
-    for i in ifnames:
-        maps = _maps(t, node, i, "usid_end", "ingress")
+    ids = tcbpf.prog_ids(t, node, [(i, "ingress") for i in ifnames])
+    for i, found in zip(ifnames, ids, strict=True):
+        maps = _maps(t, node, i, "usid_end", "ingress", found.get("usid_end"))
         try:
             tcbpf.map_rw(maps["cfg"], addr[:6] + b"\0\0", 8)
         finally:
@@ -95,22 +96,23 @@ def host_port(t: Topology, node: str, ifname: str) -> int:
     the port's address as the outer source and its End.DT6 prefix. Returns an open fd of the
     encap program's ``segs`` map (:func:`set_segment`; the caller closes it)."""
     h, p = t.host_index(node), int(ifname[1:])
-    have = [tcbpf.prog_id(t, node, ifname, name, hook) is not None
-            for name, hook in (("host_encap", "egress"), ("host_decap", "ingress"))]
-    if not all(have):
+    hooks = [(ifname, "egress"), (ifname, "ingress")]
+    egress, ingress = tcbpf.prog_ids(t, node, hooks)
+    if "host_encap" not in egress or "host_decap" not in ingress:
         objs = [tcbpf.build(n, f"the hosts of {WHO}") for n in ("host_encap", "host_decap")]
         _attach(t, node, [
             f"qdisc replace dev {ifname} clsact",
             f"filter replace dev {ifname} egress prio {HOST_PRIO} handle 1 bpf direct-action obj {objs[0]} sec tc",
             f"filter replace dev {ifname} ingress prio {HOST_PRIO} handle 1 bpf direct-action obj {objs[1]} sec tc"],
             "the encap and End.DT6 programs")
-    dmaps = _maps(t, node, ifname, "host_decap", "ingress")
+        egress, ingress = tcbpf.prog_ids(t, node, hooks)
+    dmaps = _maps(t, node, ifname, "host_decap", "ingress", ingress.get("host_decap"))
     try:
         dt6 = socket.inet_pton(socket.AF_INET6, t.dt6_prefix(h, p).split("/")[0])
         tcbpf.map_rw(dmaps["cfg"], dt6[:8], 8)
     finally:
         _close(dmaps)
-    emaps = _maps(t, node, ifname, "host_encap", "egress")
+    emaps = _maps(t, node, ifname, "host_encap", "egress", egress.get("host_encap"))
     try:
         tcbpf.map_rw(emaps["cfg"], socket.inet_pton(socket.AF_INET6, t.port_address(h, p)), 16)
     except BaseException:

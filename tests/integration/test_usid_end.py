@@ -104,3 +104,17 @@ def test_a_port_queue_set_and_removed_leaves_the_end_in_place(end):
     assert srv6bpf.end_shifted(t, node, ifname) == before
     verdict, out, shifted = run(end, frame(f"fc00:0:{end[3]:x}:2000:b001::"))
     assert shifted == 1 and da(out) == "fc00:0:2000:b001::"
+
+
+def test_the_programs_of_many_ports_come_from_one_tc_batch_and_a_missing_port_costs_only_itself(end):
+    # prog_ids asks tc once for all of a node's ports; a port that is not there makes the batch
+    # fail, and then each port is asked on its own: the others keep their answers, the missing one
+    # has none
+    t, node, ifname = end[0], *end[4]
+    ports = [i for _, i, _ in qos.switch_ports(t, LEAF)]
+    pid = tcbpf.prog_id(t, node, ifname, "usid_end", "ingress")
+    ids = tcbpf.prog_ids(t, node, [(i, "ingress") for i in ports])
+    assert [x.get("usid_end") for x in ids] == [tcbpf.prog_id(t, node, i, "usid_end", "ingress") for i in ports]
+    assert ids[ports.index(ifname)]["usid_end"] == pid and all(x.get("usid_end") for x in ids)
+    got = tcbpf.prog_ids(t, node, [(ifname, "ingress"), ("nosuchport", "ingress"), (ifname, "egress")])
+    assert got == [{"usid_end": pid}, {}, {}]  # the switch port's egress has no program (no queue set)
