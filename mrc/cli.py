@@ -640,6 +640,12 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader went away (`mrc ... | head`): what was done stays done, nothing more is printed
+        # (stdout goes to /dev/null, so the interpreter's last flush cannot fail again); 141 is what
+        # a shell reports for a command that SIGPIPE ended
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

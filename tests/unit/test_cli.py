@@ -136,3 +136,14 @@ def test_sim_no_pacing_runs_the_control_and_says_so():
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["fabric"]["paced"] is False and out["spray"]["unfinished"] == 0 and out["spray"]["qp_errors"] == 0
+
+
+def test_a_reader_that_goes_away_ends_the_command_without_a_traceback():
+    """`mrc ... | head -1`: the pipe's reader is gone when mrc writes; one quiet exit (141, as a
+    shell reports SIGPIPE), no traceback on stderr."""
+    p = subprocess.Popen([sys.executable, "-m", "mrc", "sim", "--hosts", "4", "--planes", "2", "--size", "1M",
+                          "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.close()  # before the run prints anything
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
