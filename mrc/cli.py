@@ -240,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--size", default="16M", help="bytes each sender writes in all (default 16M)")
     sim.add_argument("--msg", default="1M", help="bytes per WRITE (default 1M)")
     sim.add_argument("--incast", type=int, default=7, help="incast senders (default 7)")
+    sim.add_argument("--victim-at", default="0", metavar="TIME",
+                     help="victim workload: start the victim flow this long into the incast, e.g. 100us "
+                          "(default 0: together)")
     sim.add_argument("--fail", action="append", default=[], metavar="SPEC",
                      help="t1:P.S, t0:P.L, link:P.L.S or host:H.P, then @AT and +DURATION, e.g. t1:0.3@50us "
                           "(repeatable)")

@@ -351,13 +351,19 @@ class FabricSim:
 
 
 def simulate(fab: Fabric, workload: str, size: int, msg: int = 1 << 20, depth: int = 8, incast: int = 7,
-             faults: list[Fault] | None = None, single_path: bool = False, until_ns: int = 10**12) -> FabricSim:
-    """Build, run and report one workload; the FabricSim keeps ``result``, ``series`` and ``fcts_us``."""
+             faults: list[Fault] | None = None, single_path: bool = False, until_ns: int = 10**12,
+             victim_start_ns: int = 0) -> FabricSim:
+    """Build, run and report one workload; the FabricSim keeps ``result``, ``series`` and ``fcts_us``.
+    ``victim_start_ns``: the victim workload's victim flow starts then, into an incast already
+    running (its share is reckoned from its own start)."""
     flows = flows_for(workload, fab, size, incast, fab.seed)
     per_host = max(sum(1 for s, _, _ in flows if s == h) + sum(1 for _, d, _ in flows if d == h)
                    for h in range(fab.hosts))
     sim = FabricSim(fab, single_path, max_qps=per_host + 2, flow_bytes=max(n for _, _, n in flows))
-    sim.add_flows(flows, msg, depth)
+    late = victim_start_ns if workload == "victim" else 0
+    sim.add_flows(flows[:-1] if late else flows, msg, depth)
+    if late:
+        sim.add_flows(flows[-1:], msg, depth, start_ns=late)
     for f in faults or []:
         sim.add_fault(f)
     sim.result = sim.run(until_ns)
@@ -392,6 +398,11 @@ def main(a) -> int:
     faults = [parse_fault(s, fab) for s in a.fail] + [parse_fault(s, fab, flap=True) for s in a.flap]
     if a.incast < 1:
         raise UsageError("--incast must be at least 1")
+    victim_at = parse_time(a.victim_at)
+    if victim_at and a.workload != "victim":
+        raise UsageError(f"--victim-at goes with --workload victim (not {a.workload})")
+    if victim_at > 10**9:
+        raise UsageError(f"--victim-at {a.victim_at}: at most 1 s of virtual time")
     flows_for(a.workload, fab, size, a.incast, fab.seed)  # a workload that cannot be built says so first
     runs = {}
     for single in ([False, True] if a.single_path else [False]):
@@ -399,7 +410,8 @@ def main(a) -> int:
         if not a.json:
             print(f"{name}: {fab.hosts} NICs x {fab.planes} planes ({fab.leaves} leaves, {fab.spines} spines per "
                   f"plane), {a.workload} ...", file=sys.stderr, flush=True)
-        s = simulate(fab, a.workload, size, msg, incast=a.incast, faults=faults, single_path=single)
+        s = simulate(fab, a.workload, size, msg, incast=a.incast, faults=faults, single_path=single,
+                     victim_start_ns=victim_at)
         runs[name] = s
         s.close()
     out = {"fabric": {"hosts": fab.hosts, "planes": fab.planes, "leaves": fab.leaves, "spines": fab.spines,
@@ -408,6 +420,7 @@ def main(a) -> int:
                       "buffer_bytes": fab.buffer_bytes, "ecn_bytes": fab.ecn_bytes, "trim_bytes": fab.trim_bytes,
                       "paced": fab.paced, "seed": fab.seed},
            "workload": a.workload, "size": size, "msg": msg, "faults": [f.what for f in faults],
+           **({"victim_at_ns": victim_at} if victim_at else {}),
            "spray": runs["spray"].result}
     if "single_path" in runs:
         out["single_path"] = runs["single_path"].result
@@ -424,6 +437,9 @@ def main(a) -> int:
                   f"p99 {r['p99_us']} us max {r['max_us']} us, longest gap {r['max_gap_us']} us, "
                   f"drops {r['drops']} trims {r['trims']} marks {r['marks']}, QP errors {r['qp_errors']}, "
                   f"{r['packets']} packets in {r['wall_s']} s ({r['sim_pps']} /s)")
+            if "victim_ratio" in r:
+                print(f"{'':>12}  the victim: {r['victim_gbps']} Gb/s of a fair {r['victim_fair_gbps']} "
+                      f"({r['victim_ratio']})")
     bad = any(s.result["qp_errors"] or s.result["unfinished"] for s in runs.values())
     return 1 if bad else 0
 
