@@ -30,6 +30,8 @@ over its p99: where a transport sharing the receiver fairly stands at best).
     python bench/congestion_bench.py --json                  # 4 hosts: incast 3:1, victim, all-to-all
     python bench/congestion_bench.py --hosts 8 --workloads incast --json   # 7:1
     python bench/congestion_bench.py --plots out/            # a PNG per workload (matplotlib)
+    python bench/congestion_bench.py --workloads incast --rounds 3 --json   # A B C D A B C D A B C D:
+                          # p99_vs_<baseline>_median and _spread over the rounds' ratios
 
 Needs root (it builds a fabric of namespaces) and clang + libbpf headers for
 the switch queues (tools/setup.sh installs them).
@@ -41,6 +43,7 @@ import argparse
 import json
 import os
 import secrets
+import statistics
 import subprocess
 import sys
 import threading
@@ -338,6 +341,28 @@ def plot(path: str, workload: str, runs: dict) -> bool:
     return True
 
 
+def rounds_summary(rounds: list[dict], transports: list[str], ideal_ms: float) -> dict:
+    """Alternated rounds (each a transport -> p99 in ms, None for a run that failed or was not
+    verified): every transport's p99s, and MRC's p99 over each baseline's as the median of the
+    rounds' ratios with their spread (a pair of runs here swings by a third: principle 4)."""
+    out: dict = {"rounds": len(rounds), "p99_ms_rounds": {tr: [r.get(tr) for r in rounds] for tr in transports}}
+    for tr in transports:
+        if tr == "mrc":
+            continue
+        ratios = sorted(round(r["mrc"] / r[tr], 3) for r in rounds if r.get("mrc") and r.get(tr))
+        if ratios:
+            out[f"p99_vs_{tr}_median"] = round(statistics.median(ratios), 3)
+            out[f"p99_vs_{tr}_spread"] = [ratios[0], ratios[-1]]
+        theirs = [r[tr] for r in rounds if r.get(tr)]
+        if theirs:
+            out[f"ideal_vs_{tr}_median"] = round(ideal_ms / statistics.median(theirs), 3)
+    mine = [r["mrc"] for r in rounds if r.get("mrc")]
+    if mine:
+        out["p99_ms_median"] = round(statistics.median(mine), 2)
+        out["p99_over_ideal_median"] = round(statistics.median(mine) / ideal_ms, 3) if ideal_ms else None
+    return out
+
+
 def build(a) -> tuple[Topology, qos.PortQoS]:
     t = Topology(planes=a.planes, spines=a.spines, leaves=a.leaves, hosts=a.hosts,
                  name=f"cg{secrets.token_hex(3)}")
@@ -380,6 +405,9 @@ def main() -> int:
     ap.add_argument("--no-pacing", action="store_true",
                     help="a control: MRC's engine sends as fast as it is asked, not at its ports' rate "
                          "(its packets then queue in the hosts' qdiscs)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the transports this many times in turn (mrc, tcp_cubic, ..., mrc, ...) and report "
+                         "each p99 ratio as the median of the rounds' ratios, with their spread (default 1)")
     ap.add_argument("--cc", action="append", default=[], metavar="NAME=VALUE",
                     help="an NSCC parameter for every MRC QP (struct mrc_cc_params), e.g. gamma=400; repeatable")
     a = ap.parse_args()
@@ -397,7 +425,7 @@ def main() -> int:
         if x not in TRANSPORTS:
             print(f"congestion_bench: unknown transport {x!r} (use {', '.join(TRANSPORTS)})", file=sys.stderr)
             return 2
-    problem = check_args(a, workloads)
+    problem = check_args(a, workloads) or (None if 1 <= a.rounds <= 20 else f"--rounds {a.rounds}: 1 to 20")
     if problem:
         print(f"congestion_bench: {problem}", file=sys.stderr)
         return 2
@@ -419,15 +447,19 @@ def main() -> int:
                 cur = wq
                 if a.no_nic_rate:
                     qos.apply_ports(t, qos.ports(t)[1], qos.PortQoS(0))
-            runs = {}
-            for tr in transports:
-                log(f"{wl} / {tr} ...")
-                runs[tr] = run_once(t, wl, tr, a, wq, reader)
-                r = runs[tr]
-                log(f"  utilization {r['utilization']}  jain {r['jain']}  p99 {r['p99_ms']} ms "
-                    f"(ideal {r['ideal_p99_ms']})  marks {r['marks']}  trims {r['trims']}  drops {r['drops']}  "
-                    f"verified {r['verified']}  errors {r['qp_errors']}"
-                    + (f"  victim {r['victim_fair_share_ratio']}" if "victim_fair_share_ratio" in r else ""))
+            runs, rounds = {}, []  # runs: the first round's, in full; rounds: every round's p99 per transport
+            for i in range(a.rounds):
+                p99 = {}
+                for tr in transports:
+                    log(f"{wl} / {tr} ..." + (f" (round {i + 1} of {a.rounds})" if a.rounds > 1 else ""))
+                    r = run_once(t, wl, tr, a, wq, reader)
+                    runs.setdefault(tr, r)
+                    p99[tr] = r["p99_ms"] if r["verified"] and not r["qp_errors"] else None
+                    log(f"  utilization {r['utilization']}  jain {r['jain']}  p99 {r['p99_ms']} ms "
+                        f"(ideal {r['ideal_p99_ms']})  marks {r['marks']}  trims {r['trims']}  drops {r['drops']}  "
+                        f"verified {r['verified']}  errors {r['qp_errors']}"
+                        + (f"  victim {r['victim_fair_share_ratio']}" if "victim_fair_share_ratio" in r else ""))
+                rounds.append(p99)
             if a.plots and "mrc" in runs:
                 os.makedirs(a.plots, exist_ok=True)
                 png = os.path.join(a.plots, f"congestion_{wl}.png")
@@ -444,6 +476,8 @@ def main() -> int:
                         # takes the ideal time when the receiver is shared equally, so no
                         # fair transport's p99_vs can go far below this
                         res[f"ideal_vs_{tr}"] = round(mrc["ideal_p99_ms"] / runs[tr]["p99_ms"], 3)
+                if a.rounds > 1:
+                    res |= rounds_summary(rounds, transports, mrc["ideal_p99_ms"])
             res["rate_bps"] = wq.rate_bps
             out["workloads"][wl] = res
     finally:

@@ -35,6 +35,7 @@ def test_the_qp_profile_outlasts_the_longest_queue_and_fills_the_planes(rate):
     (["--hosts", "3", "--workloads", "victim"], "the victim workload 4"),
     (["--rate", "fast"], "cannot read rate"),
     (["--trim-kb", "900", "--buffer-kb", "512"], "must be below --buffer-kb"),
+    (["--rounds", "0"], "--rounds 0: 1 to 20"),
 ])
 def test_the_congestion_bench_refuses_bad_arguments_in_a_line_before_building_anything(args, msg):
     import os
@@ -57,3 +58,27 @@ def test_counters_are_shown_in_kib_without_their_timestamp():
     assert shown(c) == {"packets": 3, "bytes": 9000, "marked": 1, "trimmed": 0, "dropped": 0, "hwm_kb": 3.0,
                         "backlog_kb": 1.5}
     assert c["hwm"] == 3072  # the reading itself is left as it was
+
+
+def test_alternated_rounds_give_each_ratio_as_the_median_of_the_rounds_with_its_spread():
+    import importlib.util
+    import os
+    import sys
+
+    bench = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
+    sys.path.insert(0, bench)  # congestion_bench imports campaign_report beside it
+    try:
+        spec = importlib.util.spec_from_file_location("congestion_bench", os.path.join(bench, "congestion_bench.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(bench)
+    rounds = [{"mrc": 40.0, "tcp_cubic": 100.0, "mptcp": 80.0},
+              {"mrc": 50.0, "tcp_cubic": 80.0, "mptcp": None},  # an mptcp run that failed is left out
+              {"mrc": 45.0, "tcp_cubic": 120.0, "mptcp": 60.0}]
+    out = mod.rounds_summary(rounds, ["mrc", "tcp_cubic", "mptcp"], ideal_ms=33.0)
+    assert out["rounds"] == 3 and out["p99_ms_rounds"]["mptcp"] == [80.0, None, 60.0]
+    assert out["p99_vs_tcp_cubic_median"] == 0.4 and out["p99_vs_tcp_cubic_spread"] == [0.375, 0.625]
+    assert out["p99_vs_mptcp_median"] == 0.625 and out["p99_vs_mptcp_spread"] == [0.5, 0.75]
+    assert out["ideal_vs_mptcp_median"] == round(33 / 70, 3) and out["p99_ms_median"] == 45.0
+    assert out["p99_over_ideal_median"] == round(45 / 33, 3)
