@@ -356,21 +356,20 @@ static uint32_t faster_ports(const struct mrc_ep *ep, uint32_t plane, uint32_t r
 static int pick_owed(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t ready, uint32_t avoid_ev,
                      int allow_avoid, uint32_t *out)
 {
-    /* the planes from owed_next up, then those below it: lowest first, a
-     * NIC of many QPs whose ports free together fed its low planes and left
-     * its high ones idle (mrc sim, all-to-all at 256 NICs: plane 0's ports
-     * busy 0.968 of the run, plane 7's 0.914) */
-    uint32_t owed = q->owed_mask & ready, from_next = owed & (~0u << (q->owed_next % 32));
-    for (int wrap = 0; wrap < 2; wrap++) {
-        for (uint32_t m = wrap ? owed & ~from_next : from_next; m; m &= m - 1) {
-            uint32_t plane = (uint32_t)__builtin_ctz(m);
-            if (plane_pick(ep, q, plane, now, avoid_ev, allow_avoid, out) < 0)
-                continue;
-            if (!--q->owed[plane])
-                q->owed_mask &= ~(1u << plane);
-            q->owed_next = plane + 1;
-            return 0;
-        }
+    /* the planes from owed_next up, then those below it (the mask rotated
+     * right by owed_next): lowest first, a NIC of many QPs whose ports free
+     * together fed its low planes and left its high ones idle (mrc sim,
+     * all-to-all at 256 NICs: plane 0 carried 0.855 of line rate, plane 7
+     * 0.825) */
+    uint32_t owed = q->owed_mask & ready, r = q->owed_next % 32;
+    for (uint32_t m = r ? owed >> r | owed << (32 - r) : owed; m; m &= m - 1) {
+        uint32_t plane = ((uint32_t)__builtin_ctz(m) + r) % 32;
+        if (plane_pick(ep, q, plane, now, avoid_ev, allow_avoid, out) < 0)
+            continue;
+        if (!--q->owed[plane])
+            q->owed_mask &= ~(1u << plane);
+        q->owed_next = plane + 1;
+        return 0;
     }
     return -EAGAIN;
 }
