@@ -131,36 +131,38 @@ def map_rw(fd: int, value: bytes | None, size: int, key: int = 0) -> bytes:
 
 
 # ------------------------------------------------------------------ ports
-def _named(filters: list) -> dict[str, int]:
-    """Program name -> id of a port's filters (``tc -j filter show``'s list)."""
+def named_progs(text: str) -> dict[str, int] | None:
+    """Program name -> id of one port's filters, from one line of ``tc -j filter show``; None when
+    the line is not that list (what cannot be a program, an entry without a name or a whole-number
+    id, is left out)."""
+    try:
+        filters = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: nesting past the parser's depth
+        return None
+    if not isinstance(filters, list):
+        return None
     out = {}
     for f in filters:
-        prog = f.get("options", {}).get("prog") if isinstance(f, dict) else None
-        if prog and "name" in prog and "id" in prog:
-            out[prog["name"]] = int(prog["id"])
+        opts = f.get("options") if isinstance(f, dict) else None
+        prog = opts.get("prog") if isinstance(opts, dict) else None
+        pid = prog.get("id") if isinstance(prog, dict) else None
+        if isinstance(prog, dict) and isinstance(prog.get("name"), str) and type(pid) is int:
+            out[prog["name"]] = pid
     return out
-
-
-def _one(t: Topology, node: str, ifname: str, hook: str) -> dict[str, int]:
-    r = subprocess.run(["tc", "-n", t.ns(node), "-j", "filter", "show", "dev", ifname, hook],
-                       capture_output=True, text=True)
-    return _named(json.loads(r.stdout or "[]")) if r.returncode == 0 else {}
 
 
 def prog_ids(t: Topology, node: str, ports: list[tuple[str, str]]) -> list[dict[str, int]]:
     """For each (ifname, hook) of ``node``: its clsact filters' programs, name -> id, from one
     ``tc -batch`` (a fabric of 4 hosts has 100-odd ports: a tc process per port was a tenth of
-    ``mrc fabric up``); port by port when the batch fails (a port missing) or says less."""
+    ``mrc fabric up``); port by port when the batch fails (a port missing) or says less (a port
+    whose answer cannot be read has none)."""
     if len(ports) > 1:
-        r = subprocess.run(["tc", "-n", t.ns(node), "-j", "-batch", "-"], capture_output=True, text=True,
-                           input="".join(f"filter show dev {i} {hook}\n" for i, hook in ports))
-        lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
-        if r.returncode == 0 and len(lines) == len(ports):
-            try:
-                return [_named(json.loads(ln)) for ln in lines]
-            except ValueError:
-                pass
-    return [_one(t, node, i, hook) for i, hook in ports]
+        r = tc_batch(t, node, [f"filter show dev {i} {hook}" for i, hook in ports], json_out=True)
+        got = [named_progs(ln) for ln in r.stdout.splitlines() if ln.strip()]
+        if r.returncode == 0 and len(got) == len(ports) and None not in got:
+            return got
+    return [(named_progs(r.stdout) if r.returncode == 0 else None) or {}
+            for r in (tc_batch(t, node, [f"filter show dev {i} {hook}"], json_out=True) for i, hook in ports)]
 
 
 def prog_id(t: Topology, node: str, ifname: str, name: str, hook: str) -> int | None:
@@ -180,7 +182,10 @@ def port_maps(t: Topology, node: str, ifname: str, name: str, hook: str):
             os.close(fd)
 
 
-def tc_batch(t: Topology, node: str, lines: list[str], force: bool = False) -> subprocess.CompletedProcess:
-    """``tc -batch`` in ``node``'s namespace (``force``: go on past a failing line)."""
-    return subprocess.run(["tc"] + (["-force"] if force else []) + ["-n", t.ns(node), "-batch", "-"],
+def tc_batch(t: Topology, node: str, lines: list[str], force: bool = False,
+             json_out: bool = False) -> subprocess.CompletedProcess:
+    """``tc -batch`` in ``node``'s namespace (``force``: go on past a failing line; ``json_out``:
+    what each line shows, as one JSON line)."""
+    return subprocess.run(["tc"] + (["-force"] if force else []) + (["-j"] if json_out else []) +
+                          ["-n", t.ns(node), "-batch", "-"],
                           input="\n".join(lines) + "\n", text=True, capture_output=True)

@@ -82,3 +82,19 @@ def test_alternated_rounds_give_each_ratio_as_the_median_of_the_rounds_with_its_
     assert out["p99_vs_mptcp_median"] == 0.625 and out["p99_vs_mptcp_spread"] == [0.5, 0.75]
     assert out["ideal_vs_mptcp_median"] == round(33 / 70, 3) and out["p99_ms_median"] == 45.0
     assert out["p99_over_ideal_median"] == round(45 / 33, 3)
+
+
+def test_a_tc_answer_that_is_not_a_filter_list_gives_no_program_and_no_crash():
+    from mrc.fabric.tcbpf import named_progs
+    good = '[{"kind":"bpf","options":{"prog":{"id":17,"name":"usid_end"}}},{"kind":"bpf"}]'
+    assert named_progs(good) == {"usid_end": 17}
+    assert named_progs("[]") == {}
+    for bad in ("", "not json", "{}", "17", '"x"', "[1, null, []]", "[" * 10000):
+        assert named_progs(bad) in (None, {}), bad
+    # entries a hostile or broken tc could print: each left out, the good one kept
+    hostile = "[" + ", ".join([
+        '{"options": []}', '{"options": {"prog": "x"}}', '{"options": {"prog": {"id": "17", "name": "a"}}}',
+        '{"options": {"prog": {"id": 1.5, "name": "b"}}}', '{"options": {"prog": {"id": true, "name": "t"}}}',
+        '{"options": {"prog": {"id": 3, "name": ["c"]}}}', '{"options": {"prog": {"id": 4, "name": "port_queue"}}}',
+    ]) + "]"
+    assert named_progs(hostile) == {"port_queue": 4}
