@@ -26,8 +26,9 @@ def status_text(t, state: dict, present: list[str]) -> tuple[dict, str]:
            "links": len(t.links()), "hosts": hosts, "faults": faults, "srv6": srv6}
     lines = [f"fabric {t.name}: {t.planes} planes x ({t.spines} spines, {t.leaves} leaves), {t.hosts} hosts; "
              f"{len(expected) - len(missing)}/{len(expected)} namespaces, {len(t.links())} links",
-             SRV6_TEXT.get(srv6, f"SRv6: {srv6!r} in the fabric's state is neither 'kernel' nor 'tc-bpf' "
-                                 f"(an older or edited state file): `mrc fabric down` and up again")]
+             (SRV6_TEXT.get(srv6) if isinstance(srv6, str) else None)
+             or f"SRv6: {str(srv6)[:40]!r} in the fabric's state is neither 'kernel' nor 'tc-bpf' "
+                f"(an older or edited state file): `mrc fabric down` and up again"]
     lines.append(f"{'host':<5} {'leaf':<5} {'mgmt':<10} ports (plane: uSID address / kernel address)")
     for h in hosts:
         first = True

@@ -21,3 +21,9 @@ def test_a_value_the_state_should_not_hold_is_said_as_it_is_with_what_to_do():
     obj, line = text("ebpf?")
     assert obj["srv6"] == "ebpf?"
     assert "'ebpf?'" in line and "neither 'kernel' nor 'tc-bpf'" in line and "mrc fabric down" in line
+
+
+def test_a_state_whose_srv6_is_not_a_string_or_is_long_gets_the_same_line_cut_short():
+    for hostile in (["kernel"], {"a": 1}, 7, "x" * 10_000):
+        obj, line = text(hostile)
+        assert "neither 'kernel' nor 'tc-bpf'" in line and len(line) < 200, (hostile, line)
