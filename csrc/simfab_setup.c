@@ -60,7 +60,7 @@ static int local_peer(struct mrc_fab *f, uint32_t h, uint32_t g)
 int mrc_fab_add_flow(struct mrc_fab *f, const struct mrc_fab_flow *fl)
 {
     if (fl->src >= f->c.hosts || fl->dst >= f->c.hosts || fl->src == fl->dst || !fl->bytes || !fl->msg ||
-        fl->msg > (64u << 20) || !fl->depth)
+        fl->msg > (64u << 20) || !fl->depth || fl->start_ns > PS_INF / 1000 - 1) /* as mrc_fab_link_at */
         return -EINVAL;
     if (f->nflows == f->flows_cap) {
         uint32_t cap = f->flows_cap ? 2 * f->flows_cap : 1024;

@@ -176,6 +176,11 @@ def test_a_victim_started_into_a_running_incast_misses_only_its_first_round_trip
     assert statistics.median(ratios) > statistics.median(r["victim_ratio"] for r in together), ratios
 
 
+def test_a_victim_start_past_the_simulators_clock_is_refused_in_a_clear_error():
+    with pytest.raises(ErrnoError, match="EINVAL"):
+        msim.simulate(small(), "victim", 1 << 20, 1 << 16, victim_start_ns=2**63)
+
+
 def test_victim_at_goes_with_the_victim_workload_and_a_bounded_time():
     for argv, msg in ((["--workload", "incast", "--victim-at", "100us"], "goes with --workload victim"),
                       (["--workload", "victim", "--victim-at", "2s"], "at most 1 s"),
@@ -258,6 +263,10 @@ def test_the_c_api_refuses_what_it_cannot_build_and_changes_nothing():
                                  (0, 1, 0, 1 << 16), (0, 1, 1 << 20, 0), (0, 1, 1 << 30, 128 << 20)):
             fl = ffi.new("struct mrc_fab_flow *", {"src": src, "dst": dst, "bytes": n, "msg": msg, "depth": 4})
             assert lib.mrc_fab_add_flow(s._f, fl) < 0, (src, dst, n, msg)
+        for late in (2**64 - 1, 2**63, 10**17):  # a start past the clock's picoseconds (it wrapped to early)
+            fl = ffi.new("struct mrc_fab_flow *", {"src": 0, "dst": 1, "bytes": 1 << 20, "msg": 1 << 16, "depth": 4,
+                                                   "start_ns": late})
+            assert lib.mrc_fab_add_flow(s._f, fl) < 0, late
         assert lib.mrc_fab_link_at(s._f, 10**6, 0, 0) < 0
         assert lib.mrc_fab_flow_stats(s._f, 0, ffi.new("struct mrc_fab_flow_stats *"), ffi.NULL) < 0  # no flow yet
         nodes, n = ffi.new("uint32_t[4]"), ffi.new("uint32_t *")
