@@ -140,8 +140,11 @@ def victim(q: bool) -> dict:
     the victim's 64 MiB last less than a millisecond, under the incast's first round trips, and one
     seed's figure moved 0.87-0.97 on the same engine. The median is the figure; the first seed's run
     gives the other keys."""
-    runs = [msim.simulate(msim.Fabric(hosts=16 if q else 64, seed=seed), "victim", 64 << 20, 256 << 10).result
-            for seed in range(1, 9)]
+    def seeds(start_ns: int = 0) -> list[dict]:
+        return [msim.simulate(msim.Fabric(hosts=16 if q else 64, seed=seed), "victim", 64 << 20, 256 << 10,
+                              victim_start_ns=start_ns).result for seed in range(1, 9)]
+
+    runs = seeds()
     ratios = [r["victim_ratio"] for r in runs]
     r = runs[0]
     out = pick(r) | {k: r[k] for k in ("victim_gbps", "victim_fair_gbps")}
@@ -154,8 +157,7 @@ def victim(q: bool) -> dict:
     # the other control: the same victim started 100 us (about 10 base RTTs) into the incast, past
     # its first round trips, whose trims the victim's sender's NIC also carries (the paper's victim
     # runs beside an incast already running)
-    late = [msim.simulate(msim.Fabric(hosts=16 if q else 64, seed=seed), "victim", 64 << 20, 256 << 10,
-                          victim_start_ns=100_000).result["victim_ratio"] for seed in range(1, 9)]
+    late = [r["victim_ratio"] for r in seeds(100_000)]
     out |= {"victim_in_running_incast_ratio": round(statistics.median(late), 4),
             "victim_in_running_incast_spread": [min(late), max(late)]}
     out["target"] = "victim >= 0.95 of its fair share (median of 8 seeds)"
