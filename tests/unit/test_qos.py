@@ -36,6 +36,9 @@ def test_the_qp_profile_outlasts_the_longest_queue_and_fills_the_planes(rate):
     (["--rate", "fast"], "cannot read rate"),
     (["--trim-kb", "900", "--buffer-kb", "512"], "must be below --buffer-kb"),
     (["--rounds", "0"], "--rounds 0: 1 to 20"),
+    (["--rounds", "21"], "--rounds 21: 1 to 20"),
+    (["--rounds", "-5"], "--rounds -5: 1 to 20"),
+    (["--rounds", "99999999999999999999"], "1 to 20"),
 ])
 def test_the_congestion_bench_refuses_bad_arguments_in_a_line_before_building_anything(args, msg):
     import os
