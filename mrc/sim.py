@@ -105,7 +105,8 @@ class Fabric:
         return self.rate_bps * self.planes
 
     def qp_attr(self, single_path: bool = False, flow_bytes: int | None = None) -> QPAttr:
-        """What a NIC on this fabric is given: windows from the NIC's BDP, timers from the base RTT.
+        """What a NIC on this fabric is given: windows from the NIC's BDP, timers and delay
+        thresholds from the base RTT.
         The PSN window (MPR, and with it the QP's memory) covers twice the largest congestion
         window, or the whole flow when that is smaller (an all-to-all's many small flows)."""
         base = self.base_rtt_ns()
@@ -119,7 +120,12 @@ class Fabric:
                       ev_count=min(4096, per_plane * self.planes), ev_backup=4, ev_min_active=1 if single_path else 8,
                       reorder_ns=base, skip_ns=2 * base, probe_interval_ns=max(5 * base, 20_000),
                       timeout=self.timeout_exp(), linear_cnt=3, exp_cnt=7,
-                      cc={"base_rtt": base, "target_delay": base, "max_cwnd": max_cwnd})
+                      cc={"base_rtt": base, "target_delay": base, "max_cwnd": max_cwnd,
+                          # quick adapt's delay threshold scaled as the defaults have it (40 us over a
+                          # 10 us base): the fixed 40 us is less than one packet's serialization on a
+                          # slow link, so every ACK called quick adapt and the windows fell to what
+                          # one round trip delivered (7:1 incast at 100 Mbit/s: 0.45 of the link)
+                          "qa_threshold": 4 * base})
 
     def link_host(self, h: int, p: int) -> int:
         return p * self.hosts + h

@@ -306,3 +306,15 @@ def test_the_bench_pairs_its_t1_failure_and_its_permutation_with_their_controls(
     assert s["t1"]["met"] and s["t1"]["vs_no_fault"] >= s["t1"]["bound"], s["t1"]
     p = s["permutation"]
     assert p["goodput_ratio"] < p["lone_flow_ratio"] < 1 and p["vs_lone_flow"] >= 0.9, p
+
+
+def test_an_incast_on_slow_links_fills_its_receiver():
+    """At 100 Mbit/s one packet's serialization (330 us) is past quick adapt's default delay
+    threshold (40 us, for a 10 us base): with it, every ACK cut the windows to what the last round
+    trip delivered and a 7:1 incast filled 0.45 of its receiver; the threshold now scales with the
+    base RTT as the defaults do."""
+    fab = msim.Fabric(hosts=8, planes=8, leaves=2, spines=4, rate_bps=100_000_000, hop_ns=1000)
+    assert fab.qp_attr().cc["qa_threshold"] == 4 * fab.base_rtt_ns() > 40_000 * 30
+    r = msim.simulate(fab, "incast", 8 << 20, 1 << 20).result
+    assert r["qp_errors"] == 0 and r["drops"] == 0 and r["unfinished"] == 0, r
+    assert r["goodput_ratio"] * 7 >= 0.9, r  # each sender's share of its NIC: 1/7 of the receiver's
