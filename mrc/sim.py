@@ -356,17 +356,29 @@ class FabricSim:
         self.close()
 
 
+def check_victim_start(workload: str, start_ns: int, shown: str | None = None) -> None:
+    """A victim start goes with the victim workload and lies within 1 s of virtual time."""
+    what = shown or f"victim_start_ns={start_ns!r}"
+    if not isinstance(start_ns, int) or isinstance(start_ns, bool) or start_ns < 0:
+        raise UsageError(f"{what}: a whole number of nanoseconds, 0 or more")
+    if start_ns and workload != "victim":
+        raise UsageError(f"{what} goes with the victim workload (not {workload})")
+    if start_ns > 10**9:
+        raise UsageError(f"{what}: at most 1 s of virtual time")
+
+
 def simulate(fab: Fabric, workload: str, size: int, msg: int = 1 << 20, depth: int = 8, incast: int = 7,
              faults: list[Fault] | None = None, single_path: bool = False, until_ns: int = 10**12,
              victim_start_ns: int = 0) -> FabricSim:
     """Build, run and report one workload; the FabricSim keeps ``result``, ``series`` and ``fcts_us``.
     ``victim_start_ns``: the victim workload's victim flow starts then, into an incast already
-    running (its share is reckoned from its own start)."""
+    running (its share is reckoned from its own start); with another workload it is refused."""
+    check_victim_start(workload, victim_start_ns)
     flows = flows_for(workload, fab, size, incast, fab.seed)
     per_host = max(sum(1 for s, _, _ in flows if s == h) + sum(1 for _, d, _ in flows if d == h)
                    for h in range(fab.hosts))
     sim = FabricSim(fab, single_path, max_qps=per_host + 2, flow_bytes=max(n for _, _, n in flows))
-    late = victim_start_ns if workload == "victim" else 0
+    late = victim_start_ns
     sim.add_flows(flows[:-1] if late else flows, msg, depth)
     if late:
         sim.add_flows(flows[-1:], msg, depth, start_ns=late)
@@ -405,10 +417,7 @@ def main(a) -> int:
     if a.incast < 1:
         raise UsageError("--incast must be at least 1")
     victim_at = parse_time(a.victim_at)
-    if victim_at and a.workload != "victim":
-        raise UsageError(f"--victim-at goes with --workload victim (not {a.workload})")
-    if victim_at > 10**9:
-        raise UsageError(f"--victim-at {a.victim_at}: at most 1 s of virtual time")
+    check_victim_start(a.workload, victim_at, f"--victim-at {a.victim_at}")
     flows_for(a.workload, fab, size, a.incast, fab.seed)  # a workload that cannot be built says so first
     runs = {}
     for single in ([False, True] if a.single_path else [False]):

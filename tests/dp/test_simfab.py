@@ -177,17 +177,25 @@ def test_a_victim_started_into_a_running_incast_misses_only_its_first_round_trip
 
 
 def test_a_victim_start_past_the_simulators_clock_is_refused_in_a_clear_error():
-    with pytest.raises(ErrnoError, match="EINVAL"):
-        msim.simulate(small(), "victim", 1 << 20, 1 << 16, victim_start_ns=2**63)
+    # the C API too, under mrc.sim.simulate's own check (at most 1 s)
+    with msim.FabricSim(small(), max_qps=4) as s, pytest.raises(ErrnoError, match="EINVAL"):
+        s.add_flows([(1, 2, 1 << 20)], 1 << 16, start_ns=2**63)
 
 
 def test_victim_at_goes_with_the_victim_workload_and_a_bounded_time():
-    for argv, msg in ((["--workload", "incast", "--victim-at", "100us"], "goes with --workload victim"),
+    for argv, msg in ((["--workload", "incast", "--victim-at", "100us"], "goes with the victim workload"),
                       (["--workload", "victim", "--victim-at", "2s"], "at most 1 s"),
                       (["--workload", "victim", "--victim-at", "soon"], "cannot read time")):
         r = subprocess.run([sys.executable, "-m", "mrc", "sim", "--hosts", "16", *argv], capture_output=True,
                            text=True)
         assert r.returncode == 2 and msg in r.stderr and r.stdout == "", (argv, r.stderr)
+    # the Python API refuses the same, before it builds anything (it once ran the other workload and
+    # said nothing of the start it left out)
+    for workload, start, msg in (("incast", 1000, "goes with the victim workload"), ("victim", -1, "0 or more"),
+                                 ("victim", 1.5e3, "whole number"), ("victim", True, "whole number"),
+                                 ("victim", 2 * 10**9, "at most 1 s")):
+        with pytest.raises(UsageError, match=msg):
+            msim.simulate(small(), workload, 1 << 20, victim_start_ns=start)
 
 
 def test_a_link_failure_under_load_is_ridden_out_within_50us():
