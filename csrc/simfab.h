@@ -12,6 +12,7 @@ enum { KIND_T0 = 0x1, KIND_T1 = 0x2, KIND_HOST = 0xB };
 #define WIRE_EXTRA MRC_FAB_WIRE_EXTRA
 _Static_assert(MRC_FAB_WIRE_EXTRA == MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN + 4 + 20, "the wire's extra bytes");
 #define PS_INF UINT64_MAX
+#define HPOS_NONE UINT64_MAX
 
 struct fport { uint64_t busy; uint32_t epoch; uint8_t down; }; /* busy: when its FIFO drains (ps) */
 
@@ -31,7 +32,8 @@ struct fev { uint64_t t, seq; void *p; uint32_t kind, arg; };
 struct fhost {
     struct mrc_ctx *ctx;
     struct mrc_ep *ep;
-    uint64_t wake, gen;
+    uint64_t wake;                 /* when its one wake event is due (PS_INF: none) */
+    uint64_t hpos;                 /* that event's place in the heap (HPOS_NONE: none) */
     uint32_t lkey, rkey;
     uint16_t *g2l;                 /* host index -> this context's peer number (0xFFFF: none) */
     uint16_t l2g[MRC_MAX_PEERS];   /* and back */

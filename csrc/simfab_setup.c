@@ -138,6 +138,7 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
             return rc;
         }
         x->wake = PS_INF;
+        x->hpos = HPOS_NONE;
         x->g2l = malloc(c->hosts * sizeof(*x->g2l));
         if (!x->g2l) {
             mrc_fab_destroy(f);
