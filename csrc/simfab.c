@@ -112,7 +112,7 @@ int mrc_fab_trace(struct mrc_fab *f, uint32_t src, uint32_t plane, const uint8_t
 }
 
 /* ------------------------------------------------------------ events */
-static inline int ev_before(const struct fev *a, const struct fev *b) { return a->t < b->t || (a->t == b->t && a->seq < b->seq); }
+static inline int ev_before(const struct fev *a, const struct fev *b) { return a->t < b->t || (a->t == b->t && a->x < b->x); }
 
 /* Every entry moves through here: a host's wake event keeps its place in
  * hosts[].hpos, so a wake that is moved or dropped leaves no stale entry
@@ -121,8 +121,8 @@ static inline int ev_before(const struct fev *a, const struct fev *b) { return a
 static inline void heap_put(struct mrc_fab *f, uint64_t i, const struct fev *e)
 {
     f->heap[i] = *e;
-    if (e->kind == EVT_WAKE)
-        f->hosts[e->arg].hpos = i;
+    if (fev_kind(e) == EVT_WAKE)
+        f->hosts[fev_idx(e)].hpos = i;
 }
 
 static void sift_up(struct mrc_fab *f, uint64_t i, const struct fev *e)
@@ -134,16 +134,32 @@ static void sift_up(struct mrc_fab *f, uint64_t i, const struct fev *e)
     heap_put(f, i, e);
 }
 
+/* An event's order as one number: the time, then the sequence number. */
+static inline unsigned __int128 ev_key(const struct fev *e) { return (unsigned __int128)e->t << 64 | e->x; }
+
 static void sift_down(struct mrc_fab *f, uint64_t i, const struct fev *e)
 {
+    const unsigned __int128 k = ev_key(e);
     for (;;) {
-        uint64_t c = 4 * i + 1, best = c;
+        uint64_t c = 4 * i + 1;
         if (c >= f->hn)
             break;
-        for (uint64_t j = c + 1; j < c + 4 && j < f->hn; j++)
-            if (ev_before(&f->heap[j], &f->heap[best]))
-                best = j;
-        if (!ev_before(&f->heap[best], e))
+        uint64_t best = c;
+        unsigned __int128 bk = ev_key(&f->heap[c]);
+        if (c + 3 < f->hn) { /* all four children: the least without branches (the keys are random) */
+            unsigned __int128 k1 = ev_key(&f->heap[c + 1]), k2 = ev_key(&f->heap[c + 2]), k3 = ev_key(&f->heap[c + 3]);
+            uint64_t b01 = k1 < bk ? c + 1 : c, b23 = k3 < k2 ? c + 3 : c + 2;
+            unsigned __int128 m01 = k1 < bk ? k1 : bk, m23 = k3 < k2 ? k3 : k2;
+            best = m23 < m01 ? b23 : b01;
+            bk = m23 < m01 ? m23 : m01;
+        } else {
+            for (uint64_t j = c + 1; j < f->hn; j++)
+                if (ev_key(&f->heap[j]) < bk) {
+                    best = j;
+                    bk = ev_key(&f->heap[j]);
+                }
+        }
+        if (bk >= k)
             break;
         heap_put(f, i, &f->heap[best]);
         i = best;
@@ -151,8 +167,10 @@ static void sift_down(struct mrc_fab *f, uint64_t i, const struct fev *e)
     heap_put(f, i, e);
 }
 
-int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t arg, void *p)
+int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t idx)
 {
+    if (idx > FEV_IDX_MAX || f->seq > FEV_SEQ_MAX)
+        return -EOVERFLOW;
     if (f->hn == f->hcap) {
         struct fev *h = realloc(f->heap, 2 * f->hcap * sizeof(*h));
         if (!h)
@@ -160,7 +178,7 @@ int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t arg, void *p
         f->heap = h;
         f->hcap *= 2;
     }
-    struct fev e = {.t = t, .seq = f->seq++, .p = p, .kind = kind, .arg = arg};
+    struct fev e = {.t = t, .x = f->seq++ << FEV_SEQ_SHIFT | (uint64_t)kind << FEV_IDX_BITS | idx};
     sift_up(f, f->hn++, &e);
     return 0;
 }
@@ -170,8 +188,8 @@ static struct fev pop(struct mrc_fab *f)
     struct fev top = f->heap[0], last = f->heap[--f->hn];
     if (f->hn)
         sift_down(f, 0, &last);
-    if (top.kind == EVT_WAKE)
-        f->hosts[top.arg].hpos = HPOS_NONE;
+    if (fev_kind(&top) == EVT_WAKE)
+        f->hosts[fev_idx(&top)].hpos = HPOS_NONE;
     return top;
 }
 
@@ -200,7 +218,7 @@ static void wake_at(struct mrc_fab *f, uint32_t h, uint64_t t)
         return;
     x->wake = t;
     unwake(f, h);
-    fab_push(f, t, EVT_WAKE, h, NULL);
+    fab_push(f, t, EVT_WAKE, h);
 }
 
 static void host_wake(struct mrc_fab *f, uint32_t h);
@@ -213,10 +231,22 @@ static struct fpkt *pkt_get(struct mrc_fab *f)
         f->freel = k->next;
         return k;
     }
+    if (f->npkts == f->pkts_cap) {
+        uint32_t cap = f->pkts_cap ? 2 * f->pkts_cap : 4096;
+        struct fpkt **a = cap - 1 > FEV_IDX_MAX ? NULL : realloc(f->pkts, cap * sizeof(*a));
+        if (!a)
+            return NULL;
+        f->pkts = a;
+        f->pkts_cap = cap;
+    }
     k = malloc(sizeof(*k));
     if (k && !(k->data = malloc(f->slot))) {
         free(k);
         return NULL;
+    }
+    if (k) {
+        k->idx = f->npkts;
+        f->pkts[f->npkts++] = k;
     }
     return k;
 }
@@ -295,7 +325,7 @@ static void enqueue(struct mrc_fab *f, struct fpkt *k, uint64_t port, uint32_t n
     k->port = (uint32_t)port;
     k->epoch = pt->epoch;
     k->node = next;
-    fab_push(f, pt->busy + f->c.hop_ns * 1000, EVT_PKT, 0, k);
+    fab_push(f, pt->busy + f->c.hop_ns * 1000, EVT_PKT, k->idx);
 }
 
 static void send_from(struct mrc_fab *f, uint32_t h, const struct mrc_txdesc *d, const uint8_t *data)
@@ -485,23 +515,24 @@ int mrc_fab_run(struct mrc_fab *f, uint64_t until_ns)
             return 0;
         }
         struct fev e = pop(f);
-        if (f->hn && f->heap[0].kind == EVT_PKT)
-            __builtin_prefetch(f->heap[0].p); /* the next packet's header (from memory: payloads evict it) */
+        if (f->hn && fev_kind(&f->heap[0]) == EVT_PKT)
+            __builtin_prefetch(f->pkts[fev_idx(&f->heap[0])]); /* the next packet's header (payloads evict it) */
         f->now = e.t;
         f->st.events++;
-        switch (e.kind) {
+        uint32_t i = fev_idx(&e);
+        switch (fev_kind(&e)) {
         case EVT_PKT:
-            arrive(f, e.p);
+            arrive(f, f->pkts[i]);
             break;
         case EVT_WAKE:
-            host_wake(f, e.arg);
+            host_wake(f, i);
             break;
         case EVT_LINK:
-            link_set(f, e.arg >> 1, e.arg & 1);
+            link_set(f, i >> 1, i & 1);
             break;
         case EVT_FLOW:
-            post_more(f, &f->flows[e.arg]);
-            wake_at(f, f->flows[e.arg].c.src, f->now);
+            post_more(f, &f->flows[i]);
+            wake_at(f, f->flows[i].c.src, f->now);
             break;
         }
     }
@@ -512,5 +543,5 @@ int mrc_fab_link_at(struct mrc_fab *f, uint32_t link, int up, uint64_t at_ns)
 {
     if (link >= f->nlinks || at_ns > PS_INF / 1000 - 1)
         return -EINVAL;
-    return fab_push(f, at_ns * 1000, EVT_LINK, link << 1 | !!up, NULL);
+    return fab_push(f, at_ns * 1000, EVT_LINK, link << 1 | !!up);
 }

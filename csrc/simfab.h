@@ -21,13 +21,23 @@ struct fport { uint64_t busy; uint32_t epoch; uint8_t down; }; /* busy: when its
 struct fpkt {
     struct fpkt *next;       /* free list */
     uint8_t *data;
+    uint32_t idx;            /* its place in pkts[] (events name it so) */
     uint32_t len, port, epoch, node, wire, ev;
     uint16_t src;
     uint8_t tclass, is_data, ce, trimmed;
     uint8_t daddr[16];
 };
 
-struct fev { uint64_t t, seq; void *p; uint32_t kind, arg; };
+/* An event: 16 bytes, four to a cache line in the 4-ary heap. x is the
+ * event's sequence number (bits 63-26: ties at one time go in the order they
+ * were made), its kind (25-24) and its index (23-0: a packet in pkts[], a
+ * host, a link << 1 | up, a flow). */
+struct fev { uint64_t t, x; };
+enum { FEV_IDX_BITS = 24, FEV_SEQ_SHIFT = 26 };
+#define FEV_IDX_MAX ((1u << FEV_IDX_BITS) - 1)
+#define FEV_SEQ_MAX ((1ull << (64 - FEV_SEQ_SHIFT)) - 1)
+static inline uint32_t fev_kind(const struct fev *e) { return (uint32_t)(e->x >> FEV_IDX_BITS) & 3; }
+static inline uint32_t fev_idx(const struct fev *e) { return (uint32_t)e->x & FEV_IDX_MAX; }
 
 struct fhost {
     struct mrc_ctx *ctx;
@@ -57,6 +67,8 @@ struct mrc_fab {
     struct fev *heap;
     uint64_t hn, hcap;
     struct fpkt *freel;
+    struct fpkt **pkts;      /* every packet made (in flight or free), by index */
+    uint32_t npkts, pkts_cap;
     struct fflow *flows;
     uint32_t nflows, flows_cap;
     uint8_t *mem;            /* every host's one region (placement goes there) */
@@ -74,7 +86,7 @@ static inline uint32_t host_leaf(const struct mrc_fab *f, uint32_t h) { return (
 static inline uint32_t node(uint32_t kind, uint32_t plane, uint32_t idx) { return kind << 28 | plane << 24 | idx; }
 static inline uint16_t active(const uint8_t *a) { return (uint16_t)(a[4] << 8 | a[5]); }
 
-/* an event at t (ps); kind EVT_*, arg a host, link or flow, p a packet */
-int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t arg, void *p);
+/* an event at t (ps); kind EVT_*, idx a packet, host, link or flow (FEV_IDX_MAX at most) */
+int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t idx);
 
 #endif

@@ -83,7 +83,7 @@ int mrc_fab_add_flow(struct mrc_fab *f, const struct mrc_fab_flow *fl)
     rc = rc < 0 || !fl->single_path ? rc : single_path(f, s->ctx, x->qpn, f->nflows);
     if (rc < 0)
         return rc;
-    rc = fab_push(f, fl->start_ns * 1000, EVT_FLOW, f->nflows, NULL);
+    rc = fab_push(f, fl->start_ns * 1000, EVT_FLOW, f->nflows);
     return rc < 0 ? rc : (int)f->nflows++;
 }
 
@@ -154,18 +154,11 @@ void mrc_fab_destroy(struct mrc_fab *f)
 {
     if (!f)
         return;
-    for (uint64_t i = 0; i < f->hn; i++)
-        if (f->heap[i].kind == EVT_PKT) {
-            struct fpkt *k = f->heap[i].p;
-            free(k->data);
-            free(k);
-        }
-    while (f->freel) {
-        struct fpkt *k = f->freel;
-        f->freel = k->next;
-        free(k->data);
-        free(k);
+    for (uint32_t i = 0; i < f->npkts; i++) { /* in flight or free */
+        free(f->pkts[i]->data);
+        free(f->pkts[i]);
     }
+    free(f->pkts);
     for (uint32_t h = 0; f->hosts && h < f->c.hosts; h++) {
         if (f->hosts[h].ctx)
             mrc_ctx_destroy(f->hosts[h].ctx);
