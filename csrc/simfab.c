@@ -167,9 +167,10 @@ static void sift_down(struct mrc_fab *f, uint64_t i, const struct fev *e)
     heap_put(f, i, e);
 }
 
-int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t idx)
+/* an event with the sequence number seq, taken from f->seq earlier */
+static int push_seq(struct mrc_fab *f, uint64_t t, uint64_t seq, uint32_t kind, uint32_t idx)
 {
-    if (idx > FEV_IDX_MAX || f->seq > FEV_SEQ_MAX)
+    if (idx > FEV_IDX_MAX || seq > FEV_SEQ_MAX)
         return -EOVERFLOW;
     if (f->hn == f->hcap) {
         struct fev *h = realloc(f->heap, 2 * f->hcap * sizeof(*h));
@@ -178,9 +179,14 @@ int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t idx)
         f->heap = h;
         f->hcap *= 2;
     }
-    struct fev e = {.t = t, .x = f->seq++ << FEV_SEQ_SHIFT | (uint64_t)kind << FEV_IDX_BITS | idx};
+    struct fev e = {.t = t, .x = seq << FEV_SEQ_SHIFT | (uint64_t)kind << FEV_IDX_BITS | idx};
     sift_up(f, f->hn++, &e);
     return 0;
+}
+
+int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t idx)
+{
+    return push_seq(f, t, f->seq++, kind, idx);
 }
 
 static struct fev pop(struct mrc_fab *f)
@@ -323,9 +329,31 @@ static void enqueue(struct mrc_fab *f, struct fpkt *k, uint64_t port, uint32_t n
     if (tier == MRC_FAB_LEAF_UP)
         bucket_add(f, 1 + ((next >> 24) & 0xF), k->wire);
     k->port = (uint32_t)port;
-    k->epoch = pt->epoch;
     k->node = next;
-    fab_push(f, pt->busy + f->c.hop_ns * 1000, EVT_PKT, k->idx);
+    k->at = pt->busy + f->c.hop_ns * 1000;
+    k->seq = f->seq++;
+    k->next = NULL;
+    if (pt->tail) {
+        pt->tail->next = k;
+    } else {
+        pt->head = k;
+        push_seq(f, k->at, k->seq, EVT_PKT, (uint32_t)port);
+    }
+    pt->tail = k;
+}
+
+/* Everything a port holds is lost (its link failed): counted as cut. Its
+ * event, if any, finds another packet or none at the head and is passed over. */
+static void port_flush(struct mrc_fab *f, uint64_t port)
+{
+    struct fport *pt = &f->ports[port];
+    while (pt->head) {
+        struct fpkt *k = pt->head;
+        pt->head = k->next;
+        f->st.tier[port_tier(f, port)].cut++;
+        pkt_put(f, k);
+    }
+    pt->tail = NULL;
 }
 
 static void send_from(struct mrc_fab *f, uint32_t h, const struct mrc_txdesc *d, const uint8_t *data)
@@ -356,14 +384,19 @@ static void send_from(struct mrc_fab *f, uint32_t h, const struct mrc_txdesc *d,
     enqueue(f, k, (uint64_t)(plane * f->c.hosts + h) * 2, node(NODE_LEAF, plane, host_leaf(f, h)));
 }
 
-static void arrive(struct mrc_fab *f, struct fpkt *k)
+/* Port's first packet reaches the next node (the event's sequence number
+ * seq: another means the packet it was for was flushed). */
+static void arrive(struct mrc_fab *f, uint32_t port, uint64_t seq)
 {
-    struct fport *pt = &f->ports[k->port];
-    if (pt->down || pt->epoch != k->epoch) { /* the link failed under it */
-        f->st.tier[port_tier(f, k->port)].cut++;
-        pkt_put(f, k);
+    struct fport *pt = &f->ports[port];
+    struct fpkt *k = pt->head;
+    if (!k || k->seq != seq)
         return;
-    }
+    pt->head = k->next;
+    if (pt->head)
+        push_seq(f, pt->head->at, pt->head->seq, EVT_PKT, port);
+    else
+        pt->tail = NULL;
     uint32_t at = k->node, plane = (at >> 24) & 0xF;
     if (at >> 28 == NODE_HOST) {
         uint32_t h = at & 0xFFFFFF, peer = f->hosts[h].g2l[k->src]; /* the source address names the peer */
@@ -382,13 +415,13 @@ static void arrive(struct mrc_fab *f, struct fpkt *k)
         return;
     }
     uint32_t next;
-    int64_t port = forward(f, at, k->daddr, &next);
-    if (port < 0) {
+    int64_t out = forward(f, at, k->daddr, &next);
+    if (out < 0) {
         f->st.no_route++;
         pkt_put(f, k);
         return;
     }
-    enqueue(f, k, (uint64_t)port, next);
+    enqueue(f, k, (uint64_t)out, next);
 }
 
 /* ------------------------------------------------------------ hosts */
@@ -493,8 +526,8 @@ static void link_set(struct mrc_fab *f, uint32_t link, int up)
         if (pt->down == !up)
             continue;
         pt->down = !up;
-        pt->epoch++;
         pt->busy = f->now; /* what it held is lost */
+        port_flush(f, (uint64_t)link * 2 + dir);
     }
     if (link < f->c.planes * f->c.hosts) { /* a host's own port: its NIC sees carrier go */
         uint32_t h = link % f->c.hosts, plane = link / f->c.hosts;
@@ -516,13 +549,13 @@ int mrc_fab_run(struct mrc_fab *f, uint64_t until_ns)
         }
         struct fev e = pop(f);
         if (f->hn && fev_kind(&f->heap[0]) == EVT_PKT)
-            __builtin_prefetch(f->pkts[fev_idx(&f->heap[0])]); /* the next packet's header (payloads evict it) */
+            __builtin_prefetch(f->ports[fev_idx(&f->heap[0])].head); /* the next packet (payloads evict it) */
         f->now = e.t;
         f->st.events++;
         uint32_t i = fev_idx(&e);
         switch (fev_kind(&e)) {
         case EVT_PKT:
-            arrive(f, f->pkts[i]);
+            arrive(f, i, e.x >> FEV_SEQ_SHIFT);
             break;
         case EVT_WAKE:
             host_wake(f, i);

@@ -14,15 +14,21 @@ _Static_assert(MRC_FAB_WIRE_EXTRA == MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN
 #define PS_INF UINT64_MAX
 #define HPOS_NONE UINT64_MAX
 
-struct fport { uint64_t busy; uint32_t epoch; uint8_t down; }; /* busy: when its FIFO drains (ps) */
+/* A switch or NIC egress port: busy, when its FIFO drains (ps); head..tail,
+ * the packets it took in and has not delivered yet (queued or on the wire),
+ * in order of arrival at the next node. Only the head has an event, with the
+ * sequence number the packet took when it joined: the heap holds the busy
+ * ports, not every packet in flight, and runs them in the same order. */
+struct fport { uint64_t busy; struct fpkt *head, *tail; uint8_t down; };
 
 /* A packet in flight: what forwarding reads (64 bytes, cache-resident)
  * apart from its bytes, which only the two hosts and a trimming port touch. */
 struct fpkt {
-    struct fpkt *next;       /* free list */
+    struct fpkt *next;       /* its port's FIFO, or the free list */
     uint8_t *data;
-    uint32_t idx;            /* its place in pkts[] (events name it so) */
-    uint32_t len, port, epoch, node, wire, ev;
+    uint64_t at, seq;        /* when it reaches the next node (ps); its event's sequence number */
+    uint32_t idx;            /* its place in pkts[] */
+    uint32_t len, port, node, wire, ev;
     uint16_t src;
     uint8_t tclass, is_data, ce, trimmed;
     uint8_t daddr[16];
@@ -30,8 +36,8 @@ struct fpkt {
 
 /* An event: 16 bytes, four to a cache line in the 4-ary heap. x is the
  * event's sequence number (bits 63-26: ties at one time go in the order they
- * were made), its kind (25-24) and its index (23-0: a packet in pkts[], a
- * host, a link << 1 | up, a flow). */
+ * were made), its kind (25-24) and its index (23-0: a port whose first
+ * packet arrives, a host, a link << 1 | up, a flow). */
 struct fev { uint64_t t, x; };
 enum { FEV_IDX_BITS = 24, FEV_SEQ_SHIFT = 26 };
 #define FEV_IDX_MAX ((1u << FEV_IDX_BITS) - 1)
