@@ -85,7 +85,13 @@ static void nscc_on_ack(struct qp *q, uint64_t bytes, uint64_t rtt, int ecn, uin
             s->pending += (double)c->fi * (double)bytes / (double)(s->cwnd ? s->cwnd : 1);
         } else if (delay >= target) {
             if (now - s->last_md_ns >= c->base_rtt) {
-                double avg = s->avg_delay > target ? s->avg_delay : target + 1;
+                /* by the average delay, or with md_by_sample by this ACK's, as
+                 * the UET reference simulator (htsim's NSCC) cuts: where the
+                 * flows sharing a queue hold its average at the target, the
+                 * average's cut is near nothing and follows each flow's own
+                 * noise, and on the namespace fabric windows drifted apart for
+                 * a second at a time (README, congestion: incast 7:1) */
+                double avg = c->md_by_sample ? delay : s->avg_delay > target ? s->avg_delay : target + 1;
                 double f = 1.0 - (double)c->gamma / 1000.0 * (avg - target) / avg;
                 double floor = (double)c->max_md_jump / 1000.0;
                 s->cwnd = clamp_cwnd(q, (double)s->cwnd * (f > floor ? f : floor));

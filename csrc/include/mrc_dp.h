@@ -283,6 +283,8 @@ struct mrc_cc_params {
     uint64_t adjust_period_threshold;
     uint32_t disable_qa;
     uint32_t algorithm;      /* 0 = NSCC, 1 = fixed window (no CC) */
+    uint32_t md_by_sample;   /* 0: the decrease follows the average delay (the OCP brief); 1: the
+                              * delay of the ACK that brings it, as the UET reference simulator cuts */
 };
 
 struct mrc_qp_attr {

@@ -71,3 +71,30 @@ def test_the_fast_increase_wants_the_delay_near_zero_ack_after_ack():
     assert alone > trimmed  # near zero ACK after ACK: it grows
     trimmed, mixed = _fast_increase_run(moderate_between=True)
     assert mixed == trimmed, (trimmed, mixed)
+
+
+@pytest.mark.parametrize("by_sample", [0, 1])
+def test_the_decrease_follows_the_average_delay_or_the_marked_acks_own(by_sample):
+    """A marked ACK three targets late, before the average has caught up: by the average (still
+    below the target) the window hardly moves; by the ACK's own delay it is cut to the floor."""
+    cc = {"base_rtt": 10_000, "target_delay": 10_000, "max_cwnd": 1 << 20, "gamma": 800, "max_md_jump": 500,
+          "fi": 0, "fi_scale": 0, "eta": 0, "disable_qa": 1, "md_by_sample": by_sample}
+    h = HandDriven(cc=cc)
+    src = bytearray(256 << 10)
+    h.qp.post_write(h.ctx.reg_mr(src), 0, len(src), 0x1000, 1, wr_id=1)
+    t = 10**9
+    assert [p for p, d in h.out(at=t) if d["is_data"]]
+    before = h.qp.stats()["cwnd"]
+    # the first packet's SACK, ECN echoed, 10 us base + 30 us of queue after it left
+    h.ctx.input(h.sack(0, flags=wire.SETH_ECN), ev=0, peer=PEER, port=0, now_ns=t + 40_000)
+    after = h.qp.stats()["cwnd"]
+    assert h.qp.stats()["ecn_marks"] == 1
+    if by_sample:
+        assert abs(after - before * 0.5) <= 0.01 * before, (before, after)  # 1 - 0.8 x 2/3, floored at 0.5
+    else:
+        assert before * 0.99 <= after <= before, (before, after)
+
+
+def test_a_decrease_rule_other_than_0_or_1_is_refused():
+    with pytest.raises(Exception, match="EINVAL|invalid"):
+        HandDriven(cc={"md_by_sample": 2})
