@@ -210,11 +210,13 @@ def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 
     base = (hops + 1) * ser + 300e-6
     max_cwnd = max(cwnd, 4 * mtu_payload)
     cc = {"max_cwnd": max_cwnd, "base_rtt": int(base * 1e9), "target_delay": int(0.75 * base * 1e9),
-          # a multiplicative decrease of at most 10%: a message here lasts tens
+          # a multiplicative decrease of at most 5%: a message here lasts tens
           # of RTTs, and halving the window on a mark (NSCC's default floor)
           # swings each flow's rate 2x and the completion tail with it (README,
-          # congestion: incast 3:1 and 7:1 p99 with 0.85 and 0.9, alternated)
-          "max_md_jump": 900,
+          # congestion: incast 3:1 and 7:1 p99 with 0.85, 0.9 and 0.95,
+          # alternated; with md_by_sample every marked ACK past the target cuts
+          # by this floor)
+          "max_md_jump": 950,
           # the window moves once per base RTT: NSCC adds eta at every
           # adjustment, and with the defaults' 10 us or 32 KiB acknowledged
           # (every ACK here) a window grew eta per ACK, in proportion to its
