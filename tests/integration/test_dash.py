@@ -225,18 +225,28 @@ def test_a_real_browser_fails_a_link_and_sees_it_go_down_and_ev_events_arrive(la
     assert "done" in browser.find_element(By.ID, "fault-result").text
     assert apply.load_state(t.name)["faults"][link] == {"down": True}  # the same code as `mrc fabric fail`
 
+    seen = {"reads": 0, "timeouts": 0, "rows": 0, "last": []}
+
     def ev_events_on_link():
+        seen["reads"] += 1
         try:
             rows = browser.execute_script("return [...document.querySelectorAll('#events li')]"
-                                          ".map(li => [li.dataset.links, li.dataset.new])")
+                                          ".map(li => [li.dataset.links, li.dataset.new, li.textContent])")
         except TimeoutException:  # the page did not answer in time: ask again
+            seen["timeouts"] += 1
             return None
-        return [new for links, new in rows if link in links.split(",")]
+        seen["rows"], seen["last"] = len(rows), [r[2] for r in rows[:5]]
+        return [new for links, new, _ in rows if link in links.split(",")]
     # the page may stall for a while here: on this 2-core VM, with the transfer at full speed and the
     # switches' End in tc BPF (a kernel without SRv6), a read of the list once timed out after 30 s
-    # (1 run in 5 alone, and in one CI run); each read now waits 10 s at most and is asked again
+    # (1 run in 5 alone, and in one CI run); each read now waits 10 s at most and is asked again.
+    # A CI run saw no event over the link in 60 s (alone it passes, 3 of 3): what the page showed
+    # then goes into the failure (reads, reads timed out, rows in the list, the newest rows)
     browser.set_script_timeout(10)
-    news = wait_for(ev_events_on_link, timeout=60, what=f"EV events for the paths over {link}")
+    try:
+        news = wait_for(ev_events_on_link, timeout=60, what=f"EV events for the paths over {link}")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the page: {seen}") from None
     assert "ASSUMED_BAD" in news
     assert css(By.CSS_SELECTOR, '#evgrid .ev[data-state="ASSUMED_BAD"]')
     assert any(link in f for f in texts("#faults li"))
