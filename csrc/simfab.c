@@ -112,7 +112,9 @@ int mrc_fab_trace(struct mrc_fab *f, uint32_t src, uint32_t plane, const uint8_t
 }
 
 /* ------------------------------------------------------------ events */
-static inline int ev_before(const struct fev *a, const struct fev *b) { return a->t < b->t || (a->t == b->t && a->x < b->x); }
+/* An event's order as one number: the time, then the sequence number. */
+static inline unsigned __int128 ev_key(const struct fev *e) { return (unsigned __int128)e->t << 64 | e->x; }
+static inline int ev_before(const struct fev *a, const struct fev *b) { return ev_key(a) < ev_key(b); }
 
 /* Every entry moves through here: a host's wake event keeps its place in
  * hosts[].hpos, so a wake that is moved or dropped leaves no stale entry
@@ -134,8 +136,6 @@ static void sift_up(struct mrc_fab *f, uint64_t i, const struct fev *e)
     heap_put(f, i, e);
 }
 
-/* An event's order as one number: the time, then the sequence number. */
-static inline unsigned __int128 ev_key(const struct fev *e) { return (unsigned __int128)e->t << 64 | e->x; }
 
 static void sift_down(struct mrc_fab *f, uint64_t i, const struct fev *e)
 {
@@ -237,22 +237,10 @@ static struct fpkt *pkt_get(struct mrc_fab *f)
         f->freel = k->next;
         return k;
     }
-    if (f->npkts == f->pkts_cap) {
-        uint32_t cap = f->pkts_cap ? 2 * f->pkts_cap : 4096;
-        struct fpkt **a = cap - 1 > FEV_IDX_MAX ? NULL : realloc(f->pkts, cap * sizeof(*a));
-        if (!a)
-            return NULL;
-        f->pkts = a;
-        f->pkts_cap = cap;
-    }
     k = malloc(sizeof(*k));
     if (k && !(k->data = malloc(f->slot))) {
         free(k);
         return NULL;
-    }
-    if (k) {
-        k->idx = f->npkts;
-        f->pkts[f->npkts++] = k;
     }
     return k;
 }
@@ -328,7 +316,6 @@ static void enqueue(struct mrc_fab *f, struct fpkt *k, uint64_t port, uint32_t n
     ts->bytes += k->wire;
     if (tier == MRC_FAB_LEAF_UP)
         bucket_add(f, 1 + ((next >> 24) & 0xF), k->wire);
-    k->port = (uint32_t)port;
     k->node = next;
     k->at = pt->busy + f->c.hop_ns * 1000;
     k->seq = f->seq++;

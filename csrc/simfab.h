@@ -21,14 +21,13 @@ _Static_assert(MRC_FAB_WIRE_EXTRA == MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN
  * ports, not every packet in flight, and runs them in the same order. */
 struct fport { uint64_t busy; struct fpkt *head, *tail; uint8_t down; };
 
-/* A packet in flight: what forwarding reads (64 bytes, cache-resident)
- * apart from its bytes, which only the two hosts and a trimming port touch. */
+/* A packet in flight: what forwarding reads (72 bytes) apart from its
+ * bytes, which only the two hosts and a trimming port touch. */
 struct fpkt {
     struct fpkt *next;       /* its port's FIFO, or the free list */
     uint8_t *data;
     uint64_t at, seq;        /* when it reaches the next node (ps); its event's sequence number */
-    uint32_t idx;            /* its place in pkts[] */
-    uint32_t len, port, node, wire, ev;
+    uint32_t len, node, wire, ev;
     uint16_t src;
     uint8_t tclass, is_data, ce, trimmed;
     uint8_t daddr[16];
@@ -73,8 +72,6 @@ struct mrc_fab {
     struct fev *heap;
     uint64_t hn, hcap;
     struct fpkt *freel;
-    struct fpkt **pkts;      /* every packet made (in flight or free), by index */
-    uint32_t npkts, pkts_cap;
     struct fflow *flows;
     uint32_t nflows, flows_cap;
     uint8_t *mem;            /* every host's one region (placement goes there) */
@@ -92,7 +89,7 @@ static inline uint32_t host_leaf(const struct mrc_fab *f, uint32_t h) { return (
 static inline uint32_t node(uint32_t kind, uint32_t plane, uint32_t idx) { return kind << 28 | plane << 24 | idx; }
 static inline uint16_t active(const uint8_t *a) { return (uint16_t)(a[4] << 8 | a[5]); }
 
-/* an event at t (ps); kind EVT_*, idx a packet, host, link or flow (FEV_IDX_MAX at most) */
+/* an event at t (ps); kind EVT_*, idx a port, host, link or flow (FEV_IDX_MAX at most) */
 int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t idx);
 
 #endif

@@ -154,11 +154,19 @@ void mrc_fab_destroy(struct mrc_fab *f)
 {
     if (!f)
         return;
-    for (uint32_t i = 0; i < f->npkts; i++) { /* in flight or free */
-        free(f->pkts[i]->data);
-        free(f->pkts[i]);
+    for (uint64_t i = 0; f->ports && i < (uint64_t)f->nlinks * 2; i++) /* in flight: in their ports' FIFOs */
+        while (f->ports[i].head) {
+            struct fpkt *k = f->ports[i].head;
+            f->ports[i].head = k->next;
+            free(k->data);
+            free(k);
+        }
+    while (f->freel) {
+        struct fpkt *k = f->freel;
+        f->freel = k->next;
+        free(k->data);
+        free(k);
     }
-    free(f->pkts);
     for (uint32_t h = 0; f->hosts && h < f->c.hosts; h++) {
         if (f->hosts[h].ctx)
             mrc_ctx_destroy(f->hosts[h].ctx);

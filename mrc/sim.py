@@ -378,10 +378,9 @@ def simulate(fab: Fabric, workload: str, size: int, msg: int = 1 << 20, depth: i
     per_host = max(sum(1 for s, _, _ in flows if s == h) + sum(1 for _, d, _ in flows if d == h)
                    for h in range(fab.hosts))
     sim = FabricSim(fab, single_path, max_qps=per_host + 2, flow_bytes=max(n for _, _, n in flows))
-    late = victim_start_ns
-    sim.add_flows(flows[:-1] if late else flows, msg, depth)
-    if late:
-        sim.add_flows(flows[-1:], msg, depth, start_ns=late)
+    sim.add_flows(flows[:-1] if victim_start_ns else flows, msg, depth)
+    if victim_start_ns:  # the victim flow is the last
+        sim.add_flows(flows[-1:], msg, depth, start_ns=victim_start_ns)
     for f in faults or []:
         sim.add_fault(f)
     sim.result = sim.run(until_ns)
