@@ -264,6 +264,20 @@ def summarize(t, workload, transport, flows, results, before, after, samples, ve
     return out
 
 
+def cc_problem(cc: dict, planes: int) -> str | None:
+    """What the engine says of --cc, from a QP made with it on a context of its own (an unknown
+    name, a value out of its range: md_by_sample 2, a negative one), before anything is built."""
+    from mrc.manual import ManualContext
+    from mrc.verbs import QPAttr
+
+    try:
+        with ManualContext(planes=planes) as ctx:
+            ctx.create_qp(QPAttr(planes=planes, cc=dict(cc)))
+    except (MrcError, AttributeError, OverflowError, TypeError) as e:
+        return f"--cc {' '.join(f'{k}={v}' for k, v in cc.items())}: the engine refuses it ({e})"
+    return None
+
+
 def check_args(a, workloads: list[str]) -> str | None:
     """What is wrong with the command line, in a sentence (before anything is built)."""
     bad = [w for w in workloads if w not in WORKLOADS]
@@ -415,6 +429,10 @@ def main() -> int:
         a.cc = {k: int(v) for k, v in (x.split("=", 1) for x in a.cc)}
     except ValueError:
         print("congestion_bench: --cc takes NAME=INTEGER, e.g. --cc gamma=400", file=sys.stderr)
+        return 2
+    problem = cc_problem(a.cc, a.planes) if a.cc else None
+    if problem:
+        print(f"congestion_bench: {problem}", file=sys.stderr)
         return 2
     if os.geteuid() != 0:
         print("congestion_bench: needs root (it builds a fabric of namespaces)", file=sys.stderr)

@@ -39,6 +39,10 @@ def test_the_qp_profile_outlasts_the_longest_queue_and_fills_the_planes(rate):
     (["--rounds", "21"], "--rounds 21: 1 to 20"),
     (["--rounds", "-5"], "--rounds -5: 1 to 20"),
     (["--rounds", "99999999999999999999"], "1 to 20"),
+    (["--cc", "md_by_sample=2"], "--cc md_by_sample=2: the engine refuses it"),
+    (["--cc", "bogus=1"], "--cc bogus=1: the engine refuses it"),
+    (["--cc", "gamma=-1"], "--cc gamma=-1: the engine refuses it"),
+    (["--cc", "fi=" + "9" * 40], "the engine refuses it"),
 ])
 def test_the_congestion_bench_refuses_bad_arguments_in_a_line_before_building_anything(args, msg):
     import os
