@@ -12,7 +12,9 @@ CAP_NET_ADMIN may modify, as only the node's controller may in the OCP API
 (checked on the connecting process through SO_PEERCRED and a pidfd, so a
 process that exits cannot lend its PID to another). At most ``MAX_CLIENTS``
 connections are served at once (the next gets EBUSY) and a silent one is
-closed after ``IDLE_TIMEOUT`` s. ``mrc ctl`` is the client.
+closed after ``IDLE_TIMEOUT`` s. ``mrc ctl`` is the client. A starting
+server removes the sockets that killed processes left behind
+(``sweep_stale``).
 
 Operations: ``info``; ``qps`` (each QP's window, RTTs and counters);
 ``ev_list`` [qpn]; ``ev_set`` qpn, state (DENIED or
@@ -146,8 +148,8 @@ def bind_socket(path: str, group=None) -> socket.socket:
         if gid is not None:
             os.chown(tmp, -1, gid)
         os.chmod(tmp, 0o660 if gid is not None else 0o600)
+        sock.listen(MAX_CLIENTS)  # before it is in place: a socket there that refuses is stale (sweep_stale)
         os.rename(tmp, path)
-        sock.listen(MAX_CLIENTS)
     except BaseException:
         sock.close()
         if os.path.lexists(tmp):
@@ -196,6 +198,7 @@ class ControlServer:
         self._lock = threading.Lock()
         self._clients = threading.BoundedSemaphore(MAX_CLIENTS)
         self._sock = bind_socket(self.path, group if group is not None else os.environ.get("MRC_CTL_GROUP"))
+        self.swept = sweep_stale(os.path.dirname(self.path) or ".")
         self._stop = False
         self._thread = threading.Thread(target=self._serve, name="mrc-ctl", daemon=True)
         self._thread.start()
@@ -480,6 +483,53 @@ class ControlClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _refuses(path: str) -> bool:
+    """Nobody listens on the socket at ``path`` (a live endpoint listens
+    before its socket is in place)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)
+    try:
+        s.connect(path)
+    except ConnectionRefusedError:
+        return True
+    except OSError:  # busy (a full backlog), or not ours to reach: not proven stale
+        return False
+    finally:
+        s.close()
+    return False
+
+
+def sweep_stale(d: str | None = None) -> list[str]:
+    """Remove the control sockets left by processes that ended without
+    removing theirs (killed): those whose process is gone, or whose PID now
+    belongs to a process that does not listen there. Only UNIX sockets with
+    a control socket's name, and only this user's (root: anyone's). A
+    starting server calls it; the removed paths are returned."""
+    d = d or ctl_dir()
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return []
+    gone = []
+    for n in names:
+        m = _SOCK_NAME.fullmatch(n)
+        path = os.path.join(d, n)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not m or not stat.S_ISSOCK(st.st_mode) or os.geteuid() not in (0, st.st_uid):
+            continue
+        if os.path.exists(f"/proc/{m.group(1)}") and not _refuses(path):
+            continue
+        try:
+            os.unlink(path)
+            gone.append(path)
+        except OSError:
+            pass
+    return gone
 
 
 def endpoints() -> list[str]:

@@ -511,3 +511,15 @@ def test_bad_requests_get_an_errno_not_a_crash(ctl):
         assert c.call("info")["qps"] == [qa.qpn]  # the connection still serves
     r = mrc_ctl(srv, "ev", "deny", "9/99999", check=False)
     assert r.returncode == 2 and "bad EV" in r.stderr
+
+
+def test_a_starting_server_removes_the_sockets_killed_processes_left(ctl):
+    t, ca, cb, qa, ms, ib, srv, *_ = ctl
+    d = os.path.dirname(srv.path)
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # what a killed process leaves: bound, nobody listening
+    left.bind(os.path.join(d, "999999999-h0.sock"))
+    left.close()
+    with ControlServer(ca, path=os.path.join(d, f"{os.getpid()}-second.sock")) as s2:
+        assert s2.swept == [os.path.join(d, "999999999-h0.sock")]
+        assert sorted(os.listdir(d)) == sorted([os.path.basename(srv.path), os.path.basename(s2.path)])
+        assert ControlClient(srv.path).call("info")["qps"] == [qa.qpn]  # the live one was left alone

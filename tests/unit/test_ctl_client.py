@@ -89,3 +89,43 @@ def test_endpoints_lists_only_live_pid_sockets(monkeypatch):
 def test_a_control_socket_tag_must_be_a_plain_name(tag):
     with pytest.raises(ValueError, match="tag"):
         endpoint.serve(object(), tag=tag)
+
+
+def _socket_file(path: str, listen: bool) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    if listen:
+        s.listen(1)
+    return s
+
+
+def test_sweep_removes_only_the_sockets_of_gone_or_deaf_processes(tmp_path):
+    me, d = os.getpid(), str(tmp_path)
+    live = _socket_file(os.path.join(d, f"{me}-live.sock"), listen=True)
+    dead_pid = _socket_file(os.path.join(d, "999999999.sock"), listen=False)   # its process is gone
+    reused = _socket_file(os.path.join(d, f"{me}-old.sock"), listen=False)     # a live PID that does not listen
+    other = _socket_file(os.path.join(d, "not-ours.sock"), listen=False)       # not a control socket's name
+    open(os.path.join(d, "999999998.sock"), "w").close()                       # a file, not a socket
+    os.symlink(os.path.join(d, "999999999.sock"), os.path.join(d, "999999997.sock"))
+    try:
+        gone = endpoint.sweep_stale(d)
+        assert sorted(os.path.basename(p) for p in gone) == sorted(["999999999.sock", f"{me}-old.sock"])
+        assert sorted(os.listdir(d)) == sorted([f"{me}-live.sock", "not-ours.sock", "999999998.sock",
+                                                 "999999997.sock"])
+        assert endpoint.sweep_stale(d) == []  # nothing more to take
+        assert endpoint.sweep_stale(os.path.join(d, "missing")) == []
+    finally:
+        for s in (live, dead_pid, reused, other):
+            s.close()
+
+
+def test_a_bound_control_socket_listens_as_soon_as_it_is_in_place(tmp_path):
+    # (so a sweep by another starting server can never take it for a stale one)
+    path = os.path.join(str(tmp_path), f"{os.getpid()}.sock")
+    s = endpoint.bind_socket(path)
+    try:
+        assert not endpoint._refuses(path)
+        assert endpoint.sweep_stale(str(tmp_path)) == []
+        assert os.path.exists(path)
+    finally:
+        s.close()
