@@ -419,7 +419,7 @@ class EVProfile(_Profile):
 #: NSCC's named parameters (mrc_ctl.h) and their units.
 NSCC_FIELDS = {"disable_qa": "0/1", "adjust_bytes_threshold": "bytes", "adjust_period_threshold": "ns",
                "base_rtt": "ns", "eta": "", "fi": "", "fi_scale": "", "gamma": "", "max_md_jump": "",
-               "max_cwnd": "bytes", "qa_gate": "", "qa_threshold": "ns", "target_delay": "ns"}
+               "max_cwnd": "bytes", "md_by_sample": "0/1", "qa_gate": "", "qa_threshold": "ns", "target_delay": "ns"}
 
 
 class CCProfile(_Profile):
@@ -444,8 +444,8 @@ class CCProfile(_Profile):
         for k, v in config.items():
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise _bad(f"NSCC {k} must be a non-negative integer, got {v!r}")
-            if k == "disable_qa" and v not in (0, 1):
-                raise _bad(f"NSCC disable_qa is 0 or 1, got {v}")
+            if k in ("disable_qa", "md_by_sample") and v not in (0, 1):
+                raise _bad(f"NSCC {k} is 0 or 1, got {v}")
         if config.get("max_cwnd", 1) == 0 or config.get("base_rtt", 1) == 0:
             raise _bad("NSCC max_cwnd and base_rtt must be above 0")
         self.algorithm, self.config = algorithm, dict(config)

@@ -242,7 +242,7 @@ def test_qps_bound_to_ev_and_cc_profiles_follow_them_and_hold_them_until_destroy
     prof.set_ev_state(value, "DENIED")
     ca.profiles.add(prof.fmt).online()
     ca.profiles.add(prof).online()
-    cc = ca.profiles.add(CCProfile(2, "uet-1.0-nscc", {"max_cwnd": 300_000}))
+    cc = ca.profiles.add(CCProfile(2, "uet-1.0-nscc", {"max_cwnd": 300_000, "md_by_sample": 1}))
     with pytest.raises(ErrnoError) as e:
         ca.create_qp(cc_profile_id=2)  # still OFFLINE
     assert e.value.errno == errno.EINVAL
@@ -251,7 +251,7 @@ def test_qps_bound_to_ev_and_cc_profiles_follow_them_and_hold_them_until_destroy
         ca.create_qp(ev_profile_id=99)
     assert e.value.errno == errno.ENOENT
     q = ca.create_qp(ev_profile_id=4, cc_profile_id=2)
-    assert q.attr.cc["max_cwnd"] == 300_000 and (prof.users, cc.users) == (1, 1)
+    assert q.attr.cc["max_cwnd"] == 300_000 and q.attr.cc["md_by_sample"] == 1 and (prof.users, cc.users) == (1, 1)
     qr = cb.create_qp()
     md = cb.reg_mr(bytearray(32 << 20), remote_write=True)
     info = cb.local_info(qr, md)

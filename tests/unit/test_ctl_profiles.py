@@ -239,13 +239,21 @@ def test_cc_profile_nscc_named_parameters():
     assert code(e) == errno.EBUSY
     cc.offline()
     for algorithm, cfg in (("cubic", {}), ("uet-1.0-nscc", {"bogus": 1}), ("uet-1.0-nscc", {"disable_qa": 2}),
+                           ("uet-1.0-nscc", {"md_by_sample": 2}), ("uet-1.0-nscc", {"md_by_sample": True}),
                            ("uet-1.0-nscc", {"eta": -1}), ("uet-1.0-nscc", {"max_cwnd": 0})):
         with pytest.raises(ErrnoError) as e:
             cc.modify(algorithm, cfg)
         assert code(e) == errno.EINVAL, (algorithm, cfg)
     assert set(pr.NSCC_FIELDS) == {"disable_qa", "adjust_bytes_threshold", "adjust_period_threshold", "base_rtt",
-                                   "eta", "fi", "fi_scale", "gamma", "max_md_jump", "max_cwnd", "qa_gate",
-                                   "qa_threshold", "target_delay"}
+                                   "eta", "fi", "fi_scale", "gamma", "max_md_jump", "max_cwnd", "md_by_sample",
+                                   "qa_gate", "qa_threshold", "target_delay"}
+
+
+def test_every_nscc_field_a_cc_profile_takes_is_one_the_engine_has():
+    from mrc._dp import ffi
+
+    engine = {name for name, _ in ffi.typeof("struct mrc_cc_params").fields} - {"algorithm"}
+    assert set(pr.NSCC_FIELDS) == engine  # a field the engine gains is one a profile can set
 
 
 def test_registry_binds_qps_to_online_profiles_and_an_ev_profile_in_use_is_ebusy():
