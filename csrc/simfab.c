@@ -189,6 +189,15 @@ int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t idx)
     return push_seq(f, t, f->seq++, kind, idx);
 }
 
+/* An event or a packet that could not be had: what it was for would never
+ * happen (a port's FIFO stalled, a host asleep for good, a packet lost
+ * unmodelled), so the run stops with the first such failure. */
+static void must(struct mrc_fab *f, int rc)
+{
+    if (rc < 0 && !f->err)
+        f->err = rc;
+}
+
 static struct fev pop(struct mrc_fab *f)
 {
     struct fev top = f->heap[0], last = f->heap[--f->hn];
@@ -224,7 +233,7 @@ static void wake_at(struct mrc_fab *f, uint32_t h, uint64_t t)
         return;
     x->wake = t;
     unwake(f, h);
-    fab_push(f, t, EVT_WAKE, h);
+    must(f, fab_push(f, t, EVT_WAKE, h));
 }
 
 static void host_wake(struct mrc_fab *f, uint32_t h);
@@ -324,7 +333,7 @@ static void enqueue(struct mrc_fab *f, struct fpkt *k, uint64_t port, uint32_t n
         pt->tail->next = k;
     } else {
         pt->head = k;
-        push_seq(f, k->at, k->seq, EVT_PKT, (uint32_t)port);
+        must(f, push_seq(f, k->at, k->seq, EVT_PKT, (uint32_t)port));
     }
     pt->tail = k;
 }
@@ -353,8 +362,10 @@ static void send_from(struct mrc_fab *f, uint32_t h, const struct mrc_txdesc *d,
         return;
     }
     struct fpkt *k = pkt_get(f);
-    if (!k)
+    if (!k) {
+        must(f, -ENOMEM);
         return;
+    }
     memcpy(k->data, data, d->len);
     k->len = d->len;
     k->wire = d->len + WIRE_EXTRA;
@@ -381,7 +392,7 @@ static void arrive(struct mrc_fab *f, uint32_t port, uint64_t seq)
         return;
     pt->head = k->next;
     if (pt->head)
-        push_seq(f, pt->head->at, pt->head->seq, EVT_PKT, port);
+        must(f, push_seq(f, pt->head->at, pt->head->seq, EVT_PKT, port));
     else
         pt->tail = NULL;
     uint32_t at = k->node, plane = (at >> 24) & 0xF;
@@ -528,6 +539,8 @@ int mrc_fab_run(struct mrc_fab *f, uint64_t until_ns)
 {
     uint64_t until = until_ns > PS_INF / 1000 ? PS_INF : until_ns * 1000;
     while (f->hn) {
+        if (f->err)
+            return f->err;
         if (f->nflows && f->st.flows_done == f->nflows)
             return 1;
         if (f->heap[0].t > until) {
@@ -556,6 +569,8 @@ int mrc_fab_run(struct mrc_fab *f, uint64_t until_ns)
             break;
         }
     }
+    if (f->err)
+        return f->err;
     return f->nflows && f->st.flows_done == f->nflows;
 }
 

@@ -80,6 +80,7 @@ struct mrc_fab {
     uint64_t *series;
     uint64_t series_len, series_cap;
     struct mrc_fab_stats st;
+    int err;                 /* the first failure to grow (-ENOMEM): the run stops and returns it */
 };
 
 /* ------------------------------------------------------------ the address plan */

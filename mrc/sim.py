@@ -271,7 +271,9 @@ class FabricSim:
 
     def run(self, until_ns: int = 10**12) -> dict:
         t0 = time.process_time()
-        done = lib.mrc_fab_run(self._f, until_ns)
+        done = check(lib.mrc_fab_run(self._f, until_ns), "run the simulation",
+                     "the packets in flight and the event heap grow with the fabric and its windows: "
+                     "fewer hosts, or more memory")
         wall = time.process_time() - t0
         return self.report(bool(done), wall)
 

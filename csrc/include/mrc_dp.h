@@ -677,7 +677,8 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
 void mrc_fab_destroy(struct mrc_fab *f);
 int mrc_fab_add_flow(struct mrc_fab *f, const struct mrc_fab_flow *fl);      /* the flow's index */
 int mrc_fab_link_at(struct mrc_fab *f, uint32_t link, int up, uint64_t at_ns); /* a scheduled change */
-/* Run until until_ns or until every flow is done (1) or nothing is left to happen (0). */
+/* Run until until_ns or until every flow is done (1) or nothing is left to happen (0);
+ * -ENOMEM when an event or a packet could not be allocated (the run cannot go on). */
 int mrc_fab_run(struct mrc_fab *f, uint64_t until_ns);
 int mrc_fab_stats(struct mrc_fab *f, struct mrc_fab_stats *st);
 int mrc_fab_flow_stats(struct mrc_fab *f, uint32_t flow, struct mrc_fab_flow_stats *st, struct mrc_qp_stats *qp);
