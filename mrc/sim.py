@@ -82,10 +82,13 @@ class Fabric:
     def host_leaf(self, h: int) -> int:
         return h * self.leaves // self.hosts  # as mrc.fabric.topology places hosts
 
+    def ser_ns(self) -> float:
+        """One full data packet's serialization at a port."""
+        return (self.mtu + DATA_HDRS + WIRE_EXTRA) * 8e9 / self.rate_bps
+
     def base_rtt_ns(self) -> int:
         """Unloaded round trip: 4 links each way, a full packet serialised at every port out, an ACK back."""
-        ser = (self.mtu + DATA_HDRS + WIRE_EXTRA) * 8e9 / self.rate_bps
-        return int(8 * self.hop_ns + 4 * ser + 4 * 128 * 8e9 / self.rate_bps)
+        return int(8 * self.hop_ns + 4 * self.ser_ns() + 4 * 128 * 8e9 / self.rate_bps)
 
     def timeout_exp(self) -> int:
         """The retransmit timer (1.024 us x 2^n) above the longest round trip the
@@ -285,8 +288,14 @@ class FabricSim:
         fcts, gaps, errors, rtx, timeouts, ratios, data = [], [], 0, 0, 0, [], 0
         self.flow_bps: list[float | None] = []
         total = end = 0
+        wire = DATA_HDRS + WIRE_EXTRA
+        load = [0] * fab.hosts  # bytes each NIC had to put on the wire: its data, once, and its share of control
+        data_wire, answers = 0, []
         for i in range(len(self.flows)):
             lib.mrc_fab_flow_stats(self._f, i, fs, qs)
+            load[fs.src] += qs.tx_bytes + qs.tx_packets * wire
+            data_wire += qs.tx_bytes + qs.rtx_bytes + (qs.tx_packets + qs.rtx_packets) * wire
+            answers.append((fs.dst, qs.sacks_rx + qs.nacks_rx))
             finished = fs.done >= fs.bytes and fs.end_ns
             errors += int(fs.errors > 0 or qs.state != lib.MRC_QPS_RTS)
             rtx += qs.rtx_packets
@@ -301,6 +310,13 @@ class FabricSim:
             gaps.append(fs.max_gap_ns / 1e3)
         senders = len({s for s, _, _ in self.flows})
         span = (end or st.now_ns) / 1e9
+        # control (SACKs, NACKs, probes): what the NICs sent beyond data, shared by the answers each flow got
+        ctrl, n_answers = max(0, st.tier[0].bytes - data_wire), sum(a for _, a in answers)
+        for dst, a in answers:
+            load[dst] += ctrl * a / n_answers if n_answers else 0
+        # the busiest NIC's bytes at line rate, then its last packet's way on (one base RTT less its
+        # first serialization): no run of these flows ends sooner
+        bound_s = max(load) * 8 / fab.nic_bps() + (fab.base_rtt_ns() - fab.ser_ns()) / 1e9
         tiers = {name: {"packets": t.packets, "marks": t.marked, "trims": t.trimmed, "drops": t.dropped,
                         "down_drops": t.down_dropped + t.cut, "refused": t.down_dropped, "cut": t.cut,
                         "hwm_kb": round(t.hwm_bytes / 1024, 1),
@@ -317,6 +333,7 @@ class FabricSim:
             "nics": fab.hosts, "flows": len(self.flows), "done": done, "single_path": self.single_path,
             "goodput_ratio": round(total * 8 / (span * senders * fab.nic_bps()), 4) if span else 0.0,
             "mean_flow_ratio": round(sum(ratios) / len(ratios), 4) if ratios else 0.0,
+            "wire_bound_ratio": round(total * 8 / (bound_s * senders * fab.nic_bps()), 4) if senders else 0.0,
             "sim_time_us": round(span * 1e6, 2),
             "p50_us": round(percentile(fcts, 0.5), 2), "p99_us": round(percentile(fcts, 0.99), 2),
             "max_us": round(max(fcts), 2) if fcts else 0.0,

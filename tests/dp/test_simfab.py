@@ -104,6 +104,23 @@ def test_alltoall_finishes_with_no_drops():
     assert r["qp_errors"] == 0 and r["unfinished"] == 0 and r["drops"] == 0 and r["timeouts"] == 0
 
 
+def test_the_wire_bound_is_what_a_lone_flow_reaches_and_no_run_passes_it():
+    fab = small()
+    with msim.FabricSim(fab, max_qps=4, flow_bytes=8 << 20) as s:
+        s.add_flows([(0, 15, 8 << 20)], 1 << 20)
+        lone = s.run()
+    # alone on the fabric a flow is its headers and one round trip from line rate, and the bound is that
+    assert lone["goodput_ratio"] <= lone["wire_bound_ratio"] <= lone["goodput_ratio"] * 1.005
+    headers_only = fab.mtu / (fab.mtu + msim.DATA_HDRS + msim.WIRE_EXTRA)
+    bound = {}
+    for workload, msg in (("alltoall", 64 << 10), ("permutation", 1 << 20)):
+        r = msim.simulate(fab, workload, 8 << 20, msg).result
+        assert r["goodput_ratio"] < r["wire_bound_ratio"] < headers_only, workload
+        bound[workload] = r["wire_bound_ratio"]
+    # the all-to-all's NICs also send the SACKs of 15 flows arriving out of order: a bound under the lone flow's
+    assert bound["alltoall"] < lone["wire_bound_ratio"] - 0.01
+
+
 def test_a_nic_of_many_qps_sprays_its_paths_in_turn_and_an_alltoall_queues_below_trimming():
     # 64 NICs, 126 QPs each: every port takes its plane's paths in turn whichever QP sends (one
     # cursor per port); with one per QP a NIC sprayed at random and its leaf's uplinks trimmed
