@@ -128,7 +128,8 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
         # MRC's ports send at the NIC's rate, as a NIC's do: its packets wait in their QPs, not in the
         # host port's qdisc (NSCC would count that queue as the network's)
         pace = 0 if a.no_nic_rate or a.no_pacing else q.rate_bps
-        setup = {"transport": transport, "msg": a.msg, "slots": 4, "flows": flows, "qp": prof, "port_rate_bps": pace}
+        setup = {"transport": transport, "msg": a.msg, "slots": 4, "flows": flows, "qp": prof, "port_rate_bps": pace,
+                 "spin_us": a.spin_us}
         infos: dict = {}
         for h, w in hosts.items():
             for k, v in w.ask({"setup": {**setup, "host": h}})["infos"].items():
@@ -287,6 +288,8 @@ def check_args(a, workloads: list[str]) -> str | None:
         return "incast needs at least 2 hosts, the victim workload 4 (2 incast senders, a victim's receiver)"
     if a.seconds <= 0 or a.msg <= 0:
         return "--seconds and --msg must be positive"
+    if not 0 <= a.spin_us <= 1_000_000:
+        return f"--spin-us {a.spin_us}: from 0 (sleep at once) to 1000000"
     try:
         qos.PortQoS(apply.parse_rate(a.rate), a.ecn_kb, a.trim_kb, a.buffer_kb).check()
         if a.alltoall_rate:
@@ -313,7 +316,7 @@ def idle_cpu(t: Topology, a, seconds: float = 2.0) -> float:
     engine thread must sleep, not spin (two cores serve 8 hosts here)."""
     w = Host(t.name, "h0")
     try:
-        w.ask({"setup": {"transport": "mrc", "msg": a.msg, "flows": [], "host": "h0"}})
+        w.ask({"setup": {"transport": "mrc", "msg": a.msg, "flows": [], "host": "h0", "spin_us": a.spin_us}})
         w.ask({"connect": {}})
         return w.ask({"start": {"at_ns": time.monotonic_ns() + 200_000_000, "seconds": seconds}})["cpu_share"]
     finally:
@@ -419,6 +422,10 @@ def main() -> int:
     ap.add_argument("--no-pacing", action="store_true",
                     help="a control: MRC's engine sends as fast as it is asked, not at its ports' rate "
                          "(its packets then queue in the hosts' qdiscs)")
+    ap.add_argument("--spin-us", type=int, default=0, metavar="US",
+                    help="how long an idle MRC engine polls before it sleeps (default 0 here, the engine's own "
+                         "default 200: this machine's two cores also forward every packet of the fabric, and "
+                         "engines that poll between packets take their time; README, congestion)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the transports this many times in turn (mrc, tcp_cubic, ..., mrc, ...) and report "
                          "each p99 ratio as the median of the rounds' ratios, with their spread (default 1)")
@@ -448,8 +455,9 @@ def main() -> int:
         print(f"congestion_bench: {problem}", file=sys.stderr)
         return 2
     t, q = build(a)
-    out = {"cc": a.cc, "nic_rate": not a.no_nic_rate, "pacing": not (a.no_nic_rate or a.no_pacing),
-           "rate_bps": q.rate_bps, "ecn_kb": q.ecn_kb, "trim_kb": q.trim_kb, "buffer_kb": q.buffer_kb,
+    out = {"cc": a.cc, "spin_us": a.spin_us, "nic_rate": not a.no_nic_rate,
+           "pacing": not (a.no_nic_rate or a.no_pacing), "rate_bps": q.rate_bps, "ecn_kb": q.ecn_kb,
+           "trim_kb": q.trim_kb, "buffer_kb": q.buffer_kb,
            "hosts": t.hosts, "planes": t.planes, "msg": a.msg, "seconds": a.seconds, "workloads": {},
            "srv6": apply.srv6(t.name)}
     reader = qos.PortReader(t, qos.switch_ports(t))

@@ -6,8 +6,10 @@ The worker speaks JSON lines: a request on standard input, its answer on
 standard output, in this order:
 
 1. ``{"setup": {"host", "transport", "msg", "slots", "flows": [{"id", "src",
-   "dst", "addr"?, "port"?}], "qp": {"timeout"?, "cc"?}}}``: make what this
-   host's flows need. MRC: per flow it sends, a QP, a CQ and a random source
+   "dst", "addr"?, "port"?}], "qp": {"timeout"?, "cc"?}, "port_rate_bps"?,
+   "spin_us"?}}``: make what this host's flows need (``spin_us``: how long
+   the idle MRC engine polls before it sleeps, default 200; ``port_rate_bps``:
+   its ports' pacing rate). MRC: per flow it sends, a QP, a CQ and a random source
    of ``msg * slots`` bytes; per flow it receives, a QP and a region as big.
    TCP (``tcp_cubic``, ``tcp_bbr``) and ``mptcp``: a listening socket per
    flow it receives (on ``port``). Answers ``{"infos": {id: ...}}``: what the
@@ -115,6 +117,7 @@ class Worker:
         self.port_rate = _int(setup, "port_rate_bps", 0, 10**13, 0)
         if 0 < self.port_rate < 8000:
             raise ValueError("port_rate_bps must be 0 (no limit) or at least 8000")
+        self.spin_us = _int(setup, "spin_us", 0, 1_000_000, 200)  # how long an idle engine polls before it sleeps
 
     # ------------------------------------------------------------ setup
     def setup(self) -> dict:
@@ -124,7 +127,7 @@ class Worker:
             from mrc.paths import from_environment
             from mrc.verbs import Context, QPAttr
 
-            self.ctx = ctx = Context(resolver=from_environment(), port_rate_bps=self.port_rate)
+            self.ctx = ctx = Context(resolver=from_environment(), port_rate_bps=self.port_rate, spin_us=self.spin_us)
             for f in self.flows:
                 size = self.msg * self.slots
                 attr = QPAttr(**{k: v for k, v in self.qp_attr.items() if k != "cc"},

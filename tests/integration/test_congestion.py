@@ -110,6 +110,7 @@ def test_the_congestion_bench_runs_mrc_and_tcp_flows_across_host_processes():
     out = json.loads(r.stdout)
     w = out["workloads"]["incast"]
     assert out["srv6"] in ("kernel", "tc-bpf"), out  # what carried the kernel's TCP (mrc.fabric.srv6bpf)
+    assert out["spin_us"] == 0  # the engines sleep when idle: the two cores forward the fabric
     for run in (w, w["tcp_cubic"]):
         assert run["verified"] and run["qp_errors"] == 0 and run["messages"] > 0, run
         for key in ("utilization", "jain", "drops", "trims", "marks", "p99_ms", "ideal_p99_ms"):

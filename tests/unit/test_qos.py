@@ -43,6 +43,8 @@ def test_the_qp_profile_outlasts_the_longest_queue_and_fills_the_planes(rate):
     (["--cc", "bogus=1"], "--cc bogus=1: the engine refuses it"),
     (["--cc", "gamma=-1"], "--cc gamma=-1: the engine refuses it"),
     (["--cc", "fi=" + "9" * 40], "the engine refuses it"),
+    (["--spin-us", "-1"], "--spin-us -1: from 0"),
+    (["--spin-us", "2000000"], "--spin-us 2000000: from 0"),
 ])
 def test_the_congestion_bench_refuses_bad_arguments_in_a_line_before_building_anything(args, msg):
     import os

@@ -40,6 +40,10 @@ def worker(*lines: str) -> tuple[int, list[dict]]:
     (json.dumps({"setup": {**GOOD, "port_rate_bps": 10**30}}), "port_rate_bps must be an integer"),
     (json.dumps({"setup": {**GOOD, "port_rate_bps": 1.5e8}}), "port_rate_bps must be an integer"),
     (json.dumps({"setup": {**GOOD, "port_rate_bps": 7999}}), "0 (no limit) or at least 8000"),
+    (json.dumps({"setup": {**GOOD, "spin_us": -1}}), "spin_us must be an integer from 0 to 1000000"),
+    (json.dumps({"setup": {**GOOD, "spin_us": 20.5}}), "spin_us must be an integer"),
+    (json.dumps({"setup": {**GOOD, "spin_us": True}}), "spin_us must be an integer"),
+    (json.dumps({"setup": {**GOOD, "spin_us": 10**7}}), "spin_us must be an integer"),
 ])
 def test_a_bad_request_gets_one_error_line_and_the_worker_exits(line, msg):
     rc, out = worker(line)
