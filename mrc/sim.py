@@ -466,7 +466,8 @@ def main(a) -> int:
     else:
         for name, s in runs.items():
             r = s.result
-            print(f"{name:>12}: goodput {r['goodput_ratio']:.3f} of line rate, completion p50 {r['p50_us']} us "
+            print(f"{name:>12}: goodput {r['goodput_ratio']:.3f} of line rate (at most {r['wire_bound_ratio']:.3f}: "
+                  f"the busiest NIC's bytes, then a round trip), completion p50 {r['p50_us']} us "
                   f"p99 {r['p99_us']} us max {r['max_us']} us, longest gap {r['max_gap_us']} us, "
                   f"drops {r['drops']} trims {r['trims']} marks {r['marks']}, QP errors {r['qp_errors']}, "
                   f"{r['packets']} packets in {r['wall_s']} s ({r['sim_pps']} /s)")
