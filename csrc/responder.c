@@ -23,6 +23,14 @@ static inline uint32_t widx(const struct qp *q, uint32_t psn) { return psn & (q-
 static inline int rbit(const struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); return (int)((q->rbits[i >> 6] >> (i & 63)) & 1); }
 static inline void rset(struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); q->rbits[i >> 6] |= 1ull << (i & 63); }
 static inline void rclr(struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); q->rbits[i >> 6] &= ~(1ull << (i & 63)); }
+/* The 64 received-bits from psn up, bit 0 psn's (the array wraps at win, a
+ * power of two of at least 128): two words, not 64 single bits. */
+static inline uint64_t rbits64(const struct qp *q, uint32_t psn)
+{
+    uint32_t i = widx(q, psn), w = i >> 6, b = i & 63, last = (q->win >> 6) - 1;
+    uint64_t lo = q->rbits[w] >> b;
+    return b ? lo | q->rbits[w == last ? 0 : w + 1] << (64 - b) : lo;
+}
 
 /* The EV a reply travels on: the arrival plane, and one of our own paths to
  * the sender there (the I/O layer takes path entropy % paths). */
@@ -52,9 +60,11 @@ static void send_sack(struct mrc_ep *ep, struct qp *q, uint8_t port, uint32_t ec
     uint32_t o = 1, ahead = psn_sub(trig, q->epsn);
     if (ahead > MRC_SACK_BITS && ahead < q->win)
         o = ahead - (MRC_SACK_BITS - SACK_ABOVE_TRIG - 1); /* the trigger at bit 47 */
-    for (uint32_t i = 0; i < MRC_SACK_BITS && o + i < q->win; i++)
-        if (rbit(q, psn_add(q->epsn, o + i)))
-            bm |= 1ull << i;
+    if (o < q->win) {
+        bm = rbits64(q, psn_add(q->epsn, o));
+        if (q->win - o < MRC_SACK_BITS) /* no bit past the window */
+            bm &= (1ull << (q->win - o)) - 1;
+    }
     int32_t off = (int32_t)(psn_sub(trig, cack));
     if (off > 0x7FFF)
         off = off - (int32_t)(MRC_PSN_MASK + 1); /* trig before cack: a duplicate */
