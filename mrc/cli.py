@@ -232,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--buffer", default="1M", help="switch egress buffer per port (default 1M)")
     sim.add_argument("--ecn", default="64K", help="queue above which switches mark CE (default 64K)")
     sim.add_argument("--trim", default="128K", help="queue above which switches trim MRC data (default 128K; 0: off)")
+    sim.add_argument("--mtu", type=int, default=4096, help="payload bytes per packet (64-8872, default 4096)")
     sim.add_argument("--workload", default="permutation", choices=["permutation", "alltoall", "incast", "victim",
                                                                     "ring-allreduce"],
                      help="permutation: each NIC writes to one other (random); alltoall: to every other; incast: "

@@ -78,6 +78,9 @@ class Fabric:
             raise UsageError(f"paced={self.paced!r}: True (NICs pace their ports) or False (the control)")
         if not 0 < self.hop_ns <= 10**9:
             raise UsageError(f"--hop-delay {self.hop_ns} ns: above 0 and at most 1 s")
+        if isinstance(self.mtu, bool) or not isinstance(self.mtu, int) or \
+                not lib.MRC_MIN_MTU <= self.mtu <= lib.MRC_MAX_MTU:
+            raise UsageError(f"--mtu {self.mtu!r}: payload bytes per packet, {lib.MRC_MIN_MTU} to {lib.MRC_MAX_MTU}")
 
     def host_leaf(self, h: int) -> int:
         return h * self.leaves // self.hosts  # as mrc.fabric.topology places hosts
@@ -419,7 +422,7 @@ def parse_args_to_fabric(a) -> Fabric:
     return Fabric(hosts=a.hosts, planes=a.planes, leaves=a.leaves, spines=a.spines, rate_bps=parse_rate(a.rate),
                   hop_ns=parse_time(a.hop_delay), buffer_bytes=parse_size(a.buffer), ecn_bytes=parse_size(a.ecn),
                   trim_bytes=0 if a.trim in ("0", "off") else parse_size(a.trim), seed=a.seed,
-                  paced=not a.no_pacing)
+                  paced=not a.no_pacing, mtu=a.mtu)
 
 
 def main(a) -> int:
@@ -448,7 +451,8 @@ def main(a) -> int:
         runs[name] = s
         s.close()
     out = {"fabric": {"hosts": fab.hosts, "planes": fab.planes, "leaves": fab.leaves, "spines": fab.spines,
-                      "rate_gbps": fab.rate_bps / 1e9, "hop_ns": fab.hop_ns, "base_rtt_ns": fab.base_rtt_ns(),
+                      "rate_gbps": fab.rate_bps / 1e9, "hop_ns": fab.hop_ns, "mtu": fab.mtu,
+                      "base_rtt_ns": fab.base_rtt_ns(),
                       "rto_us": round((1024 << fab.timeout_exp()) / 1000, 1),
                       "buffer_bytes": fab.buffer_bytes, "ecn_bytes": fab.ecn_bytes, "trim_bytes": fab.trim_bytes,
                       "paced": fab.paced, "seed": fab.seed},

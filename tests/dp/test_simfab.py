@@ -240,6 +240,21 @@ def test_bad_specs_get_one_clear_line():
             msim.Fabric(hosts=16, paced=paced)
     with pytest.raises(UsageError):
         msim.parse_time("fast")
+    for mtu in (63, 8873, 0, -4096, 4096.0, True, "4096"):
+        with pytest.raises(UsageError, match="--mtu"):
+            msim.Fabric(hosts=16, mtu=mtu)
+    r = subprocess.run([sys.executable, "-m", "mrc", "sim", "--hosts", "16", "--mtu", "9000"], capture_output=True,
+                       text=True, timeout=60, cwd=str(pathlib.Path(__file__).resolve().parents[2]))
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["mrc: --mtu 9000: payload bytes per packet, 64 to "
+                                                                   "8872"], r.stderr
+
+
+def test_smaller_packets_run_the_same_transfer_in_more_packets():
+    big = msim.simulate(small(), "permutation", 2 << 20).result
+    little = msim.simulate(small(mtu=1024), "permutation", 2 << 20).result
+    assert little["unfinished"] == big["unfinished"] == 0 and little["qp_errors"] == 0
+    assert little["data_packets"] >= 4 * big["data_packets"]
+    assert little["wire_bound_ratio"] < big["wire_bound_ratio"]  # more headers per payload byte
 
 
 def test_a_two_host_run_agrees_with_the_in_memory_link_within_5_percent():
