@@ -125,13 +125,17 @@ function updateLinks(links) {
 }
 
 // -------------------------------------------------------------- selection
+// a second click on what is selected lets it go; the EV events list then
+// shows every path's events again
 function select(kind, id) {
-  S.selected = { kind, id };
+  const again = S.selected && S.selected.kind === kind && S.selected.id === id;
+  S.selected = again ? null : { kind, id };
   for (const e of document.querySelectorAll("#fabric .sel")) e.classList.remove("sel");
-  if (kind === "link") document.querySelector(`#fabric .link[data-link="${id}"]`)?.classList.add("sel");
-  else for (const g of document.querySelectorAll(`#fabric .node[data-node="${id}"]`)) g.classList.add("sel");
+  if (!again && kind === "link") document.querySelector(`#fabric .link[data-link="${id}"]`)?.classList.add("sel");
+  else if (!again) for (const g of document.querySelectorAll(`#fabric .node[data-node="${id}"]`)) g.classList.add("sel");
   showSelection(S.lastLinks || {});
   updateButtons();
+  showEvents();
 }
 
 function showSelection(links) {
@@ -261,17 +265,41 @@ function updateGrid(grids) {
 }
 
 // --------------------------------------------------------------- timeline
+// The EV events list: the newest 300, or with a link or a switch selected
+// only the events of paths over it (a flood of other paths' events, EVs
+// retired and brought back by the hundred on a loaded machine, pushed the
+// selected link's out of the list before anyone could read them).
+const EVENT_ROWS = 300;
+
+function eventShown(e) {
+  const s = S.selected;
+  if (!s) return true;
+  if (s.kind === "link") return e.links.includes(s.id);
+  return e.links.some((l) => l.split("-").includes(s.id));
+}
+
+function eventRow(e) {
+  return el("li", { "data-links": e.links.join(","), "data-new": e.new,
+                    text: `${e.t.toFixed(2)} s  ${e.host} QP ${e.qpn} EV 0x${e.ev.toString(16)} (plane ${e.plane}): ` +
+                          `${e.old} → ${e.new}` + (e.links.length ? `  via ${e.links.slice(1, 3).join(", ")}` : "") });
+}
+
 function addEvents(evs) {
   const list = $("events");
   for (const e of evs) {
     S.events.push(e);
-    const li = el("li", { "data-links": e.links.join(","), "data-new": e.new,
-                          text: `${e.t.toFixed(2)} s  ${e.host} QP ${e.qpn} EV 0x${e.ev.toString(16)} (plane ${e.plane}): ` +
-                                `${e.old} → ${e.new}` + (e.links.length ? `  via ${e.links.slice(1, 3).join(", ")}` : "") });
-    list.prepend(li);
+    if (eventShown(e)) list.prepend(eventRow(e));
   }
-  while (list.children.length > 300) list.lastChild.remove();
+  while (list.children.length > EVENT_ROWS) list.lastChild.remove();
   while (S.events.length && S.events[0].t < S.lastT - WINDOW_S) S.events.shift();
+}
+
+// the list again from the events of the last 60 s, for what is selected now
+function showEvents() {
+  const s = S.selected;
+  $("events-filter").textContent = s ? `over ${s.id} only (click it again for every path)` : "";
+  const rows = S.events.filter(eventShown).slice(-EVENT_ROWS).reverse().map(eventRow);
+  $("events").replaceChildren(...rows);
 }
 
 function setTimeline(entries) {
