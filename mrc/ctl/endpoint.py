@@ -407,8 +407,10 @@ class ControlServer:
         except OSError:
             pass
         self._sock.close()
-        if os.path.exists(self.path):
+        try:
             os.unlink(self.path)
+        except FileNotFoundError:  # gone already: another server's sweep found it refusing once closed
+            pass
         self._thread.join(2)
 
     def __enter__(self) -> ControlServer:
