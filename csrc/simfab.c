@@ -136,7 +136,6 @@ static void sift_up(struct mrc_fab *f, uint64_t i, const struct fev *e)
     heap_put(f, i, e);
 }
 
-
 static void sift_down(struct mrc_fab *f, uint64_t i, const struct fev *e)
 {
     const unsigned __int128 k = ev_key(e);
@@ -225,15 +224,25 @@ static void unwake(struct mrc_fab *f, uint32_t h)
 }
 
 /* Host h wakes at t, unless it already does no later: one wake event per
- * host, the earliest asked for since its last wake. */
+ * host, the earliest asked for since its last wake. A pending wake is moved
+ * in place, with the sequence number a new event would take (it may be later
+ * than t: a packet's arrival runs the host without popping its wake). */
 static void wake_at(struct mrc_fab *f, uint32_t h, uint64_t t)
 {
     struct fhost *x = &f->hosts[h];
     if (x->wake <= t)
         return;
     x->wake = t;
-    unwake(f, h);
-    must(f, fab_push(f, t, EVT_WAKE, h));
+    uint64_t seq = f->seq++;
+    if (x->hpos == HPOS_NONE || seq > FEV_SEQ_MAX) {
+        must(f, push_seq(f, t, seq, EVT_WAKE, h));
+        return;
+    }
+    struct fev e = {.t = t, .x = seq << FEV_SEQ_SHIFT | (uint64_t)EVT_WAKE << FEV_IDX_BITS | h};
+    if (ev_before(&e, &f->heap[x->hpos]))
+        sift_up(f, x->hpos, &e);
+    else
+        sift_down(f, x->hpos, &e);
 }
 
 static void host_wake(struct mrc_fab *f, uint32_t h);
@@ -343,10 +352,11 @@ static void enqueue(struct mrc_fab *f, struct fpkt *k, uint64_t port, uint32_t n
 static void port_flush(struct mrc_fab *f, uint64_t port)
 {
     struct fport *pt = &f->ports[port];
+    struct mrc_fab_tier *ts = &f->st.tier[port_tier(f, port)];
     while (pt->head) {
         struct fpkt *k = pt->head;
         pt->head = k->next;
-        f->st.tier[port_tier(f, port)].cut++;
+        ts->cut++;
         pkt_put(f, k);
     }
     pt->tail = NULL;

@@ -47,8 +47,8 @@ static inline uint32_t fev_idx(const struct fev *e) { return (uint32_t)e->x & FE
 struct fhost {
     struct mrc_ctx *ctx;
     struct mrc_ep *ep;
-    uint64_t wake;                 /* when its one wake event is due (PS_INF: none) */
-    uint64_t hpos;                 /* that event's place in the heap (HPOS_NONE: none) */
+    uint64_t wake;                 /* the earliest wake asked for since it last ran (PS_INF: none) */
+    uint64_t hpos;                 /* its one wake event's place in the heap (HPOS_NONE: none) */
     uint32_t lkey, rkey;
     uint16_t *g2l;                 /* host index -> this context's peer number (0xFFFF: none) */
     uint16_t l2g[MRC_MAX_PEERS];   /* and back */
