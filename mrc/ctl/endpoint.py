@@ -503,28 +503,34 @@ def _refuses(path: str) -> bool:
     return False
 
 
+def _control_sockets(d: str) -> list[tuple[str, str]]:
+    """(path, pid) of every name in ``d`` that is a control socket's (none: no ``d``)."""
+    try:
+        names = sorted(os.listdir(d))
+    except FileNotFoundError:
+        return []
+    return [(os.path.join(d, n), m.group(1)) for n in names if (m := _SOCK_NAME.fullmatch(n))]
+
+
 def sweep_stale(d: str | None = None) -> list[str]:
     """Remove the control sockets left by processes that ended without
     removing theirs (killed): those whose process is gone, or whose PID now
     belongs to a process that does not listen there. Only UNIX sockets with
     a control socket's name, and only this user's (root: anyone's). A
     starting server calls it; the removed paths are returned."""
-    d = d or ctl_dir()
     try:
-        names = os.listdir(d)
-    except OSError:
+        socks = _control_sockets(d or ctl_dir())
+    except OSError:  # not ours to read: nothing to sweep
         return []
     gone = []
-    for n in names:
-        m = _SOCK_NAME.fullmatch(n)
-        path = os.path.join(d, n)
+    for path, pid in socks:
         try:
             st = os.lstat(path)
         except OSError:
             continue
-        if not m or not stat.S_ISSOCK(st.st_mode) or os.geteuid() not in (0, st.st_uid):
+        if not stat.S_ISSOCK(st.st_mode) or os.geteuid() not in (0, st.st_uid):
             continue
-        if os.path.exists(f"/proc/{m.group(1)}") and not _refuses(path):
+        if os.path.exists(f"/proc/{pid}") and not _refuses(path):
             continue
         try:
             os.unlink(path)
@@ -537,15 +543,4 @@ def sweep_stale(d: str | None = None) -> list[str]:
 def endpoints() -> list[str]:
     """Control sockets whose process is still alive (``<pid>.sock`` and
     ``<pid>-<tag>.sock``)."""
-    d = ctl_dir()
-    try:
-        names = sorted(os.listdir(d))
-    except FileNotFoundError:
-        return []
-    out = []
-    for n in names:
-        m = _SOCK_NAME.fullmatch(n)
-        if m and os.path.exists(f"/proc/{m.group(1)}"):
-            out.append(os.path.join(d, n))
-    return out
-
+    return [path for path, pid in _control_sockets(ctl_dir()) if os.path.exists(f"/proc/{pid}")]
