@@ -32,7 +32,9 @@ wire_bound_ratio is the control for goodput_ratio: the most the run's flows
 could reach, had the busiest NIC sent its data once and its share of the
 control packets (the SACKs the protocol asks for: at once on every out-of-
 order arrival) back to back at line rate, its last packet then taking one
-base RTT; vs_wire_bound is goodput_ratio over it.
+base RTT; vs_wire_bound is goodput_ratio over it (given for the permutation
+and the all-to-all: the bound counts what NICs send, so for an incast,
+limited by its receiver, it is loose).
 Each scenario reports nics, goodput_ratio (to line rate), single_path_ratio
 where it applies, p99_us, max_gap_us, qp_errors, drops, trims, wall_s
 (CPU seconds of the run), sim_pps (packets simulated per CPU second),
