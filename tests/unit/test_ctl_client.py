@@ -129,3 +129,16 @@ def test_a_bound_control_socket_listens_as_soon_as_it_is_in_place(tmp_path):
         assert os.path.exists(path)
     finally:
         s.close()
+
+
+def test_sweep_leaves_another_users_stale_socket_alone(tmp_path, monkeypatch):
+    d = str(tmp_path)
+    left = _socket_file(os.path.join(d, "999999999.sock"), listen=False)  # stale, but this file's owner's
+    try:
+        owner = os.lstat(os.path.join(d, "999999999.sock")).st_uid
+        monkeypatch.setattr(endpoint.os, "geteuid", lambda: owner + 4242)  # a user who is neither it nor root
+        assert endpoint.sweep_stale(d) == [] and os.listdir(d) == ["999999999.sock"]
+        monkeypatch.setattr(endpoint.os, "geteuid", lambda: owner)
+        assert endpoint.sweep_stale(d) == [os.path.join(d, "999999999.sock")]
+    finally:
+        left.close()
