@@ -32,6 +32,8 @@ over its p99: where a transport sharing the receiver fairly stands at best).
     python bench/congestion_bench.py --plots out/            # a PNG per workload (matplotlib)
     python bench/congestion_bench.py --workloads incast --rounds 3 --json   # A B C D A B C D A B C D:
                           # p99_vs_<baseline>_median and _spread over the rounds' ratios
+    python bench/congestion_bench.py --workloads victim --victim-nic-x 2 --json   # the control: the
+                          # victim's sender's NIC twice as fast, so that it is no longer shared at capacity
 
 Needs root (it builds a fabric of namespaces) and clang + libbpf headers for
 the switch queues (tools/setup.sh installs them).
@@ -119,20 +121,26 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
     flows = flows_of(workload, t.hosts)
     for f in flows:  # TCP: one stream per pair, on the plane a hash of its addresses and ports picks (ECMP)
         s, d, port = int(f["src"][1:]), int(f["dst"][1:]), 21000 + f["id"]
-        f.update(addr=t.inner_address(d, zlib.crc32(f"{s}/{d}/{port}".encode()) % t.planes), port=port)
+        plane = zlib.crc32(f"{s}/{d}/{port}".encode()) % t.planes
+        f.update(addr=t.inner_address(d, plane), port=port, plane=plane)
     names = sorted({f["src"] for f in flows} | {f["dst"] for f in flows}, key=lambda h: int(h[1:]))
     prof = qos.qp_profile(q.rate_bps, t.planes, q=q)
     prof["cc"].update(a.cc)
+    # the control --victim-nic-x: the victim's sender's NIC (its qdiscs, and MRC's pacing) that much faster
+    wide = flows[-1]["src"] if workload == "victim" and a.victim_nic_x != 1 else None
     hosts = {h: Host(t.name, h) for h in names}
     try:
         # MRC's ports send at the NIC's rate, as a NIC's do: its packets wait in their QPs, not in the
         # host port's qdisc (NSCC would count that queue as the network's)
         pace = 0 if a.no_nic_rate or a.no_pacing else q.rate_bps
+        if wide and not a.no_nic_rate:
+            qos.apply_ports(t, qos.ports(t, wide)[1], qos.PortQoS(round(q.rate_bps * a.victim_nic_x)))
         setup = {"transport": transport, "msg": a.msg, "slots": 4, "flows": flows, "qp": prof, "port_rate_bps": pace,
                  "spin_us": a.spin_us}
         infos: dict = {}
         for h, w in hosts.items():
-            for k, v in w.ask({"setup": {**setup, "host": h}})["infos"].items():
+            mine = {"port_rate_bps": round(pace * a.victim_nic_x)} if h == wide else {}
+            for k, v in w.ask({"setup": {**setup, "host": h, **mine}})["infos"].items():
                 infos.setdefault(int(k), {})[h] = v
         # connect every end (in parallel: a TCP receiver accepts while its senders connect; an MRC QP
         # sends nothing before the start)
@@ -192,6 +200,8 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
     finally:
         for w in hosts.values():
             w.close()
+        if wide and not a.no_nic_rate:
+            qos.apply_ports(t, qos.ports(t, wide)[1], qos.nic(q))
 
 
 def summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q, pauses=()) -> dict:
@@ -253,9 +263,15 @@ def summarize(t, workload, transport, flows, results, before, after, samples, ve
         "bottleneck_peak_kb": {p: round(v / 1024, 1) for p, v in sorted(peak.items())
                                if p.split(":")[1] in bottleneck and v},
     }
+    if transport.startswith("tcp"):  # each stream's plane (ECMP): streams on different planes share no link
+        out["planes"] = {str(f["id"]): f["plane"] for f in flows}
+        theirs = [f["plane"] for f in flows if f["id"] in group]
+        out["receiver_ports_shared"] = len(set(theirs)) < len(theirs)
     if workload == "victim":
         victim = flows[-1]["id"]
-        fair = cap_host - cap_host / senders  # h1's uplinks less its incast flow's share of h0
+        # h1's uplinks (--victim-nic-x times the rate) less its incast flow's share of h0, and at most
+        # what its receiver's NIC takes
+        fair = min(cap_host * a.victim_nic_x - cap_host / senders, cap_host)
         out["victim_mbps"] = round(good[victim] / 1e6, 2)
         out["victim_fair_share_ratio"] = round(good[victim] / fair, 4)
     out["_series"] = {"flows": {str(f["id"]): {"timeline": results[f["id"]]["timeline"],
@@ -290,6 +306,8 @@ def check_args(a, workloads: list[str]) -> str | None:
         return "--seconds and --msg must be positive"
     if not 0 <= a.spin_us <= 1_000_000:
         return f"--spin-us {a.spin_us}: from 0 (sleep at once) to 1000000"
+    if not 1 <= a.victim_nic_x <= 16:
+        return f"--victim-nic-x {a.victim_nic_x}: from 1 (as every NIC) to 16"
     try:
         qos.PortQoS(apply.parse_rate(a.rate), a.ecn_kb, a.trim_kb, a.buffer_kb).check()
         if a.alltoall_rate:
@@ -426,6 +444,11 @@ def main() -> int:
                     help="how long an idle MRC engine polls before it sleeps (default 0 here, the engine's own "
                          "default 200: this machine's two cores also forward every packet of the fabric, and "
                          "engines that poll between packets take their time; README, congestion)")
+    ap.add_argument("--victim-nic-x", type=float, default=1.0, metavar="X",
+                    help="a control for the victim workload: the victim's sender (whose NIC carries its incast "
+                         "flow and the victim) gets ports X times --rate (its qdiscs and MRC's pacing), so that "
+                         "its NIC is no longer full; what unfairness stays between the flows into h0 is then "
+                         "the network's and the transport's (default 1; README, congestion)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="run the transports this many times in turn (mrc, tcp_cubic, ..., mrc, ...) and report "
                          "each p99 ratio as the median of the rounds' ratios, with their spread (default 1)")
@@ -455,7 +478,7 @@ def main() -> int:
         print(f"congestion_bench: {problem}", file=sys.stderr)
         return 2
     t, q = build(a)
-    out = {"cc": a.cc, "spin_us": a.spin_us, "nic_rate": not a.no_nic_rate,
+    out = {"cc": a.cc, "spin_us": a.spin_us, "nic_rate": not a.no_nic_rate, "victim_nic_x": a.victim_nic_x,
            "pacing": not (a.no_nic_rate or a.no_pacing), "rate_bps": q.rate_bps, "ecn_kb": q.ecn_kb,
            "trim_kb": q.trim_kb, "buffer_kb": q.buffer_kb,
            "hosts": t.hosts, "planes": t.planes, "msg": a.msg, "seconds": a.seconds, "workloads": {},

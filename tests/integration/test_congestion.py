@@ -124,3 +124,33 @@ def test_the_congestion_bench_runs_mrc_and_tcp_flows_across_host_processes():
         assert 0 <= run["messages_unpaused"] <= run["messages"], run
         assert run["p99_ms_unpaused"] > 0 or not run["messages_unpaused"], run
         assert run["machine_pauses"] or run["machine_steal_max_ms"] or run["messages_unpaused"] == run["messages"], run
+    # the control for TCP's fairness: each stream's plane (ECMP), and whether the streams into h0 share one
+    planes = w["tcp_cubic"]["planes"]
+    assert sorted(planes) == ["0", "1"] and all(0 <= p < 2 for p in planes.values()), planes
+    assert w["tcp_cubic"]["receiver_ports_shared"] == (planes["0"] == planes["1"])
+
+
+def test_the_victim_control_widens_only_the_victims_sender_nic():
+    """--victim-nic-x 2: the victim's sender (h1) sends more than its NIC
+    could at the fabric's rate (it really got the wider ports and pacing),
+    the receiver h0 still gets no more than its ports carry, and the fair
+    share the victim is held to counts the wider NIC."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, os.path.join(root, "bench", "congestion_bench.py"), "--json", "--hosts", "4",
+                        "--planes", "2", "--spines", "2", "--leaves", "2", "--seconds", "2", "--msg", "256K",
+                        "--workloads", "victim", "--transports", "mrc", "--victim-nic-x", "2"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    w = out["workloads"]["victim"]
+    assert out["victim_nic_x"] == 2 and w["verified"] and w["qp_errors"] == 0, w
+    nic = out["planes"] * out["rate_bps"] / 1e6  # one NIC at the fabric's rate, Mbit/s
+    good = w["goodput_mbps"]  # flows: 0 h1 -> h0, 1 h2 -> h0, 2 h1 -> h3 (the victim)
+    assert good["0"] + good["2"] > 1.1 * nic, good  # h1 sent beyond one NIC's rate
+    assert good["0"] + good["1"] <= 1.01 * nic, good  # h0's ports were left as they were
+    assert abs(w["victim_fair_share_ratio"] - good["2"] / min(2 * nic - nic / 2, nic)) < 1e-3, w

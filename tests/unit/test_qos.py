@@ -45,6 +45,9 @@ def test_the_qp_profile_outlasts_the_longest_queue_and_fills_the_planes(rate):
     (["--cc", "fi=" + "9" * 40], "the engine refuses it"),
     (["--spin-us", "-1"], "--spin-us -1: from 0"),
     (["--spin-us", "2000000"], "--spin-us 2000000: from 0"),
+    (["--victim-nic-x", "0.5"], "--victim-nic-x 0.5: from 1"),
+    (["--victim-nic-x", "17"], "--victim-nic-x 17.0: from 1"),
+    (["--victim-nic-x", "nan"], "--victim-nic-x nan: from 1"),
 ])
 def test_the_congestion_bench_refuses_bad_arguments_in_a_line_before_building_anything(args, msg):
     import os
