@@ -308,6 +308,8 @@ def check_args(a, workloads: list[str]) -> str | None:
         return f"--spin-us {a.spin_us}: from 0 (sleep at once) to 1000000"
     if not 1 <= a.victim_nic_x <= 16:
         return f"--victim-nic-x {a.victim_nic_x}: from 1 (as every NIC) to 16"
+    if a.victim_nic_x != 1 and "victim" not in workloads:
+        return "--victim-nic-x goes with the victim workload (--workloads victim)"
     try:
         qos.PortQoS(apply.parse_rate(a.rate), a.ecn_kb, a.trim_kb, a.buffer_kb).check()
         if a.alltoall_rate:
