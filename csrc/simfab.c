@@ -166,6 +166,15 @@ static void sift_down(struct mrc_fab *f, uint64_t i, const struct fev *e)
     heap_put(f, i, e);
 }
 
+/* Entry i becomes e, moved up or down to its place. */
+static void heap_move(struct mrc_fab *f, uint64_t i, const struct fev *e)
+{
+    if (ev_before(e, &f->heap[i]))
+        sift_up(f, i, e);
+    else
+        sift_down(f, i, e);
+}
+
 /* an event with the sequence number seq, taken from f->seq earlier */
 static int push_seq(struct mrc_fab *f, uint64_t t, uint64_t seq, uint32_t kind, uint32_t idx)
 {
@@ -178,7 +187,7 @@ static int push_seq(struct mrc_fab *f, uint64_t t, uint64_t seq, uint32_t kind, 
         f->heap = h;
         f->hcap *= 2;
     }
-    struct fev e = {.t = t, .x = seq << FEV_SEQ_SHIFT | (uint64_t)kind << FEV_IDX_BITS | idx};
+    struct fev e = fev_make(t, seq, kind, idx);
     sift_up(f, f->hn++, &e);
     return 0;
 }
@@ -214,13 +223,9 @@ static void unwake(struct mrc_fab *f, uint32_t h)
     if (i == HPOS_NONE)
         return;
     f->hosts[h].hpos = HPOS_NONE;
-    struct fev gone = f->heap[i], last = f->heap[--f->hn];
-    if (i == f->hn)
-        return;
-    if (ev_before(&last, &gone))
-        sift_up(f, i, &last);
-    else
-        sift_down(f, i, &last);
+    struct fev last = f->heap[--f->hn];
+    if (i != f->hn)
+        heap_move(f, i, &last);
 }
 
 /* Host h wakes at t, unless it already does no later: one wake event per
@@ -238,11 +243,8 @@ static void wake_at(struct mrc_fab *f, uint32_t h, uint64_t t)
         must(f, push_seq(f, t, seq, EVT_WAKE, h));
         return;
     }
-    struct fev e = {.t = t, .x = seq << FEV_SEQ_SHIFT | (uint64_t)EVT_WAKE << FEV_IDX_BITS | h};
-    if (ev_before(&e, &f->heap[x->hpos]))
-        sift_up(f, x->hpos, &e);
-    else
-        sift_down(f, x->hpos, &e);
+    struct fev e = fev_make(t, seq, EVT_WAKE, h);
+    heap_move(f, x->hpos, &e);
 }
 
 static void host_wake(struct mrc_fab *f, uint32_t h);

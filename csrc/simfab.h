@@ -43,6 +43,11 @@ enum { FEV_IDX_BITS = 24, FEV_SEQ_SHIFT = 26 };
 #define FEV_SEQ_MAX ((1ull << (64 - FEV_SEQ_SHIFT)) - 1)
 static inline uint32_t fev_kind(const struct fev *e) { return (uint32_t)(e->x >> FEV_IDX_BITS) & 3; }
 static inline uint32_t fev_idx(const struct fev *e) { return (uint32_t)e->x & FEV_IDX_MAX; }
+/* the event at t with sequence number seq, kind EVT_*, about idx */
+static inline struct fev fev_make(uint64_t t, uint64_t seq, uint32_t kind, uint32_t idx)
+{
+    return (struct fev){.t = t, .x = seq << FEV_SEQ_SHIFT | (uint64_t)kind << FEV_IDX_BITS | idx};
+}
 
 struct fhost {
     struct mrc_ctx *ctx;
