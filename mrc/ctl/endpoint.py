@@ -503,13 +503,15 @@ def _refuses(path: str) -> bool:
     return False
 
 
-def _control_sockets(d: str) -> list[tuple[str, str]]:
-    """(path, pid) of every name in ``d`` that is a control socket's (none: no ``d``)."""
+def _control_sockets(d: str) -> list[tuple[str, bool]]:
+    """(path, whether its process is alive) of every name in ``d`` that is a
+    control socket's (none: no ``d``)."""
     try:
         names = sorted(os.listdir(d))
     except FileNotFoundError:
         return []
-    return [(os.path.join(d, n), m.group(1)) for n in names if (m := _SOCK_NAME.fullmatch(n))]
+    return [(os.path.join(d, n), os.path.exists(f"/proc/{m.group(1)}"))
+            for n in names if (m := _SOCK_NAME.fullmatch(n))]
 
 
 def sweep_stale(d: str | None = None) -> list[str]:
@@ -523,14 +525,14 @@ def sweep_stale(d: str | None = None) -> list[str]:
     except OSError:  # not ours to read: nothing to sweep
         return []
     gone = []
-    for path, pid in socks:
+    for path, alive in socks:
         try:
             st = os.lstat(path)
         except OSError:
             continue
         if not stat.S_ISSOCK(st.st_mode) or os.geteuid() not in (0, st.st_uid):
             continue
-        if os.path.exists(f"/proc/{pid}") and not _refuses(path):
+        if alive and not _refuses(path):
             continue
         try:
             os.unlink(path)
@@ -543,4 +545,4 @@ def sweep_stale(d: str | None = None) -> list[str]:
 def endpoints() -> list[str]:
     """Control sockets whose process is still alive (``<pid>.sock`` and
     ``<pid>-<tag>.sock``)."""
-    return [path for path, pid in _control_sockets(ctl_dir()) if os.path.exists(f"/proc/{pid}")]
+    return [path for path, alive in _control_sockets(ctl_dir()) if alive]
