@@ -128,13 +128,14 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
     prof["cc"].update(a.cc)
     # the control --victim-nic-x: the victim's sender's NIC (its qdiscs, and MRC's pacing) that much faster
     wide = flows[-1]["src"] if workload == "victim" and a.victim_nic_x != 1 else None
+    wide_ports = qos.ports(t, wide)[1] if wide and not a.no_nic_rate else []  # (--no-nic-rate: no rate to widen)
     hosts = {h: Host(t.name, h) for h in names}
     try:
         # MRC's ports send at the NIC's rate, as a NIC's do: its packets wait in their QPs, not in the
         # host port's qdisc (NSCC would count that queue as the network's)
         pace = 0 if a.no_nic_rate or a.no_pacing else q.rate_bps
-        if wide and not a.no_nic_rate:
-            qos.apply_ports(t, qos.ports(t, wide)[1], qos.PortQoS(round(q.rate_bps * a.victim_nic_x)))
+        if wide_ports:
+            qos.apply_ports(t, wide_ports, qos.PortQoS(round(q.rate_bps * a.victim_nic_x)))
         setup = {"transport": transport, "msg": a.msg, "slots": 4, "flows": flows, "qp": prof, "port_rate_bps": pace,
                  "spin_us": a.spin_us}
         infos: dict = {}
@@ -200,8 +201,8 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
     finally:
         for w in hosts.values():
             w.close()
-        if wide and not a.no_nic_rate:
-            qos.apply_ports(t, qos.ports(t, wide)[1], qos.nic(q))
+        if wide_ports:
+            qos.apply_ports(t, wide_ports, qos.nic(q))
 
 
 def summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q, pauses=()) -> dict:
