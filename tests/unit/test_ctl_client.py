@@ -114,6 +114,9 @@ def test_sweep_removes_only_the_sockets_of_gone_or_deaf_processes(tmp_path):
                                                  "999999997.sock"])
         assert endpoint.sweep_stale(d) == []  # nothing more to take
         assert endpoint.sweep_stale(os.path.join(d, "missing")) == []
+        os.mkdir(os.path.join(d, "999999996.sock"))  # a directory with a control socket's name: left alone
+        assert endpoint.sweep_stale(d) == [] and os.path.isdir(os.path.join(d, "999999996.sock"))
+        assert endpoint.sweep_stale(os.path.join(d, "999999998.sock")) == []  # a file, not a directory
     finally:
         for s in (live, dead_pid, reused, other):
             s.close()

@@ -48,6 +48,7 @@ def test_the_qp_profile_outlasts_the_longest_queue_and_fills_the_planes(rate):
     (["--victim-nic-x", "0.5"], "--victim-nic-x 0.5: from 1"),
     (["--victim-nic-x", "17"], "--victim-nic-x 17.0: from 1"),
     (["--victim-nic-x", "nan"], "--victim-nic-x nan: from 1"),
+    (["--victim-nic-x", "inf"], "--victim-nic-x inf: from 1"),
     (["--victim-nic-x", "2", "--workloads", "incast"], "--victim-nic-x goes with the victim workload"),
 ])
 def test_the_congestion_bench_refuses_bad_arguments_in_a_line_before_building_anything(args, msg):
