@@ -92,22 +92,27 @@ def test_a_two_to_one_incast_is_marked_and_trimmed_not_dropped_and_shared_fairly
             c.close()
 
 
-def test_the_congestion_bench_runs_mrc_and_tcp_flows_across_host_processes():
-    """bench/congestion_bench.py end to end at a small scale: one worker
-    process per host, MRC and TCP over the same queued fabric, the JSON the
-    README's table is made of."""
+def run_bench(*args: str) -> dict:
+    """bench/congestion_bench.py --json at a small scale (2 planes of 2 spines, 256 KiB messages): its JSON."""
     import json
     import os
     import subprocess
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run([sys.executable, os.path.join(root, "bench", "congestion_bench.py"), "--json", "--hosts", "3",
-                        "--planes", "2", "--spines", "2", "--leaves", "1", "--seconds", "1.5", "--msg", "256K",
-                        "--workloads", "incast", "--transports", "mrc,tcp_cubic"],
+    r = subprocess.run([sys.executable, os.path.join(root, "bench", "congestion_bench.py"), "--json",
+                        "--planes", "2", "--spines", "2", "--msg", "256K", *args],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout)
+    return json.loads(r.stdout)
+
+
+def test_the_congestion_bench_runs_mrc_and_tcp_flows_across_host_processes():
+    """bench/congestion_bench.py end to end at a small scale: one worker
+    process per host, MRC and TCP over the same queued fabric, the JSON the
+    README's table is made of."""
+    out = run_bench("--hosts", "3", "--leaves", "1", "--seconds", "1.5", "--workloads", "incast",
+                    "--transports", "mrc,tcp_cubic")
     w = out["workloads"]["incast"]
     assert out["srv6"] in ("kernel", "tc-bpf"), out  # what carried the kernel's TCP (mrc.fabric.srv6bpf)
     assert out["spin_us"] == 0  # the engines sleep when idle: the two cores forward the fabric
@@ -135,18 +140,8 @@ def test_the_victim_control_widens_only_the_victims_sender_nic():
     could at the fabric's rate (it really got the wider ports and pacing),
     the receiver h0 still gets no more than its ports carry, and the fair
     share the victim is held to counts the wider NIC."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run([sys.executable, os.path.join(root, "bench", "congestion_bench.py"), "--json", "--hosts", "4",
-                        "--planes", "2", "--spines", "2", "--leaves", "2", "--seconds", "2", "--msg", "256K",
-                        "--workloads", "victim", "--transports", "mrc", "--victim-nic-x", "2"],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout)
+    out = run_bench("--hosts", "4", "--leaves", "2", "--seconds", "2", "--workloads", "victim", "--transports", "mrc",
+                    "--victim-nic-x", "2")
     w = out["workloads"]["victim"]
     assert out["victim_nic_x"] == 2 and w["verified"] and w["qp_errors"] == 0, w
     nic = out["planes"] * out["rate_bps"] / 1e6  # one NIC at the fabric's rate, Mbit/s
