@@ -129,6 +129,7 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
     # the control --victim-nic-x: the victim's sender's NIC (its qdiscs, and MRC's pacing) that much faster
     wide = flows[-1]["src"] if workload == "victim" and a.victim_nic_x != 1 else None
     wide_ports = qos.ports(t, wide)[1] if wide and not a.no_nic_rate else []  # (--no-nic-rate: no rate to widen)
+    wide_reader = None
     hosts = {h: Host(t.name, h) for h in names}
     try:
         # MRC's ports send at the NIC's rate, as a NIC's do: its packets wait in their QPs, not in the
@@ -136,6 +137,7 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
         pace = 0 if a.no_nic_rate or a.no_pacing else q.rate_bps
         if wide_ports:
             qos.apply_ports(t, wide_ports, qos.PortQoS(round(q.rate_bps * a.victim_nic_x)))
+            wide_reader = qos.PortReader(t, wide_ports)  # what the widened NIC sent, sampled with the rest
         setup = {"transport": transport, "msg": a.msg, "slots": 4, "flows": flows, "qp": prof, "port_rate_bps": pace,
                  "spin_us": a.spin_us}
         infos: dict = {}
@@ -157,11 +159,15 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
         before = apply.queue_stats(t.name)
         at = time.monotonic_ns() + 300_000_000
         samples: list = []
+        wide_samples: list = []  # (seconds, bytes the widened NIC's ports have sent)
         stop = threading.Event()
 
         def sample():
             while not stop.is_set():
-                samples.append((round((time.monotonic_ns() - at) / 1e9, 3), reader.read()))
+                ts = round((time.monotonic_ns() - at) / 1e9, 3)
+                samples.append((ts, reader.read()))
+                if wide_reader:
+                    wide_samples.append((ts, sum(c["bytes"] for c in wide_reader.read().values())))
                 time.sleep(0.05)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -197,12 +203,35 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
                 verified &= all(got[str(k)] == results[k]["sha256"] for k in want)
         out = summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q, pauses)
         out["cpu_share"] = dict(sorted(cpu.items(), key=lambda kv: int(kv[0][1:])))
+        if wide_ports:  # the NIC in the run, and as the run leaves it (the fabric's rate again)
+            out["wide_nic"] = wide_nic(t, wide, wide_ports, wide_samples, a)
+            wide_reader.close()
+            wide_reader = None
+            qos.apply_ports(t, wide_ports, qos.nic(q))
+            wide_ports = []
+            out["wide_nic"]["rates_after_bps"] = [qos.port_counters(t, n, i)["rate_bps"] for n, i, _ in
+                                                  qos.ports(t, wide)[1]]
         return out
     finally:
         for w in hosts.values():
             w.close()
+        if wide_reader:
+            wide_reader.close()
         if wide_ports:
             qos.apply_ports(t, wide_ports, qos.nic(q))
+
+
+def wide_nic(t, host: str, ports: list, samples: list, a) -> dict:
+    """The control's NIC as the kernel held it in the run: each port's rate,
+    and what the ports sent, on average over the steady window and at most
+    over any 250 ms of it (a machine that stalls for part of a run lowers the
+    average, never what the ports let through at their best)."""
+    steady = [(ts, b) for ts, b in samples if a.seconds / 5 <= ts <= a.seconds]
+    rates = [(b1 - b0) * 8 / (t1 - t0) for (t0, b0), (t1, b1) in zip(steady[:-5], steady[5:], strict=True)
+             if t1 > t0]
+    avg = (steady[-1][1] - steady[0][1]) * 8 / (steady[-1][0] - steady[0][0]) if len(steady) > 1 else 0.0
+    return {"host": host, "rates_bps": [qos.port_counters(t, n, i)["rate_bps"] for n, i, _ in ports],
+            "sent_mbps": round(avg / 1e6, 2), "peak_250ms_mbps": round(max(rates, default=0.0) / 1e6, 2)}
 
 
 def summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q, pauses=()) -> dict:

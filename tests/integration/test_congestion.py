@@ -136,16 +136,23 @@ def test_the_congestion_bench_runs_mrc_and_tcp_flows_across_host_processes():
 
 
 def test_the_victim_control_widens_only_the_victims_sender_nic():
-    """--victim-nic-x 2: the victim's sender (h1) sends more than its NIC
-    could at the fabric's rate (it really got the wider ports and pacing),
-    the receiver h0 still gets no more than its ports carry, and the fair
-    share the victim is held to counts the wider NIC."""
+    """--victim-nic-x 2: the victim's sender (h1) has ports at twice the
+    fabric's rate in the kernel, and sends more than its NIC could at the
+    fabric's rate (it really got the wider ports and pacing: the best 250 ms,
+    as a machine that stalls for part of the run lowers the average, seen
+    once in CI at 192 Mbit/s of 200); the run leaves the ports at the
+    fabric's rate; the receiver h0 still gets no more than its ports carry,
+    and the fair share the victim is held to counts the wider NIC."""
     out = run_bench("--hosts", "4", "--leaves", "2", "--seconds", "2", "--workloads", "victim", "--transports", "mrc",
                     "--victim-nic-x", "2")
     w = out["workloads"]["victim"]
     assert out["victim_nic_x"] == 2 and w["verified"] and w["qp_errors"] == 0, w
     nic = out["planes"] * out["rate_bps"] / 1e6  # one NIC at the fabric's rate, Mbit/s
     good = w["goodput_mbps"]  # flows: 0 h1 -> h0, 1 h2 -> h0, 2 h1 -> h3 (the victim)
-    assert good["0"] + good["2"] > 1.1 * nic, good  # h1 sent beyond one NIC's rate
+    wide = out["workloads"]["victim"]["wide_nic"]
+    assert wide["host"] == "h1" and wide["rates_bps"] == [2 * out["rate_bps"]] * out["planes"], wide
+    assert wide["rates_after_bps"] == [out["rate_bps"]] * out["planes"], wide
+    assert wide["peak_250ms_mbps"] > 1.1 * nic, wide  # h1 sent beyond one NIC's rate
+    assert 0 < wide["sent_mbps"] <= wide["peak_250ms_mbps"] <= 2.05 * nic, wide
     assert good["0"] + good["1"] <= 1.01 * nic, good  # h0's ports were left as they were
     assert abs(w["victim_fair_share_ratio"] - good["2"] / min(2 * nic - nic / 2, nic)) < 1e-3, w
