@@ -337,14 +337,16 @@ static void enqueue(struct mrc_fab *f, struct fpkt *k, uint64_t port, uint32_t n
     if (tier == MRC_FAB_LEAF_UP)
         bucket_add(f, 1 + ((next >> 24) & 0xF), k->wire);
     k->node = next;
-    k->at = pt->busy + f->c.hop_ns * 1000;
+    uint64_t at = pt->busy + f->c.hop_ns * 1000;
     k->seq = f->seq++;
     k->next = NULL;
     if (pt->tail) {
         pt->tail->next = k;
+        pt->tail->nat = at;
+        pt->tail->nseq = k->seq;
     } else {
         pt->head = k;
-        must(f, push_seq(f, k->at, k->seq, EVT_PKT, (uint32_t)port));
+        must(f, push_seq(f, at, k->seq, EVT_PKT, (uint32_t)port));
     }
     pt->tail = k;
 }
@@ -404,7 +406,7 @@ static void arrive(struct mrc_fab *f, uint32_t port, uint64_t seq)
         return;
     pt->head = k->next;
     if (pt->head)
-        must(f, push_seq(f, pt->head->at, pt->head->seq, EVT_PKT, port));
+        must(f, push_seq(f, k->nat, k->nseq, EVT_PKT, port));
     else
         pt->tail = NULL;
     uint32_t at = k->node, plane = (at >> 24) & 0xF;
