@@ -479,6 +479,7 @@ static void app_poll(struct mrc_fab *f, uint32_t h)
             fl->last = f->now;
             fl->msgs++;
             fl->done += len;
+            f->st.done_bytes += len;
             bucket_add(f, 0, len);
             if (fl->done >= fl->c.bytes) {
                 fl->end = f->now;

@@ -257,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "as in a NIC)")
     sim.add_argument("--seed", type=int, default=1, help="the workload's and the flows' randomness (default 1)")
     sim.add_argument("--plots", metavar="DIR", help="write the completion-time CDF and utilisation-over-time PNGs")
+    sim.add_argument("--quiet", action="store_true",
+                     help="no progress on stderr (default: on a terminal a line rewritten each second, in a log "
+                          "a line every 10 s of CPU time; stdout, the JSON included, is the same either way)")
     _json(sim)
 
     from mrc.ctl import cli as ctl_cli

@@ -275,13 +275,38 @@ class FabricSim:
         kinds = {0: "host", 1: "leaf", 2: "spine"}
         return [(kinds[x >> 28], (x >> 24) & 0xF, x & 0xFFFFFF) for x in nodes[0:n[0]]], rc == 0
 
-    def run(self, until_ns: int = 10**12) -> dict:
+    def run(self, until_ns: int = 10**12, progress=None, every_s: float = 1.0) -> dict:
+        """Run to ``until_ns`` of virtual time, or until every flow is done or nothing is left to
+        happen. ``progress(now_ns, done_bytes, total_bytes, packets, cpu_s)``, when given, is called
+        every ``every_s`` of CPU time or so: the run goes in slices of virtual time then (the same
+        events in the same order: a slice ends between two events)."""
         t0 = time.process_time()
-        done = check(lib.mrc_fab_run(self._f, until_ns), "run the simulation",
-                     "the packets in flight and the event heap grow with the fabric and its windows: "
-                     "fewer hosts, or more memory")
+        if progress is None:
+            done = self._run_to(until_ns)
+        else:
+            st = ffi.new("struct mrc_fab_stats *")
+            step, last = 1_000, t0  # ns of virtual time per slice: grown until a slice takes ~0.2 s
+            total = sum(n for _, _, n in self.flows)
+            while True:
+                lib.mrc_fab_stats(self._f, st)
+                end = min(until_ns, st.now_ns + step)
+                s0 = time.process_time()
+                done = self._run_to(end)
+                took = time.process_time() - s0
+                lib.mrc_fab_stats(self._f, st)
+                if done or end >= until_ns or st.now_ns < end:  # done, the end, or nothing left to happen
+                    break
+                step = step * 2 if took < 0.2 else step
+                if time.process_time() - last >= every_s:
+                    last = time.process_time()
+                    progress(st.now_ns, st.done_bytes, total, st.sent, last - t0)
         wall = time.process_time() - t0
         return self.report(bool(done), wall)
+
+    def _run_to(self, until_ns: int) -> int:
+        return check(lib.mrc_fab_run(self._f, until_ns), "run the simulation",
+                     "the packets in flight and the event heap grow with the fabric and its windows: "
+                     "fewer hosts, or more memory")
 
     def report(self, done: bool, wall: float) -> dict:
         fab = self.fab
@@ -391,7 +416,7 @@ def check_victim_start(workload: str, start_ns: int, shown: str | None = None) -
 
 def simulate(fab: Fabric, workload: str, size: int, msg: int = 1 << 20, depth: int = 8, incast: int = 7,
              faults: list[Fault] | None = None, single_path: bool = False, until_ns: int = 10**12,
-             victim_start_ns: int = 0) -> FabricSim:
+             victim_start_ns: int = 0, progress=None) -> FabricSim:
     """Build, run and report one workload; the FabricSim keeps ``result``, ``series`` and ``fcts_us``.
     ``victim_start_ns``: the victim workload's victim flow starts then, into an incast already
     running (its share is reckoned from its own start); with another workload it is refused."""
@@ -405,7 +430,7 @@ def simulate(fab: Fabric, workload: str, size: int, msg: int = 1 << 20, depth: i
         sim.add_flows(flows[-1:], msg, depth, start_ns=victim_start_ns)
     for f in faults or []:
         sim.add_fault(f)
-    sim.result = sim.run(until_ns)
+    sim.result = sim.run(until_ns, progress)
     sim.result["workload"] = workload
     if workload == "victim":
         # its sender's NIC also carries an incast flow held to 1/incast of the receiver's NIC: max-min, the
@@ -416,6 +441,31 @@ def simulate(fab: Fabric, workload: str, size: int, msg: int = 1 << 20, depth: i
         sim.result["victim_fair_gbps"] = round(fair / 1e9, 2)
         sim.result["victim_ratio"] = round(got / fair, 4)
     return sim
+
+
+class Progress:
+    """A long run's progress on stderr: on a terminal one line rewritten about once a second; in a
+    log (not a terminal) a line every 10 s of CPU time, so a run of minutes shows it is alive."""
+
+    def __init__(self, name: str, stream, every_s: float = 10.0) -> None:
+        self.name, self.stream, self.every_s = name, stream, every_s
+        self.tty = stream.isatty()
+        self.shown_at = 0.0
+
+    def __call__(self, now_ns: int, done_bytes: int, total_bytes: int, packets: int, cpu_s: float) -> None:
+        if not self.tty and cpu_s - self.shown_at < self.every_s:
+            return
+        self.shown_at = cpu_s
+        line = (f"{self.name:>12}: {now_ns / 1e3:,.1f} us simulated, {100 * done_bytes / max(1, total_bytes):.0f} % "
+                f"of the bytes written, {packets / 1e6:.1f} M packets in {cpu_s:.0f} s of CPU "
+                f"({packets / max(cpu_s, 1e-9) / 1e6:.2f} M/s)")
+        self.stream.write(f"\r{line}\x1b[K" if self.tty else line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty and self.shown_at:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
 
 
 def parse_args_to_fabric(a) -> Fabric:
@@ -446,8 +496,11 @@ def main(a) -> int:
         if not a.json:
             print(f"{name}: {fab.hosts} NICs x {fab.planes} planes ({fab.leaves} leaves, {fab.spines} spines per "
                   f"plane), {a.workload} ...", file=sys.stderr, flush=True)
+        prog = None if a.quiet else Progress(name, sys.stderr)
         s = simulate(fab, a.workload, size, msg, incast=a.incast, faults=faults, single_path=single,
-                     victim_start_ns=victim_at)
+                     victim_start_ns=victim_at, progress=prog)
+        if prog:
+            prog.close()
         runs[name] = s
         s.close()
     out = {"fabric": {"hosts": fab.hosts, "planes": fab.planes, "leaves": fab.leaves, "spines": fab.spines,

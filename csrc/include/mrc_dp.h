@@ -666,6 +666,7 @@ enum mrc_fab_tier_id { MRC_FAB_NIC = 0, MRC_FAB_LEAF_UP = 1, MRC_FAB_SPINE_DOWN 
 struct mrc_fab_tier { uint64_t packets, bytes, marked, trimmed, dropped, down_dropped, cut, hwm_bytes; };
 struct mrc_fab_stats {
     uint64_t now_ns, events, sent, delivered, no_route, flows_done, buckets;
+    uint64_t done_bytes; /* the flows' WRITEs completed, in bytes */
     struct mrc_fab_tier tier[4];
 };
 struct mrc_fab_flow_stats {

@@ -407,3 +407,47 @@ def test_the_bench_gives_each_median_a_repeatable_interval():
     assert mod.median_ci(values) == [lo, hi] and mod.median_ci(list(reversed(values)), 2000) != []
     assert min(values) <= lo <= statistics.median(values) <= hi <= max(values)
     assert mod.median_ci([0.9] * 5) == [0.9, 0.9]
+
+
+def test_a_run_in_slices_with_progress_gives_the_same_result_and_reports_as_it_goes():
+    """FabricSim.run(progress=): the run goes in slices of virtual time; the events are the same,
+    so the result is too, and the reports move forward to the end."""
+    fab = small(seed=3)
+    flows = msim.flows_for("permutation", fab, 2 << 20, 7, fab.seed)
+    results, seen = [], []
+    for progress in (None, lambda *a: seen.append(a)):
+        with msim.FabricSim(fab, max_qps=4, flow_bytes=2 << 20) as s:
+            s.add_flows(flows, 256 << 10)
+            s.add_fault(msim.parse_fault("t1:0.1@20us", fab))  # a scheduled event between slices too
+            results.append(_strip(s.run(progress=progress, every_s=0)))
+    assert results[0] == results[1] and results[0]["unfinished"] == 0
+    assert len(seen) > 3, seen
+    total = sum(n for _, _, n in flows)
+    assert all(t == total and 0 <= d <= total for _, d, t, _, _ in seen), seen
+    for (t0, d0, _, p0, c0), (t1, d1, _, p1, c1) in zip(seen[:-1], seen[1:], strict=True):
+        assert t1 > t0 and d1 >= d0 and p1 >= p0 and c1 >= c0
+    assert seen[-1][1] > seen[0][1]
+
+
+def test_progress_is_one_rewritten_line_on_a_terminal_and_a_line_per_interval_in_a_log():
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    log = io.StringIO()
+    p = msim.Progress("spray", log, every_s=10)
+    for cpu in (1, 5, 11, 12, 22):
+        p(50_000, 1 << 20, 4 << 20, 2_000_000, cpu)
+    lines = log.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("       spray: 50.0 us simulated, 25 % of the bytes"), lines
+    assert "2.0 M packets in 11 s of CPU (0.18 M/s)" in lines[0], lines
+    tty = Tty()
+    p = msim.Progress("spray", tty)
+    p(1000, 0, 1, 10, 1.0)
+    p(2000, 1, 1, 20, 2.0)
+    p.close()
+    out = tty.getvalue()
+    assert out.count("\r") == 3 and "\n" not in out and out.endswith("\r\x1b[K"), repr(out)
+    assert "100 % of the bytes" in out
