@@ -84,10 +84,19 @@ def lone_flow(size: int, hosts: int = 64, src: int = 0, dst: int | None = None, 
         return s.run()
 
 
+def shown(name: str, *args, **kw) -> msim.FabricSim:
+    """msim.simulate with mrc sim's progress on stderr (the runs of minutes)."""
+    p = msim.Progress(name, sys.stderr)
+    try:
+        return msim.simulate(*args, progress=p, **kw)
+    finally:
+        p.close()
+
+
 def permutation(q: bool) -> dict:
     fab = msim.Fabric(hosts=64 if q else 1024, seed=1)
-    spray = msim.simulate(fab, "permutation", 16 << 20).result
-    single = msim.simulate(fab, "permutation", 16 << 20, single_path=True).result
+    spray = shown("spray", fab, "permutation", 16 << 20).result
+    single = shown("single path", fab, "permutation", 16 << 20, single_path=True).result
     lone = lone_flow(16 << 20)
     out = pick(spray) | {"single_path_ratio": single["goodput_ratio"], "single_path_p99_us": single["p99_us"],
                          "single_path_wall_s": single["wall_s"],
@@ -103,7 +112,7 @@ def permutation(q: bool) -> dict:
 
 def alltoall(q: bool) -> dict:
     fab = msim.Fabric(hosts=32 if q else 256, seed=1)
-    r = msim.simulate(fab, "alltoall", 16 << 20, 64 << 10).result
+    r = shown("alltoall", fab, "alltoall", 16 << 20, 64 << 10).result
     out = pick(r) | {"plane_utilization": r["plane_utilization"],  # the planes' ports evenly used (README)
                      "vs_wire_bound": round(r["goodput_ratio"] / r["wire_bound_ratio"], 4),
                      "target": ">= 0.90 of line rate, zero drops with trimming on"}
