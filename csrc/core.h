@@ -281,6 +281,24 @@ struct mrc_ep {
     uint32_t rr_qp;
     uint32_t *act;           /* indices of QPs in RTS: the only ones the tx path visits */
     uint32_t nact;
+    /* What poll_tx and next_timer keep of each QP (by slot), so that they
+     * read the state of the QPs that have work, not of every QP on every
+     * call (an all-to-all's hundreds of QPs per NIC: most of the simulator's
+     * time went there). dl[slot]: when its first timer fires (dispatch.c,
+     * qp_next); dl_idle[slot]: it has nothing it may send (req_idle), so a
+     * visit of the tx path would change nothing; dl_ports[slot]: the ports
+     * it may use (qp_usable_ports; while none of them may send and its
+     * rotation is not held, dl_held[slot] 0, a visit changes nothing either,
+     * and it may send next when the first is free). They change only through
+     * the QP (a packet for it, a post, a visit of the tx path), which sets
+     * dl_dirty[slot] (a post: the application thread, after it publishes),
+     * or through the endpoint (an API call, a port, a CQ's room), which sets
+     * dl_all: they are computed again before use. */
+    uint64_t *dl;
+    uint32_t *dl_ports;
+    uint8_t *dl_idle, *dl_held;
+    uint8_t *dl_dirty;
+    uint8_t dl_all;
     uint32_t flush_pending;  /* a post raced a QP into ERROR: flush on the next poll_tx */
     struct mrc_async_event aeq[MRC_AEQ_SIZE]; /* asynchronous events (ring; full: counted in aeq_dropped) */
     uint32_t aeq_head, aeq_tail, aeq_dropped;
@@ -288,6 +306,17 @@ struct mrc_ep {
     uint32_t probe_seq;
     uint32_t probe_answered; /* bumped on every answer: a waiter reads it without the lock */
 };
+
+/* A QP number's low qp_bits are its slot in the table, the bits above
+ * come from the PRF: QP numbers are not handed out in turn. */
+static inline uint32_t ep_qp_slot(const struct mrc_ep *ep, uint32_t qpn) { return qpn & ((1u << ep->qp_bits) - 1); }
+
+/* q's next time (ep->dl) is computed again before its next use. Any thread
+ * (a post: after the tail is published, before the doorbell). */
+static inline void ep_dl_touch(struct mrc_ep *ep, const struct qp *q)
+{
+    __atomic_store_n(&ep->dl_dirty[ep_qp_slot(ep, q->qpn)], 1, __ATOMIC_SEQ_CST);
+}
 
 /* The planes both ends of q can use now. */
 static inline uint32_t qp_usable_ports(const struct mrc_ep *ep, const struct qp *q)
@@ -439,6 +468,7 @@ int qp_flush(struct mrc_ep *ep, struct qp *q, uint8_t first_status);
 int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uint32_t buflen, uint32_t *used,
                 struct mrc_txdesc *d, uint32_t max);
 uint64_t req_next_tx(struct mrc_ep *ep, struct qp *q, uint64_t now);
+int req_idle(struct qp *q);
 
 /* completer.c: SACK/NACK, loss detection, the retransmit timer,
  * completions. Calls qp.c, ev.c, the CC ops, ep.c. */

@@ -45,8 +45,10 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
         ep_drop(ep, MRC_DROP_ICRC);
         return -EBADMSG;
     }
-    if ((p.opcode == MRC_OP_ENDPOINT_REQUEST || p.opcode == MRC_OP_ENDPOINT_RESPONSE) && p.ep_op == MRC_EP_EV_PROBE)
-        return evprobe_on_packet(ep, &p, m, now); /* connectionless: no QP */
+    if ((p.opcode == MRC_OP_ENDPOINT_REQUEST || p.opcode == MRC_OP_ENDPOINT_RESPONSE) && p.ep_op == MRC_EP_EV_PROBE) {
+        ep->dl_all = 1; /* connectionless: no QP (and what it learns may reach any) */
+        return evprobe_on_packet(ep, &p, m, now);
+    }
     struct qp *q = ep_qp(ep, p.dqpn);
     if (!q) {
         ep_drop(ep, MRC_DROP_UNKNOWN_QP);
@@ -60,6 +62,7 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
         ep_drop(ep, MRC_DROP_WRONG_PEER);
         return -EPERM;
     }
+    ep_dl_touch(ep, q); /* whatever it is, the QP's times are computed again */
     if (mrc_opcode_is_data(p.opcode)) {
         struct mrc_meta mm = *m;
         mm.trimmed = (uint8_t)trimmed;
@@ -80,6 +83,54 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
 }
 
 /* ------------------------------------------------------------ output */
+/* When q's first timer fires: its EV probes, its retransmit timer, its
+ * delayed SACK. */
+static uint64_t qp_next(struct mrc_ep *ep, struct qp *q, uint64_t now)
+{
+    uint64_t x = ev_next_timer(q, now), y = comp_next_timer(ep, q, now), r = resp_next_timer(q);
+    x = x < y ? x : y;
+    return x < r ? x : r;
+}
+
+/* Whether a timer of the QP in slot idx is due at now, what is kept of it
+ * (core.h, dl) computed again first when something changed the QP. The
+ * flag is taken before the QP is read: a post that lands meanwhile sets it
+ * again. */
+static int qp_due(struct mrc_ep *ep, uint32_t idx, uint64_t now)
+{
+    uint8_t *dirty = &ep->dl_dirty[idx];
+    if (__atomic_load_n(dirty, __ATOMIC_RELAXED) && __atomic_exchange_n(dirty, 0, __ATOMIC_SEQ_CST)) {
+        struct qp *q = ep->qps[idx];
+        int rts = q && q->state == MRC_QPS_RTS;
+        ep->dl[idx] = rts ? qp_next(ep, q, now) : MRC_INF_NS;
+        ep->dl_idle[idx] = (uint8_t)(!rts || req_idle(q));
+        ep->dl_ports[idx] = rts ? qp_usable_ports(ep, q) : 0;
+        ep->dl_held[idx] = (uint8_t)(rts && ev_held_until(q) != MRC_INF_NS);
+    }
+    return ep->dl[idx] <= now;
+}
+
+/* A visit of the tx path to the QP in slot idx would change nothing: no
+ * timer is due, and it has nothing it may send or no port to send it on
+ * (ev_pick gives up at once, and there is no hold for it to clear). */
+static int qp_still(struct mrc_ep *ep, uint32_t idx, uint64_t now)
+{
+    if (qp_due(ep, idx, now))
+        return 0;
+    return ep->dl_idle[idx] || (!ep->dl_held[idx] && !(ep->dl_ports[idx] & ep_ports_ready(ep, now)));
+}
+
+/* Something of the endpoint's changed (an API call, a port, a CQ's room):
+ * every active QP's time is computed again. */
+static void dl_take_all(struct mrc_ep *ep)
+{
+    if (!ep->dl_all)
+        return;
+    ep->dl_all = 0;
+    for (uint32_t i = 0; i < ep->nact; i++)
+        __atomic_store_n(&ep->dl_dirty[ep->act[i]], 1, __ATOMIC_RELAXED);
+}
+
 /* Completions that waited for room in a CQ go in once the application has
  * polled; a QP in ERROR goes on flushing. */
 static void offer_waiting_completions(struct mrc_ep *ep)
@@ -88,6 +139,7 @@ static void offer_waiting_completions(struct mrc_ep *ep)
     if (!ep->cq_waiters || polls == ep->cq_polls_seen)
         return;
     ep->cq_polls_seen = polls;
+    ep->dl_all = 1; /* completions go on: a QP that waited may send again */
     for (uint32_t i = 0; i < ep->a.max_qps && ep->cq_waiters; i++) {
         struct qp *q = ep->qps[i];
         if (!q || !(q->scq_wait || q->rcq_wait))
@@ -143,12 +195,15 @@ static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
     for (int round = 0; n < max && ep->nact; round++) {
         uint32_t before = n;
         for (uint32_t k = 0; k < nq && n < max && ep->nact; k++) {
-            uint32_t slot = (ep->rr_qp + k) % ep->nact;
-            struct qp *q = ep->qps[ep->act[slot]];
+            uint32_t slot = (ep->rr_qp + k) % ep->nact, idx = ep->act[slot];
+            if (qp_still(ep, idx, now)) /* its state stays unread */
+                continue;
+            struct qp *q = ep->qps[idx];
             if (!q || q->state != MRC_QPS_RTS)
                 continue;
             uint32_t room = max - n < EP_TX_QUANTUM ? max - n : EP_TX_QUANTUM;
             uint32_t got = (uint32_t)req_poll_tx(ep, q, now, buf, buflen, used, d + n, room);
+            __atomic_store_n(&ep->dl_dirty[idx], 1, __ATOMIC_RELAXED);
             if (got)
                 last = slot;
             n += got;
@@ -171,10 +226,11 @@ static void run_timers(struct mrc_ep *ep, uint64_t now)
 {
     for (uint32_t i = 0; i < ep->nact;) {
         uint32_t idx = ep->act[i];
-        struct qp *q = ep->qps[idx];
+        struct qp *q = qp_due(ep, idx, now) ? ep->qps[idx] : NULL;
         if (q && q->state == MRC_QPS_RTS) {
             resp_on_timer(ep, q, now);
             comp_on_timer(ep, q, now); /* may end the QP: it leaves the list, the last one takes its place */
+            __atomic_store_n(&ep->dl_dirty[idx], 1, __ATOMIC_RELAXED);
         }
         if (i < ep->nact && ep->act[i] == idx)
             i++;
@@ -190,6 +246,7 @@ int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t bufle
                 qp_flush(ep, ep->qps[i], MRC_WC_WR_FLUSH_ERR);
     }
     offer_waiting_completions(ep);
+    dl_take_all(ep);
     run_timers(ep, now);
     if (ep->data_first) {
         n = tx_data(ep, now, buf, buflen, &used, d, n, max);
@@ -204,20 +261,45 @@ uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now)
 {
     if (ep_ctrl_peek(ep))
         return now;
+    dl_take_all(ep);
     uint64_t t = MRC_INF_NS;
     for (uint32_t i = 0; i < ep->nact; i++) {
-        struct qp *q = ep->qps[ep->act[i]];
-        if (!q || q->state != MRC_QPS_RTS)
-            continue;
-        uint64_t x = ev_next_timer(q, now), y = comp_next_timer(ep, q, now), z = req_next_tx(ep, q, now);
-        uint64_t r = resp_next_timer(q);
+        uint32_t idx = ep->act[i];
+        qp_due(ep, idx, now);
+        uint64_t x = MRC_INF_NS, y = ep->dl[idx] < now ? now : ep->dl[idx];
+        uint32_t ports = ep->dl_ports[idx];
+        if (ep->dl_idle[idx]) {
+            /* nothing to send: its timers only */
+        } else if (!ep->dl_held[idx] && ports && !(ports & ep_ports_ready(ep, now))) {
+            x = ep_first_free(ep, ports); /* as req_next_tx: when its first port is free */
+        } else {
+            struct qp *q = ep->qps[idx];
+            if (!q || q->state != MRC_QPS_RTS)
+                continue;
+            x = req_next_tx(ep, q, now);
+        }
         x = x < y ? x : y;
-        x = x < z ? x : z;
-        x = x < r ? x : r;
         if (x < t)
             t = x;
     }
     return t;
+}
+
+/* The kept times' invariant, for tests: how many active QPs' kept time,
+ * not due to be computed again, is later than the exact one now (a QP the
+ * tx path would leave waiting). 0 always. */
+int mrc_ep_check_times(struct mrc_ep *ep, uint64_t now)
+{
+    int late = 0;
+    for (uint32_t i = 0; i < ep->nact; i++) {
+        uint32_t idx = ep->act[i];
+        struct qp *q = ep->qps[idx];
+        if (ep->dl_all || __atomic_load_n(&ep->dl_dirty[idx], __ATOMIC_RELAXED) || !q || q->state != MRC_QPS_RTS)
+            continue;
+        late += qp_next(ep, q, now) < ep->dl[idx] || (ep->dl_idle[idx] && !req_idle(q)) ||
+                ep->dl_ports[idx] != qp_usable_ports(ep, q) || ep->dl_held[idx] != (ev_held_until(q) != MRC_INF_NS);
+    }
+    return late;
 }
 
 /* ------------------------------------------------------------ ports */
@@ -227,6 +309,7 @@ int mrc_ep_set_port_rate(struct mrc_ep *ep, uint32_t plane, uint64_t rate_bps)
 {
     if (plane >= ep->a.planes || plane >= MRC_MAX_PLANES || (rate_bps && rate_bps < 8000))
         return -EINVAL; /* below 1 kB/s a frame would take longer than a retransmit timer can wait */
+    ep->dl_all = 1; /* every QP's next packet waits for its port differently */
     if (!rate_bps) {
         ep->port_paced &= ~(1u << plane);
         return 0;
@@ -246,6 +329,7 @@ int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now)
         return -EINVAL;
     if (!!(ep->port_up & (1u << plane)) != !!up)
         ep_async_event(ep, up ? MRC_EVENT_PORT_ACTIVE : MRC_EVENT_PORT_ERR, 0, plane);
+    ep->dl_all = 1; /* the ports every QP may use */
     if (up)
         ep->port_up |= 1u << plane;
     else

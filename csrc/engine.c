@@ -108,6 +108,7 @@ static void ctx_lock(struct mrc_ctx *c)
  * change may have made work: it looks now). */
 static void ctx_unlock(struct mrc_ctx *c)
 {
+    c->ep->dl_all = 1; /* the call may have changed any QP's times (core.h, dl) */
     signal_async(c);
     pthread_mutex_unlock(&c->lock);
     pthread_mutex_unlock(&c->ulock);

@@ -106,14 +106,20 @@ int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_
     ep->mrs = calloc(ep->mr_cap, sizeof(*ep->mrs));
     ep->qps = calloc(ep->a.max_qps, sizeof(*ep->qps));
     ep->act = calloc(ep->a.max_qps, sizeof(*ep->act));
+    ep->dl = calloc(ep->a.max_qps, sizeof(*ep->dl));
+    ep->dl_idle = calloc(ep->a.max_qps, sizeof(*ep->dl_idle));
+    ep->dl_held = calloc(ep->a.max_qps, sizeof(*ep->dl_held));
+    ep->dl_ports = calloc(ep->a.max_qps, sizeof(*ep->dl_ports));
+    ep->dl_dirty = calloc(ep->a.max_qps, sizeof(*ep->dl_dirty));
+    ep->dl_all = 1;
     ep->ctl_size = MRC_CTRL_RING;
     ep->ctl = calloc(ep->ctl_size, sizeof(*ep->ctl));
     ep->evq_size = ep->a.ev_event_depth + 1;
     ep->evq = calloc(ep->evq_size, sizeof(*ep->evq));
     ep->probes = calloc(MRC_PROBE_MAX, sizeof(*ep->probes));
     uint32_t cq0;
-    if (!ep->mrs || !ep->qps || !ep->act || !ep->ctl || !ep->evq || !ep->probes ||
-        ep_cq_create(ep, ep->a.cq_depth, &cq0) < 0) {
+    if (!ep->mrs || !ep->qps || !ep->act || !ep->dl || !ep->dl_idle || !ep->dl_held || !ep->dl_ports ||
+        !ep->dl_dirty || !ep->ctl || !ep->evq || !ep->probes || ep_cq_create(ep, ep->a.cq_depth, &cq0) < 0) {
         ep_destroy(ep);
         return -ENOMEM;
     }
@@ -130,6 +136,11 @@ void ep_destroy(struct mrc_ep *ep)
         free(ep->cqs[i].ring);
     free(ep->qps);
     free(ep->act);
+    free(ep->dl);
+    free(ep->dl_idle);
+    free(ep->dl_held);
+    free(ep->dl_ports);
+    free(ep->dl_dirty);
     free(ep->mrs);
     free(ep->ctl);
     free(ep->evq);
@@ -382,13 +393,9 @@ int ep_cq_pending(struct mrc_ep *ep)
 }
 
 /* ------------------------------------------------------------ the QP table */
-/* A QP number's low qp_bits are its slot in the table, the bits above
- * come from the PRF: QP numbers are not handed out in turn. */
-static uint32_t qp_slot(const struct mrc_ep *ep, uint32_t qpn) { return qpn & ((1u << ep->qp_bits) - 1); }
-
 struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn)
 {
-    uint32_t idx = qp_slot(ep, qpn);
+    uint32_t idx = ep_qp_slot(ep, qpn);
     if (qpn == 0 || idx >= ep->a.max_qps)
         return NULL;
     struct qp *q = ep->qps[idx];
@@ -415,13 +422,13 @@ int ep_qp_insert(struct mrc_ep *ep, struct qp *q)
 void ep_qp_remove(struct mrc_ep *ep, struct qp *q)
 {
     ep_set_active(ep, q, 0);
-    ep->qps[qp_slot(ep, q->qpn)] = NULL;
+    ep->qps[ep_qp_slot(ep, q->qpn)] = NULL;
 }
 
 /* The active list: the QPs the tx path visits. */
 void ep_set_active(struct mrc_ep *ep, struct qp *q, int on)
 {
-    uint32_t idx = qp_slot(ep, q->qpn);
+    uint32_t idx = ep_qp_slot(ep, q->qpn);
     for (uint32_t i = 0; i < ep->nact; i++) {
         if (ep->act[i] == idx) {
             if (!on)
@@ -429,8 +436,10 @@ void ep_set_active(struct mrc_ep *ep, struct qp *q, int on)
             return;
         }
     }
-    if (on)
+    if (on) {
         ep->act[ep->nact++] = idx;
+        __atomic_store_n(&ep->dl_dirty[idx], 1, __ATOMIC_RELAXED);
+    }
 }
 
 /* ------------------------------------------------------------ control packets */
@@ -597,6 +606,8 @@ int ep_post_write(struct mrc_ep *ep, uint32_t qpn, const struct mrc_wr *wrs, uin
         w->npkts = total ? (uint32_t)((total + q->a.mtu - 1) / q->a.mtu) : 1;
         STORE_SC(q->sq_tail, nt); /* publish: the engine may send it from now on */
     }
+    if (k)
+        ep_dl_touch(ep, q);
     if (k && LOAD_SC(q->state) != MRC_QPS_RTS)
         STORE_SC(ep->flush_pending, 1); /* the engine moved the QP to ERROR meanwhile */
     return k ? (int)k : err;
@@ -619,6 +630,8 @@ int ep_post_recv(struct mrc_ep *ep, uint32_t qpn, const uint64_t *wr_ids, uint32
         q->rq[q->rq_tail] = wr_ids[k];
         STORE_SC(q->rq_tail, nt);
     }
+    if (k)
+        ep_dl_touch(ep, q);
     if (k && LOAD_SC(q->state) == MRC_QPS_ERROR)
         STORE_SC(ep->flush_pending, 1);
     return k ? (int)k : -ENOSPC;

@@ -197,6 +197,15 @@ static int rtx_ready(struct qp *q)
     return 0;
 }
 
+/* q has nothing it may send: no data or retransmission the windows let go
+ * (probes aside: they come with its EV timers). req_poll_tx then changes
+ * nothing, and req_next_tx says never. */
+int req_idle(struct qp *q)
+{
+    int64_t len = next_data_len(q);
+    return !(rtx_ready(q) || (len >= 0 && cwnd_allows(q, (uint32_t)len)));
+}
+
 /* When q next wants the tx path: now if it has something to send and an EV
  * to send it on whose port may send, else when the first SKIP ends or the
  * first busy port is free; never (MRC_INF_NS) when it
@@ -204,8 +213,7 @@ static int rtx_ready(struct qp *q)
  * holds back included: else the engine would spin until an ACK opens it). */
 uint64_t req_next_tx(struct mrc_ep *ep, struct qp *q, uint64_t now)
 {
-    int64_t len = next_data_len(q);
-    if (!(rtx_ready(q) || (len >= 0 && cwnd_allows(q, (uint32_t)len))))
+    if (req_idle(q))
         return MRC_INF_NS;
     uint32_t usable = qp_usable_ports(ep, q), ready = ep_ports_ready(ep, now);
     uint64_t first = MRC_INF_NS, held = ev_held_until(q);

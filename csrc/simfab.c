@@ -510,6 +510,8 @@ static void host_wake(struct mrc_fab *f, uint32_t h)
     struct fhost *x = &f->hosts[h];
     uint64_t now_ns = f->now / 1000, free_at;
     x->wake = PS_INF;
+    if (f->c.check_times)
+        f->st.late_times += (uint64_t)mrc_ep_check_times(x->ep, now_ns);
     app_poll(f, h);
     uint64_t limit = (uint64_t)f->c.planes * (f->qa.mtu + 128 + WIRE_EXTRA);
     for (;;) {

@@ -238,8 +238,10 @@ class FabricSim:
     """One simulated fabric with its flows (``run`` once)."""
 
     def __init__(self, fab: Fabric, single_path: bool = False, max_qps: int = 64,
-                 flow_bytes: int | None = None) -> None:
-        self.fab, self.single_path = fab, single_path
+                 flow_bytes: int | None = None, check_times: bool = False) -> None:
+        """``check_times``: every NIC checks at each wake that no QP waits past its time (the
+        engine's kept times, mrc_ep_check_times); the result gains ``late_times``, 0 when it holds."""
+        self.fab, self.single_path, self.check_times = fab, single_path, check_times
         self.result: dict = {}
         self.series: list = []
         self.fcts_us: list = []
@@ -248,7 +250,8 @@ class FabricSim:
             "hosts": fab.hosts, "planes": fab.planes, "leaves": fab.leaves, "spines": fab.spines,
             "rate_bps": fab.rate_bps, "hop_ns": fab.hop_ns, "buffer_bytes": fab.buffer_bytes,
             "ecn_bytes": fab.ecn_bytes, "trim_bytes": fab.trim_bytes, "max_qps": max_qps, "cq_depth": 1024,
-            "bucket_ns": fab.bucket_ns, "seed": fab.seed, "unpaced": int(not fab.paced)})
+            "bucket_ns": fab.bucket_ns, "seed": fab.seed, "unpaced": int(not fab.paced),
+            "check_times": int(check_times)})
         out = ffi.new("struct mrc_fab **")
         check(lib.mrc_fab_create(cfg, self.attr.to_c(), out), "create the simulated fabric")
         self._f = out[0]
@@ -381,6 +384,8 @@ class FabricSim:
             "qps_per_nic_max": max(sum((s == h) + (d == h) for s, d, _ in self.flows) for h in range(fab.hosts)),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         }
+        if self.check_times:
+            out["late_times"] = st.late_times
         self.fcts_us = fcts
         return out
 
@@ -416,7 +421,7 @@ def check_victim_start(workload: str, start_ns: int, shown: str | None = None) -
 
 def simulate(fab: Fabric, workload: str, size: int, msg: int = 1 << 20, depth: int = 8, incast: int = 7,
              faults: list[Fault] | None = None, single_path: bool = False, until_ns: int = 10**12,
-             victim_start_ns: int = 0, progress=None) -> FabricSim:
+             victim_start_ns: int = 0, progress=None, check_times: bool = False) -> FabricSim:
     """Build, run and report one workload; the FabricSim keeps ``result``, ``series`` and ``fcts_us``.
     ``victim_start_ns``: the victim workload's victim flow starts then, into an incast already
     running (its share is reckoned from its own start); with another workload it is refused."""
@@ -424,7 +429,8 @@ def simulate(fab: Fabric, workload: str, size: int, msg: int = 1 << 20, depth: i
     flows = flows_for(workload, fab, size, incast, fab.seed)
     per_host = max(sum(1 for s, _, _ in flows if s == h) + sum(1 for _, d, _ in flows if d == h)
                    for h in range(fab.hosts))
-    sim = FabricSim(fab, single_path, max_qps=per_host + 2, flow_bytes=max(n for _, _, n in flows))
+    sim = FabricSim(fab, single_path, max_qps=per_host + 2, flow_bytes=max(n for _, _, n in flows),
+                    check_times=check_times)
     sim.add_flows(flows[:-1] if victim_start_ns else flows, msg, depth)
     if victim_start_ns:  # the victim flow is the last
         sim.add_flows(flows[-1:], msg, depth, start_ns=victim_start_ns)

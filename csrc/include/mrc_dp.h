@@ -561,6 +561,7 @@ struct mrc_ep *mrc_ctx_ep(struct mrc_ctx *c);
 int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const struct mrc_meta *meta, uint64_t now_ns);
 int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now_ns, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max);
 uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now_ns);
+int mrc_ep_check_times(struct mrc_ep *ep, uint64_t now_ns); /* tests: QPs whose kept times are late now (0) */
 /* A local port (plane) went down or up (the engine calls it when carrier or
  * the admin state changes). */
 int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now_ns);
@@ -651,6 +652,7 @@ struct mrc_fab_cfg {
     uint64_t bucket_ns;      /* time series resolution */
     uint64_t seed;
     uint32_t unpaced;        /* 0 or 1: NICs do not pace their ports (the engine fills an 8-frame NIC queue, any plane) */
+    uint32_t check_times;    /* 0 or 1: every NIC's kept QP times checked at each wake (mrc_ep_check_times; tests) */
 };
 struct mrc_fab_flow {
     uint32_t src, dst;
@@ -666,7 +668,7 @@ enum mrc_fab_tier_id { MRC_FAB_NIC = 0, MRC_FAB_LEAF_UP = 1, MRC_FAB_SPINE_DOWN 
 struct mrc_fab_tier { uint64_t packets, bytes, marked, trimmed, dropped, down_dropped, cut, hwm_bytes; };
 struct mrc_fab_stats {
     uint64_t now_ns, events, sent, delivered, no_route, flows_done, buckets;
-    uint64_t done_bytes; /* the flows' WRITEs completed, in bytes */
+    uint64_t done_bytes, late_times; /* WRITEs completed (bytes); check_times: QPs found late (0 always) */
     struct mrc_fab_tier tier[4];
 };
 struct mrc_fab_flow_stats {

@@ -451,3 +451,27 @@ def test_progress_is_one_rewritten_line_on_a_terminal_and_a_line_per_interval_in
     out = tty.getvalue()
     assert out.count("\r") == 3 and "\n" not in out and out.endswith("\r\x1b[K"), repr(out)
     assert "100 % of the bytes" in out
+
+
+@pytest.mark.parametrize("workload,kw", [
+    ("alltoall", {}),  # many QPs per NIC: most of them wait at any time
+    ("permutation", {"single_path": True}),
+    ("permutation", {"faults": "t1:0.1@20us"}),
+    ("permutation", {"faults": "link:0.0.0/20us@10us+100us"}),
+    ("victim", {"victim_start_ns": 20_000}),
+    ("incast", {"paced": False}),
+    ("alltoall", {"paced": False}),
+    ("ring-allreduce", {"faults": "t0:1.0@30us"}),
+    ("permutation", {"faults": "host:3.1@20us+40us"}),  # a NIC's port down and up: the endpoint's ports change
+])
+def test_no_qp_waits_past_its_time(workload, kw):
+    """The engine keeps each QP's next time (its timers and its next packet) and reads the QPs
+    that are due, not all of them, on every call: at every wake of every NIC, no QP's kept time
+    is later than its exact one (mrc_ep_check_times), whatever the workload, the faults, the
+    pacing; and the run ends as the exact times would have it (every flow done, no QP error)."""
+    fab = small(seed=2, hosts=16, paced=kw.pop("paced", True))
+    spec = kw.pop("faults", None)
+    faults = [msim.parse_fault(spec, fab, flap="/" in spec)] if spec else []
+    size = 8 << 20 if workload == "victim" else 1 << 20
+    r = msim.simulate(fab, workload, size, 64 << 10, faults=faults, check_times=True, **kw).result
+    assert r["late_times"] == 0 and r["unfinished"] == 0 and r["qp_errors"] == 0, r
