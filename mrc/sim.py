@@ -288,7 +288,7 @@ class FabricSim:
             done = self._run_to(until_ns)
         else:
             st = ffi.new("struct mrc_fab_stats *")
-            step, last = 1_000, t0  # ns of virtual time per slice: grown until a slice takes ~0.2 s
+            step, last = 1_000, t0  # ns of virtual time per slice: kept to 0.2-1 s of CPU each
             total = sum(n for _, _, n in self.flows)
             while True:
                 lib.mrc_fab_stats(self._f, st)
@@ -299,7 +299,7 @@ class FabricSim:
                 lib.mrc_fab_stats(self._f, st)
                 if done or end >= until_ns or st.now_ns < end:  # done, the end, or nothing left to happen
                     break
-                step = step * 2 if took < 0.2 else step
+                step = step * 2 if took < 0.2 else max(1_000, step // 2) if took > 1.0 else step
                 if time.process_time() - last >= every_s:
                     last = time.process_time()
                     progress(st.now_ns, st.done_bytes, total, st.sent, last - t0)
