@@ -296,7 +296,7 @@ def test_the_c_api_refuses_what_it_cannot_build_and_changes_nothing():
     attr = fab.qp_attr().to_c()
     out = ffi.new("struct mrc_fab **")
     for bad in ({"hosts": 1}, {"hosts": 1025}, {"planes": 0}, {"planes": 17}, {"rate_bps": 0}, {"bucket_ns": 0},
-                {"leaves": 17}, {"spines": 0}, {"unpaced": 2}, {"unpaced": 0xFFFFFFFF}):
+                {"leaves": 17}, {"spines": 0}, {"unpaced": 2}, {"unpaced": 0xFFFFFFFF}, {"check_times": 2}):
         cfg = {"hosts": 16, "planes": 4, "leaves": 2, "spines": 8, "rate_bps": G100, "hop_ns": 1000,
                "max_qps": 8, "cq_depth": 64, "bucket_ns": 10_000, **bad}
         assert lib.mrc_fab_create(ffi.new("struct mrc_fab_cfg *", cfg), attr, out) < 0, bad
