@@ -285,18 +285,17 @@ struct mrc_ep {
      * read the state of the QPs that have work, not of every QP on every
      * call (an all-to-all's hundreds of QPs per NIC: most of the simulator's
      * time went there). dl[slot]: when its first timer fires (dispatch.c,
-     * qp_next); dl_idle[slot]: it has nothing it may send (req_idle), so a
-     * visit of the tx path would change nothing; dl_ports[slot]: the ports
-     * it may use (qp_usable_ports; while none of them may send and its
-     * rotation is not held, dl_held[slot] 0, a visit changes nothing either,
-     * and it may send next when the first is free). They change only through
-     * the QP (a packet for it, a post, a visit of the tx path), which sets
-     * dl_dirty[slot] (a post: the application thread, after it publishes),
-     * or through the endpoint (an API call, a port, a CQ's room), which sets
-     * dl_all: they are computed again before use. */
+     * qp_next); dl_ports[slot]: the ports of which one must be free for a
+     * visit of the tx path to change anything (dispatch.c, qp_tx_ports):
+     * none when it has nothing it may send, every one while its rotation is
+     * held (a visit clears the hold), else the ports it may use, and while
+     * they are all busy it may send next when the first is free. Both change
+     * only through the QP (a packet for it, a post, a visit of the tx path),
+     * which sets dl_dirty[slot] (a post: the application thread, after it
+     * publishes), or through the endpoint (an API call, a port, a CQ's
+     * room), which sets dl_all: they are computed again before use. */
     uint64_t *dl;
     uint32_t *dl_ports;
-    uint8_t *dl_idle, *dl_held;
     uint8_t *dl_dirty;
     uint8_t dl_all;
     uint32_t flush_pending;  /* a post raced a QP into ERROR: flush on the next poll_tx */
@@ -311,9 +310,16 @@ struct mrc_ep {
  * come from the PRF: QP numbers are not handed out in turn. */
 static inline uint32_t ep_qp_slot(const struct mrc_ep *ep, uint32_t qpn) { return qpn & ((1u << ep->qp_bits) - 1); }
 
-/* q's next time (ep->dl) is computed again before its next use. Any thread
- * (a post: after the tail is published, before the doorbell). */
-static inline void ep_dl_touch(struct mrc_ep *ep, const struct qp *q)
+/* What is kept of the QP in slot idx (ep->dl, dl_ports) is computed again
+ * before its next use. The engine's own thread. */
+static inline void ep_dl_stale(struct mrc_ep *ep, uint32_t idx)
+{
+    __atomic_store_n(&ep->dl_dirty[idx], 1, __ATOMIC_RELAXED);
+}
+
+/* The same from the application's thread, after a post is published and
+ * before the doorbell (the engine takes the flag before it reads the QP). */
+static inline void ep_dl_posted(struct mrc_ep *ep, const struct qp *q)
 {
     __atomic_store_n(&ep->dl_dirty[ep_qp_slot(ep, q->qpn)], 1, __ATOMIC_SEQ_CST);
 }

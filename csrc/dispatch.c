@@ -62,7 +62,7 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
         ep_drop(ep, MRC_DROP_WRONG_PEER);
         return -EPERM;
     }
-    ep_dl_touch(ep, q); /* whatever it is, the QP's times are computed again */
+    ep_dl_stale(ep, ep_qp_slot(ep, q->qpn)); /* whatever it is, what is kept of the QP is computed again */
     if (mrc_opcode_is_data(p.opcode)) {
         struct mrc_meta mm = *m;
         mm.trimmed = (uint8_t)trimmed;
@@ -92,10 +92,21 @@ static uint64_t qp_next(struct mrc_ep *ep, struct qp *q, uint64_t now)
     return x < r ? x : r;
 }
 
+/* The ports of which one must be free for a visit of the tx path to q to
+ * change anything (core.h, dl_ports): none when it has nothing it may send
+ * (req_poll_tx returns before ev_pick), every one while its rotation is held
+ * (ev_pick clears the hold), else the ports it may use (with none of them
+ * free ev_pick gives up at once). */
+static uint32_t qp_tx_ports(struct mrc_ep *ep, struct qp *q)
+{
+    if (req_idle(q))
+        return 0;
+    return ev_held_until(q) != MRC_INF_NS ? UINT32_MAX : qp_usable_ports(ep, q);
+}
+
 /* Whether a timer of the QP in slot idx is due at now, what is kept of it
- * (core.h, dl) computed again first when something changed the QP. The
- * flag is taken before the QP is read: a post that lands meanwhile sets it
- * again. */
+ * computed again first when something changed the QP. The flag is taken
+ * before the QP is read: a post that lands meanwhile sets it again. */
 static int qp_due(struct mrc_ep *ep, uint32_t idx, uint64_t now)
 {
     uint8_t *dirty = &ep->dl_dirty[idx];
@@ -103,21 +114,19 @@ static int qp_due(struct mrc_ep *ep, uint32_t idx, uint64_t now)
         struct qp *q = ep->qps[idx];
         int rts = q && q->state == MRC_QPS_RTS;
         ep->dl[idx] = rts ? qp_next(ep, q, now) : MRC_INF_NS;
-        ep->dl_idle[idx] = (uint8_t)(!rts || req_idle(q));
-        ep->dl_ports[idx] = rts ? qp_usable_ports(ep, q) : 0;
-        ep->dl_held[idx] = (uint8_t)(rts && ev_held_until(q) != MRC_INF_NS);
+        ep->dl_ports[idx] = rts ? qp_tx_ports(ep, q) : 0;
     }
     return ep->dl[idx] <= now;
 }
 
 /* A visit of the tx path to the QP in slot idx would change nothing: no
- * timer is due, and it has nothing it may send or no port to send it on
- * (ev_pick gives up at once, and there is no hold for it to clear). */
+ * timer is due and none of the ports it needs is free. */
 static int qp_still(struct mrc_ep *ep, uint32_t idx, uint64_t now)
 {
-    if (qp_due(ep, idx, now))
+    if (qp_due(ep, idx, now)) /* (first: it computes dl_ports again when the QP changed) */
         return 0;
-    return ep->dl_idle[idx] || (!ep->dl_held[idx] && !(ep->dl_ports[idx] & ep_ports_ready(ep, now)));
+    uint32_t ports = ep->dl_ports[idx];
+    return !ports || !(ports & ep_ports_ready(ep, now));
 }
 
 /* Something of the endpoint's changed (an API call, a port, a CQ's room):
@@ -128,7 +137,7 @@ static void dl_take_all(struct mrc_ep *ep)
         return;
     ep->dl_all = 0;
     for (uint32_t i = 0; i < ep->nact; i++)
-        __atomic_store_n(&ep->dl_dirty[ep->act[i]], 1, __ATOMIC_RELAXED);
+        ep_dl_stale(ep, ep->act[i]);
 }
 
 /* Completions that waited for room in a CQ go in once the application has
@@ -203,7 +212,7 @@ static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
                 continue;
             uint32_t room = max - n < EP_TX_QUANTUM ? max - n : EP_TX_QUANTUM;
             uint32_t got = (uint32_t)req_poll_tx(ep, q, now, buf, buflen, used, d + n, room);
-            __atomic_store_n(&ep->dl_dirty[idx], 1, __ATOMIC_RELAXED);
+            ep_dl_stale(ep, idx);
             if (got)
                 last = slot;
             n += got;
@@ -230,7 +239,7 @@ static void run_timers(struct mrc_ep *ep, uint64_t now)
         if (q && q->state == MRC_QPS_RTS) {
             resp_on_timer(ep, q, now);
             comp_on_timer(ep, q, now); /* may end the QP: it leaves the list, the last one takes its place */
-            __atomic_store_n(&ep->dl_dirty[idx], 1, __ATOMIC_RELAXED);
+            ep_dl_stale(ep, idx);
         }
         if (i < ep->nact && ep->act[i] == idx)
             i++;
@@ -266,12 +275,10 @@ uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now)
     for (uint32_t i = 0; i < ep->nact; i++) {
         uint32_t idx = ep->act[i];
         qp_due(ep, idx, now);
-        uint64_t x = MRC_INF_NS, y = ep->dl[idx] < now ? now : ep->dl[idx];
+        uint64_t x, y = ep->dl[idx] < now ? now : ep->dl[idx];
         uint32_t ports = ep->dl_ports[idx];
-        if (ep->dl_idle[idx]) {
-            /* nothing to send: its timers only */
-        } else if (!ep->dl_held[idx] && ports && !(ports & ep_ports_ready(ep, now))) {
-            x = ep_first_free(ep, ports); /* as req_next_tx: when its first port is free */
+        if (!ports || !(ports & ep_ports_ready(ep, now))) { /* as req_next_tx: when its first port is free */
+            x = ep_first_free(ep, ports);
         } else {
             struct qp *q = ep->qps[idx];
             if (!q || q->state != MRC_QPS_RTS)
@@ -296,8 +303,7 @@ int mrc_ep_check_times(struct mrc_ep *ep, uint64_t now)
         struct qp *q = ep->qps[idx];
         if (ep->dl_all || __atomic_load_n(&ep->dl_dirty[idx], __ATOMIC_RELAXED) || !q || q->state != MRC_QPS_RTS)
             continue;
-        late += qp_next(ep, q, now) < ep->dl[idx] || (ep->dl_idle[idx] && !req_idle(q)) ||
-                ep->dl_ports[idx] != qp_usable_ports(ep, q) || ep->dl_held[idx] != (ev_held_until(q) != MRC_INF_NS);
+        late += qp_next(ep, q, now) < ep->dl[idx] || ep->dl_ports[idx] != qp_tx_ports(ep, q);
     }
     return late;
 }

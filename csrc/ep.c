@@ -107,8 +107,6 @@ int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_
     ep->qps = calloc(ep->a.max_qps, sizeof(*ep->qps));
     ep->act = calloc(ep->a.max_qps, sizeof(*ep->act));
     ep->dl = calloc(ep->a.max_qps, sizeof(*ep->dl));
-    ep->dl_idle = calloc(ep->a.max_qps, sizeof(*ep->dl_idle));
-    ep->dl_held = calloc(ep->a.max_qps, sizeof(*ep->dl_held));
     ep->dl_ports = calloc(ep->a.max_qps, sizeof(*ep->dl_ports));
     ep->dl_dirty = calloc(ep->a.max_qps, sizeof(*ep->dl_dirty));
     ep->dl_all = 1;
@@ -118,8 +116,8 @@ int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_
     ep->evq = calloc(ep->evq_size, sizeof(*ep->evq));
     ep->probes = calloc(MRC_PROBE_MAX, sizeof(*ep->probes));
     uint32_t cq0;
-    if (!ep->mrs || !ep->qps || !ep->act || !ep->dl || !ep->dl_idle || !ep->dl_held || !ep->dl_ports ||
-        !ep->dl_dirty || !ep->ctl || !ep->evq || !ep->probes || ep_cq_create(ep, ep->a.cq_depth, &cq0) < 0) {
+    if (!ep->mrs || !ep->qps || !ep->act || !ep->dl || !ep->dl_ports || !ep->dl_dirty || !ep->ctl || !ep->evq ||
+        !ep->probes || ep_cq_create(ep, ep->a.cq_depth, &cq0) < 0) {
         ep_destroy(ep);
         return -ENOMEM;
     }
@@ -137,8 +135,6 @@ void ep_destroy(struct mrc_ep *ep)
     free(ep->qps);
     free(ep->act);
     free(ep->dl);
-    free(ep->dl_idle);
-    free(ep->dl_held);
     free(ep->dl_ports);
     free(ep->dl_dirty);
     free(ep->mrs);
@@ -438,7 +434,7 @@ void ep_set_active(struct mrc_ep *ep, struct qp *q, int on)
     }
     if (on) {
         ep->act[ep->nact++] = idx;
-        __atomic_store_n(&ep->dl_dirty[idx], 1, __ATOMIC_RELAXED);
+        ep_dl_stale(ep, idx);
     }
 }
 
@@ -607,7 +603,7 @@ int ep_post_write(struct mrc_ep *ep, uint32_t qpn, const struct mrc_wr *wrs, uin
         STORE_SC(q->sq_tail, nt); /* publish: the engine may send it from now on */
     }
     if (k)
-        ep_dl_touch(ep, q);
+        ep_dl_posted(ep, q);
     if (k && LOAD_SC(q->state) != MRC_QPS_RTS)
         STORE_SC(ep->flush_pending, 1); /* the engine moved the QP to ERROR meanwhile */
     return k ? (int)k : err;
@@ -631,7 +627,7 @@ int ep_post_recv(struct mrc_ep *ep, uint32_t qpn, const uint64_t *wr_ids, uint32
         STORE_SC(q->rq_tail, nt);
     }
     if (k)
-        ep_dl_touch(ep, q);
+        ep_dl_posted(ep, q);
     if (k && LOAD_SC(q->state) == MRC_QPS_ERROR)
         STORE_SC(ep->flush_pending, 1);
     return k ? (int)k : -ENOSPC;
