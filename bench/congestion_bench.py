@@ -129,7 +129,7 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
     # the control --victim-nic-x: the victim's sender's NIC (its qdiscs, and MRC's pacing) that much faster
     wide = flows[-1]["src"] if workload == "victim" and a.victim_nic_x != 1 else None
     wide_ports = qos.ports(t, wide)[1] if wide and not a.no_nic_rate else []  # (--no-nic-rate: no rate to widen)
-    wide_reader = None
+    wide_reader = out = None
     hosts = {h: Host(t.name, h) for h in names}
     try:
         # MRC's ports send at the NIC's rate, as a NIC's do: its packets wait in their QPs, not in the
@@ -203,22 +203,23 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
                 verified &= all(got[str(k)] == results[k]["sha256"] for k in want)
         out = summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q, pauses)
         out["cpu_share"] = dict(sorted(cpu.items(), key=lambda kv: int(kv[0][1:])))
-        if wide_ports:  # the NIC in the run, and as the run leaves it (the fabric's rate again)
+        if wide_ports:
             out["wide_nic"] = wide_nic(t, wide, wide_ports, wide_samples, a)
-            wide_reader.close()
-            wide_reader = None
-            qos.apply_ports(t, wide_ports, qos.nic(q))
-            wide_ports = []
-            out["wide_nic"]["rates_after_bps"] = [qos.port_counters(t, n, i)["rate_bps"] for n, i, _ in
-                                                  qos.ports(t, wide)[1]]
         return out
     finally:
         for w in hosts.values():
             w.close()
         if wide_reader:
             wide_reader.close()
-        if wide_ports:
+        if wide_ports:  # the fabric's rate again, and the JSON says the kernel holds it
             qos.apply_ports(t, wide_ports, qos.nic(q))
+            if out and "wide_nic" in out:
+                out["wide_nic"]["rates_after_bps"] = port_rates(t, wide_ports)
+
+
+def port_rates(t, ports: list) -> list[int]:
+    """Each port's rate as its queue holds it (bit/s)."""
+    return [qos.port_counters(t, n, i)["rate_bps"] for n, i, _ in ports]
 
 
 def wide_nic(t, host: str, ports: list, samples: list, a) -> dict:
@@ -230,7 +231,7 @@ def wide_nic(t, host: str, ports: list, samples: list, a) -> dict:
     rates = [(b1 - b0) * 8 / (t1 - t0) for (t0, b0), (t1, b1) in zip(steady[:-5], steady[5:], strict=True)
              if t1 > t0]
     avg = (steady[-1][1] - steady[0][1]) * 8 / (steady[-1][0] - steady[0][0]) if len(steady) > 1 else 0.0
-    return {"host": host, "rates_bps": [qos.port_counters(t, n, i)["rate_bps"] for n, i, _ in ports],
+    return {"host": host, "rates_bps": port_rates(t, ports),
             "sent_mbps": round(avg / 1e6, 2), "peak_250ms_mbps": round(max(rates, default=0.0) / 1e6, 2)}
 
 
