@@ -131,8 +131,10 @@ function select(kind, id) {
   const again = S.selected && S.selected.kind === kind && S.selected.id === id;
   S.selected = again ? null : { kind, id };
   for (const e of document.querySelectorAll("#fabric .sel")) e.classList.remove("sel");
-  if (!again && kind === "link") document.querySelector(`#fabric .link[data-link="${id}"]`)?.classList.add("sel");
-  else if (!again) for (const g of document.querySelectorAll(`#fabric .node[data-node="${id}"]`)) g.classList.add("sel");
+  if (!again) {
+    if (kind === "link") document.querySelector(`#fabric .link[data-link="${id}"]`)?.classList.add("sel");
+    else for (const g of document.querySelectorAll(`#fabric .node[data-node="${id}"]`)) g.classList.add("sel");
+  }
   showSelection(S.lastLinks || {});
   updateButtons();
   showEvents();
