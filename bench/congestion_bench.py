@@ -204,7 +204,7 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
         out = summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q, pauses)
         out["cpu_share"] = dict(sorted(cpu.items(), key=lambda kv: int(kv[0][1:])))
         if wide_ports:
-            out["wide_nic"] = wide_nic(t, wide, wide_ports, wide_samples, a)
+            out["wide_nic"] = wide_nic(t, wide, wide_samples, a)
         return out
     finally:
         for w in hosts.values():
@@ -214,15 +214,10 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
         if wide_ports:  # the fabric's rate again, and the JSON says the kernel holds it
             qos.apply_ports(t, wide_ports, qos.nic(q))
             if out and "wide_nic" in out:
-                out["wide_nic"]["rates_after_bps"] = port_rates(t, wide_ports)
+                out["wide_nic"]["rates_after_bps"] = [c["rate_bps"] for c in qos.stats(t, wide)]
 
 
-def port_rates(t, ports: list) -> list[int]:
-    """Each port's rate as its queue holds it (bit/s)."""
-    return [qos.port_counters(t, n, i)["rate_bps"] for n, i, _ in ports]
-
-
-def wide_nic(t, host: str, ports: list, samples: list, a) -> dict:
+def wide_nic(t, host: str, samples: list, a) -> dict:
     """The control's NIC as the kernel held it in the run: each port's rate,
     and what the ports sent, on average over the steady window and at most
     over any 250 ms of it (a machine that stalls for part of a run lowers the
@@ -231,7 +226,7 @@ def wide_nic(t, host: str, ports: list, samples: list, a) -> dict:
     rates = [(b1 - b0) * 8 / (t1 - t0) for (t0, b0), (t1, b1) in zip(steady[:-5], steady[5:], strict=True)
              if t1 > t0]
     avg = (steady[-1][1] - steady[0][1]) * 8 / (steady[-1][0] - steady[0][0]) if len(steady) > 1 else 0.0
-    return {"host": host, "rates_bps": port_rates(t, ports),
+    return {"host": host, "rates_bps": [c["rate_bps"] for c in qos.stats(t, host)],
             "sent_mbps": round(avg / 1e6, 2), "peak_250ms_mbps": round(max(rates, default=0.0) / 1e6, 2)}
 
 
