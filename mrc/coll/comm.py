@@ -1,0 +1,567 @@
+"""The communicator: collectives over MRC queue pairs, run from a plan
+(:mod:`mrc.coll.schedule`).
+
+Each pair of ranks an algorithm needs gets ``channels`` connected QPs
+once (every QP sprays over every plane), and each rank registers, per peer
+and channel, ``slots`` receive slots of ``slot_bytes``. Flow control is
+by credits:
+
+- On entering a collective, a rank that will receive from a peer *grants*
+  it every slot of every channel: a WRITE_IMM on channel 0 that carries the
+  rank's description of the call (collective, dtype, op, root, counts,
+  sequence number) into the peer's mailbox. The sender checks it against its
+  own call before it sends a byte; a difference aborts the communicator.
+- Each data WRITE_IMM goes into one granted slot and names it in its
+  immediate (kind, sequence, message tag, slot). After the receiver has
+  copied or reduced the slot into its work buffer it grants that slot again
+  (a zero-length WRITE_IMM naming it), while more is to come on that channel.
+
+So no write ever lands in memory the receiver has not granted, and a
+receiver never holds more than its slots. Completions are polled per
+piece (a slot's worth), never per packet.
+
+Failure semantics: a path or plane that fails is MRC's business and never
+surfaces here. A QP that errors, a rank whose process dies (its control
+connection closes) or a call that differs across ranks aborts the
+communicator: every rank raises :class:`CommAborted` naming the rank and the
+cause, and every later call raises it again.
+"""
+
+from __future__ import annotations
+
+import collections
+import struct
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from mrc._dp import lib
+from mrc.coll import schedule
+from mrc.errors import MrcError
+
+DTYPES = {np.dtype(t): i for i, t in enumerate(("float16", "float32", "float64", "int32", "int64"))}
+DTYPE_NAMES = {i: t.name for t, i in DTYPES.items()}
+OPS = {"sum": (0, np.add), "max": (1, np.maximum), "min": (2, np.minimum)}
+OP_NAMES = {code: name for name, (code, _) in OPS.items()}
+COLL_CODES = {c: i for i, c in enumerate(schedule.COLLECTIVES)}
+
+KIND_DATA, KIND_CREDIT, KIND_GRANT = 0, 1, 2
+MAILBOX = 64                     # bytes of one mailbox entry (two per channel 0 region: by sequence parity)
+MAX_SLOTS = 1 << 12
+MAX_COUNT = 1 << 40              # elements in one call
+DEFAULT_TIMEOUT = 120.0          # seconds a collective may take before it aborts
+_DESC = struct.Struct("<IIBBBBiqqII")   # magic, seq, coll, dtype, op, pad, root, count, pair, nranks, rank
+_MAGIC = 0x4D52434C
+
+
+class CollError(MrcError):
+    """A collective was called wrongly (caught before any byte moves)."""
+
+
+class CommAborted(MrcError):
+    """The communicator was aborted: ``rank`` (the rank at fault, or None)
+    and ``cause`` say why. Every later call raises it again."""
+
+    def __init__(self, rank: int | None, cause: str) -> None:
+        self.rank, self.cause = rank, cause
+        super().__init__(f"communicator aborted: {'rank ' + str(rank) + ': ' if rank is not None else ''}{cause}")
+
+
+def imm_pack(kind: int, seq: int, tag: int, slot: int) -> int:
+    """The immediate of a collective's WRITE_IMM: kind (2 bits), sequence
+    mod 16 (4), message tag mod 4096 (12), slot (14)."""
+    return (kind << 30) | ((seq & 0xF) << 26) | ((tag & 0xFFF) << 14) | (slot & 0x3FFF)
+
+
+def imm_unpack(imm: int) -> tuple[int, int, int, int]:
+    return imm >> 30, (imm >> 26) & 0xF, (imm >> 14) & 0xFFF, imm & 0x3FFF
+
+
+@dataclass
+class Desc:
+    """A rank's description of one call, as a grant carries it."""
+
+    seq: int
+    coll: int
+    dtype: int
+    op: int
+    root: int
+    count: int
+    pair: int        # elements the granting rank expects from the rank it grants
+    nranks: int
+    rank: int
+
+    def pack(self) -> bytes:
+        return _DESC.pack(_MAGIC, self.seq, self.coll, self.dtype, self.op, 0, self.root, self.count, self.pair,
+                          self.nranks, self.rank)
+
+    @classmethod
+    def unpack(cls, b: bytes) -> Desc | None:
+        try:
+            magic, seq, coll, dt, op, _, root, count, pair, n, rank = _DESC.unpack_from(b)
+        except struct.error:
+            return None
+        return cls(seq, coll, dt, op, root, count, pair, n, rank) if magic == _MAGIC else None
+
+    def text(self) -> str:
+        coll = schedule.COLLECTIVES[self.coll] if self.coll < len(schedule.COLLECTIVES) else f"collective {self.coll}"
+        op = f" {OP_NAMES.get(self.op, self.op)}" if coll in ("all_reduce", "reduce_scatter") else ""
+        root = f" root {self.root}" if coll == "broadcast" else ""
+        return f"call {self.seq}: {coll}{op} of {self.count} {DTYPE_NAMES.get(self.dtype, '?')}{root}"
+
+
+class Link:
+    """One channel to one peer: a connected QP, our slots for what the peer
+    sends (``region``), the peer's slots for what we send (``raddr``, ``rkey``)."""
+
+    def __init__(self, peer: int, ch: int, qp, region, raddr: int, rkey: int) -> None:
+        self.peer, self.ch, self.qp, self.region = peer, ch, qp, region
+        self.raddr, self.rkey = raddr, rkey
+        self.credits: collections.deque[int] = collections.deque()
+        self.arrived = 0          # data messages received on this channel in the current call
+
+
+class Handle:
+    """A collective in flight: ``wait()`` returns its result, ``test()`` says
+    whether it is done (and moves it on)."""
+
+    def __init__(self, comm: Communicator, run: _Run | None, result) -> None:
+        self._comm, self._run, self._result = comm, run, result
+
+    def test(self) -> bool:
+        if self._run is None:
+            return True
+        if self._comm._step(self._run):
+            self._finish()
+            return True
+        return False
+
+    def wait(self, timeout: float | None = None):
+        """Block until done; the result (an array), or CommAborted."""
+        while not self.test():
+            self._comm.net.wait(self._comm, 0.05 if timeout is None else min(0.05, timeout))
+        return self._result
+
+    def _finish(self) -> None:
+        run, self._run = self._run, None
+        self._result = run.finish()
+
+
+class _Run:
+    """The state of one call on one rank."""
+
+    def __init__(self, comm: Communicator, p: schedule.Plan, desc: Desc, dtype: np.dtype, ufunc, out) -> None:
+        self.comm, self.p, self.desc, self.dtype, self.ufunc = comm, p, desc, dtype, ufunc
+        self.seq = desc.seq
+        self.piece = comm.slot_bytes // dtype.itemsize
+        self.w = comm._work(p.work, dtype)
+        self.out = out
+        self.deadline = time.monotonic() + comm.timeout
+        self.pieces = [schedule.pieces(x, self.piece) for x in p.xfers]
+        self.done = [bytearray(len(pc)) for pc in self.pieces]       # 1: sent and completed / received and placed
+        # the streams: per peer, (xfer, piece) in schedule order
+        self.sendq: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+        self.recvq: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
+        for i, x in enumerate(p.xfers):
+            q = self.sendq if x.send else self.recvq
+            q[x.peer] += [(i, k) for k in range(len(self.pieces[i]))]
+        self.next_send = dict.fromkeys(self.sendq, 0)
+        self.next_use = dict.fromkeys(self.recvq, 0)
+        self.arrivals: dict[int, dict[int, tuple[int, int]]] = collections.defaultdict(dict)  # peer -> m -> slot, len
+        self.granted = {peer: False for peer in p.send_to}
+        # dependencies: for each transfer, the earlier ones over the same elements
+        self.deps: list[list[int]] = []
+        for i, x in enumerate(p.xfers):
+            # a send waits for the receives that wrote its elements; a receive for the sends that
+            # read them and the receives that wrote them before
+            self.deps.append([j for j, y in enumerate(p.xfers[:i]) if y.off < x.off + x.count and
+                              x.off < y.off + y.count and not (x.send and y.send)])
+        self.outstanding = 0
+        self.left = sum(len(pc) for pc in self.pieces)
+        # grants expected per channel: how many data messages each channel will carry from each peer
+        C = comm.channels
+        self.per_channel = {peer: [len(range(c, len(q), C)) for c in range(C)] for peer, q in self.recvq.items()}
+
+    # dependencies ---------------------------------------------------------
+    def _ready(self, i: int, k: int) -> bool:
+        off, cnt = self.pieces[i][k]
+        for j in self.deps[i]:
+            y = self.comm_xfer(j)
+            lo, hi = max(off, y.off), min(off + cnt, y.off + y.count)
+            if lo >= hi:
+                continue
+            for kk in range((lo - y.off) // self.piece, (hi - 1 - y.off) // self.piece + 1):
+                if not self.done[j][kk]:
+                    return False
+        return True
+
+    def comm_xfer(self, j: int) -> schedule.Xfer:
+        return self.p.xfers[j]
+
+    def finished(self) -> bool:
+        return self.left == 0 and self.outstanding == 0 and all(self.granted.values())
+
+    def finish(self):
+        p, w = self.p, self.w
+        res = w[p.out_off:p.out_off + p.out_count]
+        if self.out is not None:
+            self.out[...] = res.reshape(self.out.shape)
+            return self.out
+        return res.copy()
+
+
+class Communicator:
+    """N ranks over MRC. ``net`` connects the QPs and carries the control
+    plane: :class:`mrc.coll.net.FabricNet` (one process per host, real
+    ports) or :class:`mrc.coll.net.MemWorld`'s (every rank in one process,
+    the in-memory link). Use :func:`mrc.coll.init` to make one.
+
+    Every collective takes a contiguous numpy array of float16, float32,
+    float64, int32 or int64 and returns a new array (or fills ``out``);
+    with ``async_op=True`` it returns a :class:`Handle`."""
+
+    def __init__(self, rank: int, nranks: int, net, channels: int = 2, slots: int = 8, slot_bytes: int = 1 << 19,
+                 timeout: float = DEFAULT_TIMEOUT) -> None:
+        if not 1 <= nranks <= 4096 or not 0 <= rank < nranks:
+            raise CollError(f"rank {rank} of {nranks}: ranks are 0 to nranks - 1, and 1 to 4096 ranks")
+        if not 1 <= channels <= 16:
+            raise CollError(f"channels={channels}: 1 to 16 QPs per peer")
+        if not 1 <= slots <= MAX_SLOTS // 2:
+            raise CollError(f"slots={slots}: 1 to {MAX_SLOTS // 2} per channel")
+        if slot_bytes < 64 or slot_bytes % 64 or slot_bytes > 64 << 20:
+            raise CollError(f"slot_bytes={slot_bytes}: a multiple of 64 from 64 B to 64 MiB")
+        self.rank, self.nranks, self.net = rank, nranks, net
+        self.channels, self.slots, self.slot_bytes, self.timeout = channels, slots, slot_bytes, timeout
+        self.links: dict[tuple[int, int], Link] = {}
+        self.by_qpn: dict[int, Link] = {}
+        self.seq = 0
+        self._abort: CommAborted | None = None
+        self._run: _Run | None = None
+        self._grants: dict[int, collections.deque] = collections.defaultdict(collections.deque)
+        self._late: list = []           # completions of a later call that came in early (grants)
+        self._wbuf = None
+        self._wmr = None
+        self._ctl_src = None
+        self.stats = {"calls": 0, "bytes_sent": 0, "qp_errors": 0}
+        self.bytes_to: collections.Counter = collections.Counter()   # data bytes sent, per peer
+        self.net.attach(self)
+
+    # ----------------------------------------------------------------- memory
+    def region_bytes(self) -> int:
+        """Bytes of one channel's receive region: the slots, then two mailbox entries."""
+        return self.slots * self.slot_bytes + 2 * MAILBOX
+
+    def _work(self, n: int, dtype: np.dtype) -> np.ndarray:
+        need = max(64, n * dtype.itemsize)
+        if self._wbuf is None or len(self._wbuf) < need:
+            size = 1 << (need - 1).bit_length()
+            if self._wmr is not None:
+                self._wmr.close()
+            self._wbuf = bytearray(size)
+            self._wmr = self.net.reg_mr(self, self._wbuf, remote_write=False)
+        return np.frombuffer(self._wbuf, dtype=dtype, count=n)
+
+    def _ctl(self):
+        if self._ctl_src is None:
+            self._ctl_buf = bytearray(MAILBOX * self.nranks)
+            self._ctl_src = self.net.reg_mr(self, self._ctl_buf, remote_write=False)
+        return self._ctl_src
+
+    # ---------------------------------------------------------------- checks
+    def _check_abort(self) -> None:
+        if self._abort is None:
+            why = self.net.aborted(self)
+            if why is not None:
+                self._abort = CommAborted(*why)
+        if self._abort is not None:
+            raise self._abort
+
+    def abort(self, rank: int | None, cause: str) -> CommAborted:
+        """Abort the communicator here and tell every rank; returns the error to raise."""
+        if self._abort is None:
+            self._abort = CommAborted(rank, cause)
+            self.net.abort(self, rank, cause)
+        return self._abort
+
+    def _array(self, x, what: str = "the input") -> tuple[np.ndarray, np.dtype]:
+        if not isinstance(x, np.ndarray):
+            raise CollError(f"{what} must be a numpy array, not {type(x).__name__}")
+        if x.dtype not in DTYPES:
+            raise CollError(f"{what} has dtype {x.dtype}: use one of {', '.join(t.name for t in DTYPES)}")
+        if not x.flags.c_contiguous:
+            raise CollError(f"{what} is not contiguous: pass np.ascontiguousarray(x)")
+        if x.size > MAX_COUNT:
+            raise CollError(f"{what} has {x.size} elements: at most {MAX_COUNT} in one call")
+        return x, x.dtype
+
+    def _out(self, out, n: int, dtype: np.dtype):
+        if out is None:
+            return None
+        self._array(out, "out")
+        if out.size != n or out.dtype != dtype:
+            raise CollError(f"out has {out.size} {out.dtype}; this call gives {n} {dtype}")
+        return out
+
+    @staticmethod
+    def _op(op: str):
+        if op not in OPS:
+            raise CollError(f"unknown op {op!r}: use sum, max or min")
+        return OPS[op]
+
+    # ----------------------------------------------------------- collectives
+    def all_reduce(self, x, op: str = "sum", out=None, async_op: bool = False):
+        """Every rank gets the element-wise ``op`` of every rank's ``x`` (ring:
+        reduce-scatter then all-gather, pipelined by slot-sized chunks)."""
+        x, dt = self._array(x)
+        return self._start("all_reduce", x, dt, op, 0, x.size, self._out(out, x.size, dt), async_op)
+
+    def reduce_scatter(self, x, op: str = "sum", out=None, async_op: bool = False):
+        """Rank r gets block r (as ``numpy.array_split(x, nranks)`` cuts it) of the ``op`` over every rank's ``x``."""
+        x, dt = self._array(x)
+        n = schedule.blocks(x.size, self.nranks)[self.rank][1]
+        return self._start("reduce_scatter", x, dt, op, 0, x.size, self._out(out, n, dt), async_op)
+
+    def all_gather(self, x, out=None, async_op: bool = False):
+        """Every rank gets every rank's ``x``, concatenated in rank order."""
+        x, dt = self._array(x)
+        return self._start("all_gather", x, dt, None, 0, x.size, self._out(out, x.size * self.nranks, dt), async_op)
+
+    def broadcast(self, x, root: int = 0, async_op: bool = False):
+        """``root``'s ``x`` lands in every rank's ``x`` (same size and dtype everywhere); returns ``x``."""
+        x, dt = self._array(x)
+        if not isinstance(root, int) or not 0 <= root < self.nranks:
+            raise CollError(f"root {root!r} is not a rank of this communicator (0 to {self.nranks - 1})")
+        return self._start("broadcast", x, dt, None, root, x.size, x, async_op)
+
+    def all_to_all(self, x, out=None, async_op: bool = False):
+        """``x`` is ``nranks`` equal blocks; block j goes to rank j, and rank i's block r lands at block i."""
+        x, dt = self._array(x)
+        if x.size % self.nranks:
+            raise CollError(f"all_to_all of {x.size} elements over {self.nranks} ranks: the input must be "
+                            f"{self.nranks} equal blocks")
+        return self._start("all_to_all", x, dt, None, 0, x.size, self._out(out, x.size, dt), async_op)
+
+    def all_to_all_v(self, x, send_counts, recv_counts, out=None, async_op: bool = False):
+        """MoE's exchange: ``send_counts[j]`` elements of ``x`` (in rank order) go to
+        rank j; ``recv_counts[i]`` elements come from rank i, concatenated in rank order."""
+        x, dt = self._array(x)
+        sc, rc = self._counts(send_counts, "send_counts"), self._counts(recv_counts, "recv_counts")
+        if sum(sc) != x.size:
+            raise CollError(f"send_counts add up to {sum(sc)}, but the input has {x.size} elements")
+        return self._start("all_to_all_v", x, dt, None, 0, x.size, self._out(out, sum(rc), dt), async_op,
+                           counts=(sc, rc))
+
+    def _counts(self, c, what: str) -> list[int]:
+        try:
+            c = [int(v) for v in c] if all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in c) \
+                else None
+        except TypeError:
+            c = None
+        if c is None or len(c) != self.nranks or any(v < 0 or v > MAX_COUNT for v in c):
+            raise CollError(f"{what} must be {self.nranks} whole numbers from 0 to {MAX_COUNT}")
+        return c
+
+    def barrier(self) -> None:
+        """Every rank has reached this point (an all-reduce of one int32)."""
+        self.all_reduce(np.zeros(1, np.int32))
+
+    # ------------------------------------------------------------------ runs
+    def _start(self, coll: str, x: np.ndarray, dt: np.dtype, op: str | None, root: int, count: int, out,
+               async_op: bool, counts=None):
+        self._check_abort()
+        if self._run is not None:
+            raise CollError("a collective is still in flight on this communicator: wait for its handle first")
+        opcode, ufunc = self._op(op) if op is not None else (0, None)
+        sc, rc = counts or (None, None)
+        p = schedule.plan(coll, self.nranks, self.rank, count, root, sc, rc)
+        self.seq += 1
+        self.stats["calls"] += 1
+        desc = Desc(self.seq, COLL_CODES[coll], DTYPES[dt], opcode, root, count if coll != "all_to_all_v" else 0, 0,
+                    self.nranks, self.rank)
+        self.net.ensure(self, sorted(set(p.send_to) | set(p.recv_from)))
+        run = _Run(self, p, desc, dt, ufunc, out)
+        for peer in p.recv_from:  # no data of this call can have come yet: it waits for our grant
+            for c in range(self.channels):
+                self.links[(peer, c)].arrived = 0
+        w = run.w
+        flat = x.reshape(-1)
+        if coll == "broadcast":
+            if self.rank == root:
+                w[:count] = flat
+        else:
+            w[p.in_off:p.in_off + flat.size] = flat
+        for src, dst, n in p.local:
+            w[dst:dst + n] = w[src:src + n]
+        self._run = run
+        try:
+            for peer in p.recv_from:
+                self._grant(run, peer)
+        except BaseException:
+            self._run = None
+            raise
+        h = Handle(self, run, None)
+        if coll == "broadcast":
+            h._result = x
+        if async_op:
+            return h
+        return h.wait()
+
+    def _grant(self, run: _Run, peer: int) -> None:
+        d = Desc(**{**run.desc.__dict__, "pair": run.p.received_from(peer)})
+        src = self._ctl()
+        off = peer * MAILBOX
+        self._ctl_buf[off:off + _DESC.size] = d.pack()
+        link = self.links[(peer, 0)]
+        link.qp.post_write(src, off, _DESC.size, link.raddr + self.slots * self.slot_bytes + (run.seq & 1) * MAILBOX,
+                           link.rkey, wr_id=(KIND_GRANT << 60) | peer, imm=imm_pack(KIND_GRANT, run.seq, 0, 0))
+        run.outstanding += 1
+
+    def _step(self, run: _Run) -> bool:
+        """Move ``run`` on: completions, placements, sends. True when it is done."""
+        try:
+            self._check_abort()
+            if time.monotonic() > run.deadline:
+                waiting = sorted({peer for peer, q in run.recvq.items() if run.next_use[peer] < len(q)} |
+                                 {peer for peer, g in run.granted.items() if not g})
+                raise self.abort(waiting[0] if waiting else None, f"call {run.seq} ({run.p.coll}) took over "
+                                 f"{self.timeout:g} s; rank {self.rank} still waits for rank(s) "
+                                 f"{', '.join(map(str, waiting)) or 'none'}")
+            self._poll(run)
+            self._place(run)
+            self._send(run)
+            if run.finished():
+                self._run = None
+                return True
+            return False
+        except CommAborted:
+            self._run = None
+            raise
+
+    def _poll(self, run: _Run) -> None:
+        repost: dict[int, int] = collections.defaultdict(int)
+        for wc in self.net.poll(self):
+            link = self.by_qpn.get(wc.qpn)
+            if not wc.ok:
+                self.stats["qp_errors"] += 1
+                peer = link.peer if link else None
+                raise self.abort(peer, f"the QP from rank {self.rank} to rank {peer} failed: {wc.status_name}")
+            if wc.opcode == lib.MRC_WC_WRITE:   # a send of ours completed
+                kind = wc.wr_id >> 60
+                if kind == KIND_DATA:
+                    i, k = (wc.wr_id >> 24) & 0xFFFFFFFFF, wc.wr_id & 0xFFFFFF
+                    run.done[i][k] = 1
+                    run.left -= 1
+                run.outstanding -= 1
+                continue
+            if link is None:
+                continue
+            repost[link.qp.qpn] += 1
+            kind, seq4, tag, slot = imm_unpack(wc.imm_data)
+            if kind == KIND_GRANT:
+                base = self.slots * self.slot_bytes + ((seq4 & 1) * MAILBOX)
+                d = Desc.unpack(bytes(link.region.buf[base:base + _DESC.size]))
+                self._grants[link.peer].append(d)
+            elif kind == KIND_CREDIT:
+                if seq4 == run.seq & 0xF and slot < self.slots:
+                    link.credits.append(slot)
+            elif kind == KIND_DATA:
+                if seq4 != run.seq & 0xF or slot >= self.slots:
+                    raise self.abort(link.peer, f"rank {link.peer} wrote call {seq4} (mod 16) into slot {slot} "
+                                                f"during call {run.seq}: the two ranks disagree on the calls")
+                m = link.arrived * self.channels + link.ch
+                link.arrived += 1
+                if (m & 0xFFF) != tag:
+                    raise self.abort(link.peer, f"message {m} from rank {link.peer} carries tag {tag}")
+                run.arrivals[link.peer][m] = (slot, wc.byte_len, link)
+        for qpn, n in repost.items():
+            self.by_qpn[qpn].qp.post_recv([0] * n)
+        # grants: the first from each peer we send to, checked against our own call
+        for peer, ok in run.granted.items():
+            if ok or not self._grants[peer]:
+                continue
+            d = self._grants[peer].popleft()
+            self._check_grant(run, peer, d)
+            run.granted[peer] = True
+            for c in range(self.channels):
+                link = self.links[(peer, c)]
+                link.credits = collections.deque(range(self.slots))
+
+    def _check_grant(self, run: _Run, peer: int, d: Desc | None) -> None:
+        mine = run.desc
+        if d is None:
+            raise self.abort(peer, f"rank {peer} sent a grant that is not a call description")
+        if d.seq != mine.seq:
+            raise self.abort(peer, f"rank {peer} is at call {d.seq} ({d.text()}) while rank {self.rank} is at "
+                                   f"call {mine.seq} ({mine.text()}): every rank must make the same calls")
+        if (d.coll, d.dtype, d.op, d.root, d.count, d.nranks) != (mine.coll, mine.dtype, mine.op, mine.root,
+                                                                  mine.count, mine.nranks):
+            raise self.abort(peer, f"rank {peer} made {d.text()}; rank {self.rank} made {mine.text()}: sizes, "
+                                   f"dtypes, ops and roots must match on every rank")
+        want = run.p.sent_to(peer)
+        if d.pair != want:
+            raise self.abort(peer, f"rank {peer} expects {d.pair} elements from rank {self.rank}, which sends it "
+                                   f"{want} ({d.text()}): send_counts and recv_counts must agree")
+
+    def _place(self, run: _Run) -> None:
+        w, isz = run.w, run.dtype.itemsize
+        for peer, q in run.recvq.items():
+            arr = run.arrivals[peer]
+            while run.next_use[peer] < len(q):
+                m = run.next_use[peer]
+                got = arr.get(m)
+                if got is None:
+                    break
+                i, k = q[m]
+                if not run._ready(i, k):
+                    break
+                slot, nbytes, link = got
+                off, cnt = run.pieces[i][k]
+                if nbytes != cnt * isz:
+                    raise self.abort(peer, f"rank {peer} sent {nbytes} bytes where {cnt * isz} were due")
+                src = np.frombuffer(link.region.buf, dtype=run.dtype, count=cnt, offset=slot * self.slot_bytes)
+                if run.p.xfers[i].reduce:
+                    run.ufunc(w[off:off + cnt], src, out=w[off:off + cnt])
+                else:
+                    w[off:off + cnt] = src
+                del arr[m]
+                run.done[i][k] = 1
+                run.left -= 1
+                run.next_use[peer] = m + 1
+                # the slot again, while the sender has more for this channel than it holds slots
+                j = m // self.channels
+                if j + self.slots < run.per_channel[peer][link.ch]:
+                    link.qp.post_write(self._ctl(), 0, 0, link.raddr, link.rkey, wr_id=(KIND_CREDIT << 60),
+                                       imm=imm_pack(KIND_CREDIT, run.seq, 0, slot))
+                    run.outstanding += 1
+
+    def _send(self, run: _Run) -> None:
+        isz = run.dtype.itemsize
+        for peer, q in run.sendq.items():
+            if not run.granted.get(peer):
+                continue
+            while run.next_send[peer] < len(q):
+                m = run.next_send[peer]
+                i, k = q[m]
+                link = self.links[(peer, m % self.channels)]
+                if not link.credits or not run._ready(i, k):
+                    break
+                slot = link.credits.popleft()
+                off, cnt = run.pieces[i][k]
+                link.qp.post_write(self._wmr, off * isz, cnt * isz, link.raddr + slot * self.slot_bytes, link.rkey,
+                                   wr_id=(KIND_DATA << 60) | (i << 24) | k, imm=imm_pack(KIND_DATA, run.seq, m, slot))
+                run.outstanding += 1
+                self.stats["bytes_sent"] += cnt * isz
+                self.bytes_to[peer] += cnt * isz
+                run.next_send[peer] = m + 1
+
+    # ------------------------------------------------------------- lifetime
+    def close(self) -> None:
+        """Free the QPs and regions and leave the job (the other ranks are not aborted)."""
+        self.net.detach(self)
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
