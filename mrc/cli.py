@@ -15,6 +15,8 @@
     mrc decode FILE [--json]       per-QP summary of a capture (scapy)
     mrc ctl ev|events|port|cc ...  controller API of a running MRC process
     mrc soak [--seconds S | --packets N]   writes over a misbehaving in-memory link, every byte checked
+    mrc coll all_reduce --fabric NAME      collectives across hosts, in nccl-tests' columns
+    mrc train --fabric NAME [--faults ..]  a data-parallel training step, under faults
 
 Every error prints one line saying what is wrong and what to do, and exits 2.
 """
@@ -262,9 +264,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "a line every 10 s of CPU time; stdout, the JSON included, is the same either way)")
     _json(sim)
 
+    from mrc.coll import cli as coll_cli
     from mrc.ctl import cli as ctl_cli
 
     ctl_cli.add_parser(sub)
+    coll_cli.add_parser(sub)
     fab = sub.add_parser("fabric", help="build, check, break and remove a multi-plane SRv6 fabric",
                          description="A fabric of P independent planes (each a 2-tier Clos of T0 leaves and T1 "
                                      "spines) built from network namespaces and veth pairs; switches forward with "
@@ -611,6 +615,10 @@ def main(argv: list[str] | None = None) -> int:
                 perf.main_json(res) if a.json else perf.print_table(res)
                 return 0 if all(r["verified"] is not False for r in res) else 1
             parser.parse_args(["perf", "--help"])
+        if a.cmd in ("coll", "train"):
+            from mrc.coll import cli as coll_cli
+
+            return coll_cli.run(a)
         if a.cmd == "ctl":
             from mrc.ctl import cli as ctl_cli
 

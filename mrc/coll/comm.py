@@ -269,9 +269,9 @@ class Communicator:
         return self._ctl_src
 
     # ---------------------------------------------------------------- checks
-    def _check_abort(self) -> None:
+    def _check_abort(self, starting: bool = False) -> None:
         if self._abort is None:
-            why = self.net.aborted(self)
+            why = self.net.aborted(self, starting)
             if why is not None:
                 self._abort = CommAborted(*why)
         if self._abort is not None:
@@ -369,7 +369,7 @@ class Communicator:
     # ------------------------------------------------------------------ runs
     def _start(self, coll: str, x: np.ndarray, dt: np.dtype, op: str | None, root: int, count: int, out,
                async_op: bool, counts=None):
-        self._check_abort()
+        self._check_abort(starting=True)
         if self._run is not None:
             raise CollError("a collective is still in flight on this communicator: wait for its handle first")
         opcode, ufunc = self._op(op) if op is not None else (0, None)
@@ -554,6 +554,19 @@ class Communicator:
                 self.stats["bytes_sent"] += cnt * isz
                 self.bytes_to[peer] += cnt * isz
                 run.next_send[peer] = m + 1
+
+    def qp_counters(self) -> dict:
+        """This rank's QPs' counters added up: packets, retransmissions, timer
+        expiries, ECN marks, trims and losses, and how many QPs left RTS."""
+        keys = ("tx_packets", "rtx_packets", "timeouts", "ecn_marks", "trims", "losses")
+        out = dict.fromkeys(keys, 0)
+        out["qps_not_rts"] = 0
+        for link in self.links.values():
+            st = link.qp.stats()
+            for k in keys:
+                out[k] += st[k]
+            out["qps_not_rts"] += st["state_name"] != "RTS"
+        return out
 
     # ------------------------------------------------------------- lifetime
     def close(self) -> None:

@@ -65,7 +65,7 @@ class MemWorld:
     def wait(self, comm: Communicator, timeout: float) -> None:
         self.step()
 
-    def aborted(self, comm: Communicator):
+    def aborted(self, comm: Communicator, starting: bool = False):
         return self.abort_info
 
     def abort(self, comm: Communicator, rank: int | None, cause: str) -> None:
