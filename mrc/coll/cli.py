@@ -106,6 +106,7 @@ def add_parser(sub) -> None:
                                                     "t1-reboot/10s,flap/5s,plane-cut@20s,loss/1 (docs/coll.md)")
     t.add_argument("--plot", metavar="PNG", help="step time against time, faults marked")
     t.add_argument("--json", action="store_true", help="print one JSON object")
+    t.add_argument("--phase-seconds", type=float, help=argparse.SUPPRESS)  # the launcher's, with --faults
     _job_args(t)
 
 
@@ -140,7 +141,7 @@ def _launch(a: argparse.Namespace, cmd: str) -> int:
     from mrc.coll import launch
 
     hosts, root = launch.fabric_hosts(a.fabric, a.hosts)
-    if cmd == "train" and (a.faults or a.plot):
+    if cmd == "train":
         from mrc.coll import train
 
         return train.launch_with_faults(a, hosts, root, _rank_argv(a, cmd))

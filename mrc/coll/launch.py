@@ -57,8 +57,10 @@ def launch(name: str, hosts: list[str], root: str, rank_argv: list[str], out=sys
             argv = [sys.executable, "-m", "mrc", "fabric", "exec", "--name", name, h, "--", sys.executable, "-m",
                     "mrc", *rank_argv, "--rank", str(k), "--nranks", str(n), "--root-addr", root, "--port", str(port),
                     "--job", job]
+            # one BLAS thread per rank: a rank's compute stands for its GPU's, not for the machine's cores
+            env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
             p = subprocess.Popen(argv, stdout=subprocess.PIPE if k == 0 or not quiet_others else subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
             procs.append(p)
             if p.stdout:
                 pumps.append(threading.Thread(target=pump, args=(p.stdout, out, "" if k == 0 else f"[{h}] "),

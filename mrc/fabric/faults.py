@@ -29,14 +29,75 @@ from __future__ import annotations
 import json
 import os
 import queue
+import random
+import re
 import subprocess
 import sys
 import threading
 import time
 
+from mrc.errors import UsageError
 from mrc.fabric import apply
+from mrc.fabric.topology import Topology
 
 OPS = ("fail", "heal", "loss", "rate")
+SPEC_HELP = ("t1-reboot/EVERY[+DOWN] (a T1 switch down, another each time), flap/EVERY[+DOWN] (a T0-T1 link), "
+             "plane-cut@AT[+DOWN] (every T1 of a plane), loss/PERCENT (on one T0-T1 link per plane); times in s "
+             "(10s, 500ms), e.g. t1-reboot/10s,flap/5s")
+
+
+def _secs(text: str, spec: str) -> float:
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)(ms|s)?", text)
+    if not m:
+        raise UsageError(f"fault {spec!r}: cannot read the time {text!r} (use 10s or 500ms)")
+    return float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
+
+
+def schedule(t: Topology, spec: str, seconds: float, seed: int = 7) -> list[tuple]:
+    """A fault schedule for ``seconds`` from a spec such as ``t1-reboot/10s,flap/5s``
+    (``SPEC_HELP``): (at_s, op, target, arg) steps for :meth:`FaultScheduler.plan`,
+    every fault healed by the end. Which switch or link each time: a seeded
+    rotation over the planes, so no plane takes every fault."""
+    rng = random.Random(seed)
+    plan: list[tuple] = []
+    if not spec or not spec.strip():
+        raise UsageError(f"an empty fault schedule: use {SPEC_HELP}")
+    for item in (x.strip() for x in spec.split(",") if x.strip()):
+        m = re.fullmatch(r"(t1-reboot|flap|plane-cut|loss)([/@])([0-9.]+(?:ms|s)?)(?:\+([0-9.]+(?:ms|s)?))?", item)
+        if not m:
+            raise UsageError(f"cannot read the fault {item!r}: use {SPEC_HELP}")
+        kind, sep, val, down = m.groups()
+        want = "@" if kind == "plane-cut" else "/"
+        if sep != want:
+            raise UsageError(f"fault {item!r}: {kind} takes {want} (e.g. {kind}{want}{'20s' if want == '@' else '5'})")
+        if kind == "loss":
+            pct = float(val)
+            if not 0 < pct <= 100:
+                raise UsageError(f"fault {item!r}: a loss percentage above 0 and at most 100")
+            for p in range(t.planes):
+                link = f"{t.leaf(p, rng.randrange(t.leaves))}-{t.spine(p, rng.randrange(t.spines))}"
+                plan += [(0.0, "loss", link, pct), (seconds, "heal", link, None)]
+            continue
+        x = _secs(val, item)
+        dur = _secs(down, item) if down else {"t1-reboot": 2.0, "flap": 0.5, "plane-cut": seconds}[kind]
+        if kind == "plane-cut":
+            p = rng.randrange(t.planes)
+            spines = [t.spine(p, s) for s in range(t.spines)]
+            if x < seconds:
+                plan += [(x, "fail", spines, None), (min(seconds, x + dur), "heal", spines, None)]
+            continue
+        if x <= 0 or dur <= 0 or dur >= x:
+            raise UsageError(f"fault {item!r}: the period must be above 0 and longer than the time down")
+        k, at = 0, x / 2
+        while at < seconds:
+            p = (k + rng.randrange(t.planes)) % t.planes
+            if kind == "t1-reboot":
+                target = t.spine(p, rng.randrange(t.spines))
+            else:
+                target = f"{t.leaf(p, rng.randrange(t.leaves))}-{t.spine(p, rng.randrange(t.spines))}"
+            plan += [(at, "fail", target, None), (min(seconds, at + dur), "heal", target, None)]
+            k, at = k + 1, at + x
+    return sorted(plan, key=lambda s: s[0])
 
 
 def apply_fault(name: str, op: str, target, arg=None) -> None:

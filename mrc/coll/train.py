@@ -1,0 +1,281 @@
+"""``mrc train``: a data-parallel training step, per rank.
+
+Each step computes for about ``compute_ms`` (matrix products, calibrated
+once at start so that every step does the same work), then all-reduces a
+model's gradients in buckets (25 MB by default, as PyTorch DDP does), and
+optionally exchanges an MoE layer's tokens with an all-to-all. The loop is
+written against two callables, so that the MPI baseline
+(bench/coll_mpi.py) runs the very same steps over mpi4py.
+
+With faults, the run has two phases of equal length from one start time
+that every rank agrees on: no faults, then the fault schedule (the launcher
+drives it, :func:`launch_with_faults`). Each step is reported with its start
+(CLOCK_MONOTONIC, shared by every namespace of a machine) and its length.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+import numpy as np
+
+from mrc.errors import UsageError
+from mrc.perf import percentile
+
+MATRIX = 192
+
+
+class Compute:
+    """Real numpy work of about ``ms`` milliseconds, the same amount every step."""
+
+    def __init__(self, ms: float) -> None:
+        rng = np.random.default_rng(0)
+        self.a = rng.standard_normal((MATRIX, MATRIX)).astype(np.float32)
+        self.b = rng.standard_normal((MATRIX, MATRIX)).astype(np.float32)
+        self.reps = 0
+        if ms <= 0:
+            return
+        t0, n = time.perf_counter(), 0
+        while time.perf_counter() - t0 < 0.2:
+            self.a @ self.b
+            n += 1
+        self.reps = max(1, round(ms / 1e3 / ((time.perf_counter() - t0) / n)))
+
+    def __call__(self) -> None:
+        for _ in range(self.reps):
+            self.a @ self.b
+
+
+def buckets(model_bytes: int, bucket_bytes: int) -> list[int]:
+    """float32 elements per bucket (the last one holds the rest)."""
+    if model_bytes <= 0 or bucket_bytes <= 0:
+        raise UsageError("--model and --bucket must be positive")
+    n = model_bytes // 4
+    per = max(1, bucket_bytes // 4)
+    return [min(per, n - i) for i in range(0, n, per)]
+
+
+def steps(allreduce, alltoall, nranks: int, model_bytes: int, bucket_bytes: int, compute_ms: float, moe_bytes: int,
+          n_steps: int | None, seconds: float | None, warmup: int, start_ns: int | None = None,
+          on_step=None) -> list[list[float]]:
+    """Run the steps; returns [[start_s, length_s], ...] from ``start_ns`` (the
+    agreed start; steps before it are warm-up). ``allreduce(array)`` and
+    ``alltoall(array)`` return new arrays."""
+    compute = Compute(compute_ms)
+    grads = [np.full(n, 1.0 / nranks, np.float32) for n in buckets(model_bytes, bucket_bytes)]
+    moe = None
+    if moe_bytes:
+        per = max(1, moe_bytes // 4 // nranks)
+        moe = np.ones(per * nranks, np.float32)
+
+    def one() -> None:
+        compute()
+        for g in grads:
+            allreduce(g)
+        if moe is not None:
+            alltoall(moe)
+
+    for _ in range(warmup):
+        one()
+    t0 = start_ns / 1e9 if start_ns is not None else time.monotonic()
+    while time.monotonic() < t0:
+        time.sleep(min(0.01, t0 - time.monotonic()))
+    out: list[list[float]] = []
+    while True:
+        s = time.monotonic()
+        if seconds is not None and s - t0 >= seconds:
+            break
+        if n_steps is not None and len(out) >= n_steps:
+            break
+        one()
+        out.append([round(s - t0, 6), round(time.monotonic() - s, 6)])
+        if on_step:
+            on_step(out)
+    return out
+
+
+def summary(xs: list[float]) -> dict:
+    ms = [x * 1e3 for x in xs]
+    return {"steps": len(ms), "step_p50_ms": round(percentile(ms, 0.5), 2),
+            "step_p99_ms": round(percentile(ms, 0.99), 2), "step_max_ms": round(max(ms), 2) if ms else 0.0,
+            "steps_per_s": round(len(ms) / sum(xs), 3) if xs and sum(xs) > 0 else 0.0}
+
+
+def phases(rows: list[list[float]], split_s: float | None) -> dict:
+    """Step statistics, split at ``split_s`` into the no-fault and the fault phase."""
+    if split_s is None:
+        return {"all": summary([d for _, d in rows])}
+    return {"no_fault": summary([d for s, d in rows if s < split_s]),
+            "with_faults": summary([d for s, d in rows if s >= split_s])}
+
+
+def rank_main(comm, a) -> int:
+    """One rank of ``mrc train``; rank 0 prints the result."""
+    import numpy as _np
+
+    if a.steps < 1 or a.warmup < 0 or (a.seconds is not None and a.seconds <= 0):
+        raise UsageError("--steps at least 1, --warmup 0 or more, --seconds above 0")
+    if a.compute_ms < 0 or a.compute_ms > 60_000:
+        raise UsageError("--compute-ms is 0 to 60000")
+    phased = getattr(a, "phase_seconds", None)
+    # one start time for every rank: rank 0's clock, two seconds on (CLOCK_MONOTONIC is shared on one machine,
+    # and on several machines the phases only shift by their clock offset)
+    start = _np.array([time.monotonic_ns() + 2_000_000_000], _np.int64)
+    comm.broadcast(start, root=0)
+    if comm.rank == 0:
+        print(f"@start {int(start[0])}", flush=True)
+    seconds = 2 * phased if phased else a.seconds
+    shown = [0.0]
+
+    def progress(rows) -> None:
+        if comm.rank == 0 and time.monotonic() - shown[0] > 2:
+            shown[0] = time.monotonic()
+            print(f"mrc train: step {len(rows)}, last {rows[-1][1] * 1e3:.1f} ms", file=sys.stderr, flush=True)
+
+    rows = steps(lambda x: comm.all_reduce(x), lambda x: comm.all_to_all(x), comm.nranks, a.model, a.bucket,
+                 a.compute_ms, a.moe, None if seconds else a.steps, seconds, a.warmup, int(start[0]), progress)
+    errs = comm.qp_counters()["qps_not_rts"] + comm.stats["qp_errors"]
+    errs = int(comm.all_reduce(_np.array([errs], _np.int64))[0])
+    if comm.rank == 0:
+        res = {"transport": "mrc", "ranks": comm.nranks, "model_bytes": a.model, "bucket_bytes": a.bucket,
+               "compute_ms": a.compute_ms, "moe_bytes": a.moe, "qp_errors": errs,
+               **phases(rows, phased), "rows": rows}
+        print("@result " + json.dumps(res), flush=True)
+    return 1 if errs else 0
+
+
+def report(res: dict, out=sys.stdout) -> None:
+    for name in ("all", "no_fault", "with_faults"):
+        if name in res:
+            s = res[name]
+            print(f"{name:>9}: {s['steps']} steps, {s['steps_per_s']} steps/s, step p50 {s['step_p50_ms']} ms, "
+                  f"p99 {s['step_p99_ms']} ms, max {s['step_max_ms']} ms", file=out)
+    if "with_faults" in res and res["no_fault"]["step_p99_ms"]:
+        print(f"step p99 with faults / without: "
+              f"{res['with_faults']['step_p99_ms'] / res['no_fault']['step_p99_ms']:.3f}; "
+              f"QP errors {res['qp_errors']}", file=out)
+
+
+def plot(res: dict, fault_events: list[dict], start_ns: int, path: str, title: str = "") -> str:
+    """Step time against time, the faults marked (red: down, green: up)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("--plot needs matplotlib: pip install 'mrc[bench]'") from None
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    for name, rows in res.get("series", {"mrc": res["rows"]}).items():
+        ax.plot([s for s, _ in rows], [d * 1e3 for _, d in rows], ".-", ms=3, lw=0.8, label=name)
+    for ev in fault_events:
+        t = (ev["t_ns"] - start_ns) / 1e9
+        ax.axvline(t, color="red" if ev["op"] == "fail" else "green", lw=0.6, alpha=0.6)
+    if res.get("split_s") is not None:
+        ax.axvspan(res["split_s"], ax.get_xlim()[1], color="orange", alpha=0.08, label="fault schedule")
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("step time (ms)")
+    ax.set_title(title or "training step time; red: a link or switch down, green: back up", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def launch_with_faults(a, hosts: list[str], root: str, rank_argv: list[str]) -> int:
+    """``mrc train --fabric NAME --faults SPEC``: the ranks train for two phases of
+    ``--seconds`` (no faults, then the schedule), the fault process runs the schedule
+    from the second phase's start, and rank 0's result is printed (and plotted)."""
+    from mrc.coll import launch
+    from mrc.fabric import apply
+    from mrc.fabric.faults import FaultScheduler, schedule
+
+    if a.faults and not a.seconds:
+        raise UsageError("--faults needs --seconds: the length of each phase (no faults, then faults)")
+    t = apply.load_topology(a.fabric)
+    plan = schedule(t, a.faults, a.seconds) if a.faults else []
+    out = _Tee()
+    sched = FaultScheduler(a.fabric) if plan else None
+    started = threading.Event()
+
+    def watch() -> None:
+        while not started.is_set():
+            m = out.find("@start ")
+            if m is not None:
+                start_ns = int(m)
+                out.start_ns = start_ns
+                started.set()
+                if sched:
+                    delay = (start_ns + int(a.seconds * 1e9) - time.monotonic_ns()) / 1e9
+                    sched.plan([(max(0.0, at + delay), op, target, arg) for at, op, target, arg in plan])
+                return
+            time.sleep(0.02)
+
+    w = threading.Thread(target=watch, daemon=True)
+    w.start()
+    try:
+        extra = ["--phase-seconds", str(a.seconds)] if a.faults else []
+        rc = launch.launch(a.fabric, hosts, root, rank_argv + extra, out=out, port=a.port or None)
+    finally:
+        started.set()
+        events = []
+        if sched:
+            try:
+                events = sched.wait(timeout=30) if out.start_ns else []
+            except Exception:  # noqa: BLE001 (the run's own failure is what the user needs)
+                events = list(sched.events)
+            sched.close()
+            apply.heal(a.fabric, None)
+    res = out.result()
+    if res is None:
+        sys.stderr.write(out.text())
+        return rc or 1
+    res["fault_spec"] = a.faults
+    res["fault_events"] = [{"t_s": round((e["t_ns"] - out.start_ns) / 1e9, 3), "op": e["op"], "target": e["target"]}
+                           for e in events]
+    res["split_s"] = a.seconds if a.faults else None
+    if a.plot:
+        res["plot"] = plot(res, events, out.start_ns, a.plot)
+    if a.json:
+        print(json.dumps({k: v for k, v in res.items() if k != "rows"} | {"rows": res["rows"]}, indent=1))
+    else:
+        report(res)
+    return rc
+
+
+class _Tee:
+    """Rank 0's output, kept: the launcher reads its @start and @result lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.lock = threading.Lock()
+        self.start_ns = 0
+
+    def write(self, s: str) -> None:
+        with self.lock:
+            self.lines.append(s)
+        if not s.startswith("@"):
+            sys.stdout.write(s)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+    def find(self, prefix: str) -> str | None:
+        with self.lock:
+            for line in self.lines:
+                if line.startswith(prefix):
+                    return line[len(prefix):].strip()
+        return None
+
+    def result(self) -> dict | None:
+        r = self.find("@result ")
+        return json.loads(r) if r else None
+
+    def text(self) -> str:
+        with self.lock:
+            return "".join(self.lines)
