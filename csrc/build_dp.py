@@ -1,8 +1,9 @@
 """cffi API-mode build of ``mrc._dp`` from csrc/.
 
-The declarations come from the one contract header, csrc/include/mrc_dp.h,
-between its ``CDEF BEGIN`` and ``CDEF END`` markers, so Python sees exactly
-what C declares and every constant comes from the compiler.
+The declarations come from the contract headers, csrc/include/mrc_dp.h and
+mrc_sim.h (the drivers in virtual time), between their ``CDEF BEGIN`` and
+``CDEF END`` markers, so Python sees exactly what C declares and every
+constant comes from the compiler.
 """
 
 import os
@@ -10,7 +11,7 @@ import os
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HEADER = os.path.join(HERE, "include", "mrc_dp.h")
+HEADERS = [os.path.join(HERE, "include", h) for h in ("mrc_dp.h", "mrc_sim.h")]
 # the core (sans-I/O), lowest layer first; then the in-memory link; then the
 # I/O side and the engine thread; then benchmark support (csrc/core.h, io.h)
 SOURCES = ["wire.c", "crc32c.c", "ep.c", "ev.c", "cc_nscc.c", "qp.c", "requester.c", "completer.c", "responder.c",
@@ -19,16 +20,19 @@ SOURCES = ["wire.c", "crc32c.c", "ep.c", "ev.c", "cc_nscc.c", "qp.c", "requester
 
 
 def cdef_text() -> str:
-    with open(HEADER) as f:
-        text = f.read()
-    return text.split("/* CDEF BEGIN */", 1)[1].split("/* CDEF END */", 1)[0]
+    out = []
+    for h in HEADERS:
+        with open(h) as f:
+            text = f.read()
+        out.append(text.split("/* CDEF BEGIN */", 1)[1].split("/* CDEF END */", 1)[0])
+    return "\n".join(out)
 
 
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_text())
 ffibuilder.set_source(
     "mrc._dp",
-    '#include "mrc_dp.h"\n',
+    '#include "mrc_dp.h"\n#include "mrc_sim.h"\n',
     sources=[os.path.relpath(os.path.join(HERE, s)) for s in SOURCES],
     include_dirs=[os.path.relpath(os.path.join(HERE, "include")), os.path.relpath(HERE)],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-std=gnu11"]

@@ -443,15 +443,34 @@ static void post_more(struct mrc_fab *f, struct fflow *fl)
     struct fhost *s = &f->hosts[fl->c.src], *d = &f->hosts[fl->c.dst];
     while (fl->posted < fl->c.bytes && fl->seq - fl->msgs < fl->c.depth) {
         uint64_t len = fl->c.bytes - fl->posted < fl->c.msg ? fl->c.bytes - fl->posted : fl->c.msg;
-        struct mrc_wr wr = {.wr_id = (uint64_t)(fl - f->flows) << 32 | len, .opcode = MRC_WR_WRITE, .num_sge = 1,
+        if (fl->lens) { /* a collective's WRITE: its own length, once the WRITE it waits for has arrived */
+            int32_t g = fl->dep_flow[fl->seq];
+            if (g >= 0 && f->flows[g].arrived <= fl->dep_msg[fl->seq])
+                return;
+            len = fl->lens[fl->seq];
+        }
+        struct mrc_wr wr = {.wr_id = (uint64_t)(fl - f->flows) << 32 | len,
+                            .opcode = fl->lens ? MRC_WR_WRITE_IMM : MRC_WR_WRITE, .num_sge = 1,
                             .sg_list = {{.addr = (uintptr_t)f->mem, .length = (uint32_t)len, .lkey = s->lkey}},
-                            .remote_addr = (uintptr_t)f->mem, .rkey = d->rkey};
+                            .remote_addr = (uintptr_t)f->mem, .rkey = d->rkey, .imm_data = (uint32_t)fl->seq};
         if (mrc_post_write(s->ctx, fl->qpn, &wr, 1) < 0) {
             fl->errors++;
             return;
         }
         fl->posted += len;
         fl->seq++;
+    }
+}
+
+/* A WRITE of fl arrived: the flows that wait for it may send (their hosts are woken). */
+static void release(struct mrc_fab *f, struct fflow *fl)
+{
+    for (uint32_t k = 0; k < fl->ndependents; k++) {
+        struct fflow *g = &f->flows[fl->dependents[k]];
+        uint64_t seq = g->seq;
+        post_more(f, g);
+        if (g->seq != seq)
+            wake_at(f, g->c.src, f->now);
     }
 }
 
@@ -467,6 +486,15 @@ static void app_poll(struct mrc_fab *f, uint32_t h)
             struct fflow *fl = &f->flows[idx];
             if (wc[i].status != MRC_WC_SUCCESS) {
                 fl->errors++;
+                continue;
+            }
+            if (wc[i].opcode == MRC_WC_RECV_WRITE_IMM) { /* a collective's WRITE arrived at its receiver */
+                fl->arrived++;
+                fl->arrived_at = f->now;
+                uint64_t again = wc[i].wr_id;
+                if (mrc_post_recv(f->hosts[h].ctx, fl->dqpn, &again, 1) != 1)
+                    fl->errors++;
+                release(f, fl);
                 continue;
             }
             uint64_t gap = f->now - fl->last;

@@ -4,6 +4,7 @@
 #ifndef MRC_SIMFAB_H
 #define MRC_SIMFAB_H
 #include "core.h"
+#include "mrc_sim.h"
 
 enum { FAB_BATCH = 16, FAB_TXBUF = 256 << 10, FAB_WCS = 64 };
 enum { NODE_HOST = 0, NODE_LEAF = 1, NODE_SPINE = 2 };
@@ -68,6 +69,11 @@ struct fflow {
     struct mrc_fab_flow c;
     uint32_t qpn, dqpn, errors;
     uint64_t posted, done, msgs, seq, first, end, last, max_gap, max_gap_end;
+    /* a collective's flow (mrc_fab_flow_msgs): each WRITE's length and the WRITE it waits for */
+    uint32_t nmsgs, *lens, *dep_msg;
+    uint64_t arrived, arrived_at;  /* its WRITE_IMMs the receiver got (their receive completions), the last's time */
+    int32_t *dep_flow;
+    uint32_t *dependents, ndependents; /* the flows some WRITE of which waits for one of this flow's */
 };
 
 struct mrc_fab {

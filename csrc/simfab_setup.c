@@ -87,6 +87,49 @@ int mrc_fab_add_flow(struct mrc_fab *f, const struct mrc_fab_flow *fl)
     return rc < 0 ? rc : (int)f->nflows++;
 }
 
+int mrc_fab_flow_msgs(struct mrc_fab *f, uint32_t flow, uint32_t n, const uint32_t *lens, const int32_t *dep_flow,
+                      const uint32_t *dep_msg)
+{
+    if (flow >= f->nflows || !n || f->flows[flow].lens || f->flows[flow].seq || f->flows[flow].c.depth > f->qa.rq_depth)
+        return -EINVAL; /* every WRITE_IMM in flight needs a receive posted */
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!lens[i] || lens[i] > (64u << 20) || dep_flow[i] >= (int32_t)f->nflows ||
+            (dep_flow[i] >= 0 && dep_msg[i] >= UINT32_MAX))
+            return -EINVAL;
+        bytes += lens[i];
+    }
+    struct fflow *x = &f->flows[flow];
+    x->lens = malloc(n * sizeof(*x->lens));
+    x->dep_msg = malloc(n * sizeof(*x->dep_msg));
+    x->dep_flow = malloc(n * sizeof(*x->dep_flow));
+    if (!x->lens || !x->dep_msg || !x->dep_flow)
+        return -ENOMEM;
+    memcpy(x->lens, lens, n * sizeof(*lens));
+    memcpy(x->dep_msg, dep_msg, n * sizeof(*dep_msg));
+    memcpy(x->dep_flow, dep_flow, n * sizeof(*dep_flow));
+    x->nmsgs = n;
+    x->c.bytes = bytes;
+    for (uint32_t i = 0; i < x->c.depth; i++) { /* the receiver's slots: one receive per WRITE in flight */
+        uint64_t id = (uint64_t)flow << 32 | 0xFFFFFFFFu;
+        if (mrc_post_recv(f->hosts[x->c.dst].ctx, x->dqpn, &id, 1) != 1)
+            return -ENOSPC;
+    }
+    for (uint32_t i = 0; i < n; i++) { /* tell each flow waited for that this one waits (once) */
+        if (dep_flow[i] < 0)
+            continue;
+        struct fflow *g = &f->flows[dep_flow[i]];
+        if (g->ndependents && g->dependents[g->ndependents - 1] == flow)
+            continue;
+        uint32_t *nd = realloc(g->dependents, (g->ndependents + 1) * sizeof(*nd));
+        if (!nd)
+            return -ENOMEM;
+        g->dependents = nd;
+        g->dependents[g->ndependents++] = flow;
+    }
+    return 0;
+}
+
 int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, struct mrc_fab **out)
 {
     const struct mrc_fab_cfg *c = cfg;
@@ -172,6 +215,12 @@ void mrc_fab_destroy(struct mrc_fab *f)
             mrc_ctx_destroy(f->hosts[h].ctx);
         free(f->hosts[h].g2l);
     }
+    for (uint32_t i = 0; f->flows && i < f->nflows; i++) {
+        free(f->flows[i].lens);
+        free(f->flows[i].dep_msg);
+        free(f->flows[i].dep_flow);
+        free(f->flows[i].dependents);
+    }
     free(f->hosts);
     free(f->ports);
     free(f->heap);
@@ -197,7 +246,8 @@ int mrc_fab_flow_stats(struct mrc_fab *f, uint32_t flow, struct mrc_fab_flow_sta
     *st = (struct mrc_fab_flow_stats){.src = x->c.src, .dst = x->c.dst, .qpn = x->qpn, .errors = x->errors,
                                       .bytes = x->c.bytes, .done = x->done, .msgs = x->msgs,
                                       .start_ns = x->c.start_ns, .end_ns = x->end / 1000, .first_ns = x->first / 1000,
-                                      .max_gap_ns = x->max_gap / 1000, .max_gap_end_ns = x->max_gap_end / 1000};
+                                      .max_gap_ns = x->max_gap / 1000, .max_gap_end_ns = x->max_gap_end / 1000,
+                                      .arrived = x->arrived, .arrived_ns = x->arrived_at / 1000};
     return qp ? mrc_qp_query(f->hosts[x->c.src].ctx, x->qpn, qp) : 0;
 }
 

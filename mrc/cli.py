@@ -236,10 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--trim", default="128K", help="queue above which switches trim MRC data (default 128K; 0: off)")
     sim.add_argument("--mtu", type=int, default=4096, help="payload bytes per packet (64-8872, default 4096)")
     sim.add_argument("--workload", default="permutation", choices=["permutation", "alltoall", "incast", "victim",
-                                                                    "ring-allreduce"],
+                                                                    "ring-allreduce", "all-reduce", "all-to-all"],
                      help="permutation: each NIC writes to one other (random); alltoall: to every other; incast: "
                           "--incast senders to host 0; victim: that plus one sender's flow to another host; "
-                          "ring-allreduce: each to the next, 2(N-1)/N x size")
+                          "ring-allreduce: each to the next, 2(N-1)/N x size; all-reduce, all-to-all: mrc.coll's "
+                          "schedule (ring reduce-scatter + all-gather; pairwise), --size bytes of float32 per rank "
+                          "in 512 KiB pieces, 16 in flight per pair, each waiting for the piece it depends on")
     sim.add_argument("--size", default="16M", help="bytes each sender writes in all (default 16M)")
     sim.add_argument("--msg", default="1M", help="bytes per WRITE (default 1M)")
     sim.add_argument("--incast", type=int, default=7, help="incast senders (default 7)")

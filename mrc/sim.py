@@ -24,11 +24,16 @@ import time
 from dataclasses import dataclass
 
 from mrc._dp import ffi, lib
+from mrc.coll import schedule
 from mrc.core import QPAttr
 from mrc.errors import UsageError, check
 from mrc.perf import parse_rate, parse_size, percentile
 
-WORKLOADS = ("permutation", "alltoall", "incast", "victim", "ring-allreduce")
+WORKLOADS = ("permutation", "alltoall", "incast", "victim", "ring-allreduce", "all-reduce", "all-to-all")
+#: workloads that run mrc.coll's schedule: float32 elements, the communicator's slots as pieces and its
+#: credits (slots x channels) as the WRITEs in flight per pair; each WRITE_IMM waits for the one it depends on
+COLLECTIVES = {"all-reduce": "all_reduce", "all-to-all": "all_to_all"}
+COLL_PIECE, COLL_CREDITS = 512 << 10, 16
 TIERS = ("nic", "leaf_up", "spine_down", "leaf_down")
 #: bytes on the wire beyond an MRC packet, as the simulator counts them
 WIRE_EXTRA = lib.MRC_FAB_WIRE_EXTRA
@@ -221,6 +226,8 @@ def flows_for(workload: str, fab: Fabric, size: int, incast: int = 7, seed: int 
         # all-to-all: a NIC serves its QPs in turn, so in the same order everyone would hit one receiver
         per = max(1, size // (h - 1))
         return [(s, (s + k) % h, per) for s in range(h) for k in range(1, h)]
+    if workload in COLLECTIVES:
+        return [(st["src"], st["dst"], sum(b for b, _ in st["msgs"])) for st in coll_streams(workload, fab, size)]
     if workload == "ring-allreduce":
         return [(s, (s + 1) % h, max(1, 2 * (h - 1) * size // h)) for s in range(h)]
     if workload in ("incast", "victim"):
@@ -232,6 +239,31 @@ def flows_for(workload: str, fab: Fabric, size: int, incast: int = 7, seed: int 
             out.append((1, incast + 1, size))
         return out
     raise UsageError(f"unknown workload {workload!r}: pick from {', '.join(WORKLOADS)}")
+
+
+def coll_streams(workload: str, fab: Fabric, size: int) -> list[dict]:
+    """The messages of a collective workload (``size`` bytes of float32 per rank), from mrc.coll's schedule."""
+    count = size // 4
+    if workload == "all-to-all":
+        count -= count % fab.hosts
+    if count < 1:
+        raise UsageError(f"--size {size}: a collective needs at least {4 * fab.hosts} bytes")
+    return schedule.sim_messages(COLLECTIVES[workload], fab.hosts, count, 4, COLL_PIECE)
+
+
+def coll_result(workload: str, fab: Fabric, size: int, streams: list[dict], span_ns: float) -> dict:
+    """busbw (nccl-tests' factors) and the workload's wire bound: the time a network at line rate,
+    with only the links' latency, would take for the same messages and dependencies."""
+    coll = COLLECTIVES[workload]
+    nbytes = (size // 4 - (size // 4) % fab.hosts if workload == "all-to-all" else size // 4) * 4
+    goodput = fab.nic_bps() / 8e9 * fab.mtu / (fab.mtu + DATA_HDRS + WIRE_EXTRA)   # bytes per ns
+    latency = 4 * fab.hop_ns + 3 * fab.ser_ns()   # the NIC serialises at its rate, 3 switches store and forward
+    ideal = schedule.ideal_time_ns(streams, goodput, latency, fab.hosts)
+    f = schedule.bus_factor(coll, fab.hosts)
+    bus = lambda t: nbytes / t * 8 * f if t > 0 else 0.0  # noqa: E731  (Gb/s: bytes per ns x 8)
+    return {"collective": coll, "bytes": nbytes, "time_us": round(span_ns / 1e3, 2), "ideal_us": round(ideal / 1e3, 2),
+            "busbw_gbps": round(bus(span_ns), 2), "algbw_gbps": round(bus(span_ns) / f, 2),
+            "bound_gbps": round(bus(ideal), 2), "busbw_vs_bound": round(ideal / span_ns, 4) if span_ns else 0.0}
 
 
 class FabricSim:
@@ -431,13 +463,29 @@ def simulate(fab: Fabric, workload: str, size: int, msg: int = 1 << 20, depth: i
                    for h in range(fab.hosts))
     sim = FabricSim(fab, single_path, max_qps=per_host + 2, flow_bytes=max(n for _, _, n in flows),
                     check_times=check_times)
-    sim.add_flows(flows[:-1] if victim_start_ns else flows, msg, depth)
+    if workload in COLLECTIVES:
+        streams = coll_streams(workload, fab, size)
+        sim.add_flows(flows, max(b for st in streams for b, _ in st["msgs"]), COLL_CREDITS)
+        for i, st in enumerate(streams):
+            lens = ffi.new("uint32_t[]", [b for b, _ in st["msgs"]])
+            dflow = ffi.new("int32_t[]", [-1 if d is None else d[0] for _, d in st["msgs"]])
+            dmsg = ffi.new("uint32_t[]", [0 if d is None else d[1] for _, d in st["msgs"]])
+            check(lib.mrc_fab_flow_msgs(sim._f, i, len(st["msgs"]), lens, dflow, dmsg), "a collective's messages")
+    else:
+        sim.add_flows(flows[:-1] if victim_start_ns else flows, msg, depth)
     if victim_start_ns:  # the victim flow is the last
         sim.add_flows(flows[-1:], msg, depth, start_ns=victim_start_ns)
     for f in faults or []:
         sim.add_fault(f)
     sim.result = sim.run(until_ns, progress)
     sim.result["workload"] = workload
+    if workload in COLLECTIVES:  # done when the last piece is in at its receiver (not when its sender hears so)
+        fs = ffi.new("struct mrc_fab_flow_stats *")
+        last = 0
+        for i in range(len(streams)):
+            lib.mrc_fab_flow_stats(sim._f, i, fs, ffi.NULL)
+            last = max(last, fs.arrived_ns if fs.arrived == len(streams[i]["msgs"]) else 10**15)
+        sim.result["collective"] = coll_result(workload, fab, size, streams, last if sim.result["done"] else 0)
     if workload == "victim":
         # its sender's NIC also carries an incast flow held to 1/incast of the receiver's NIC: max-min, the
         # victim's fair share is the rest of its NIC

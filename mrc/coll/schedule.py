@@ -214,7 +214,7 @@ def sim_messages(coll: str, nranks: int, count: int, itemsize: int, piece_bytes:
             if key not in streams:
                 index[key] = len(streams)
                 streams[key] = []
-            for k, (off, cnt) in enumerate(pieces(x, piece)):
+            for off, cnt in pieces(x, piece):
                 dep = None
                 for j in range(i - 1, -1, -1):  # the latest receive that wrote these elements
                     y = p.xfers[j]
@@ -228,3 +228,42 @@ def sim_messages(coll: str, nranks: int, count: int, itemsize: int, piece_bytes:
         out.append({"src": key[0], "dst": key[1],
                     "msgs": [(b, None if d is None else (index[d[0]], d[1])) for b, d in msgs]})
     return out
+
+
+def ideal_time_ns(streams: list[dict], nic_bytes_per_ns: float, latency_ns: float, hosts: int) -> float:
+    """A lower bound on the time any network can run ``streams`` (from
+    :func:`sim_messages`) in: every NIC sends at ``nic_bytes_per_ns`` and a
+    message arrives ``latency_ns`` after its last byte left. The larger of
+    the busiest NIC's bytes at that rate, and the longest chain of messages
+    that wait for each other (each stream's messages one after the other)."""
+    import collections
+
+    arr: list[list[float]] = [[] for _ in streams]
+    free = [0.0] * len(streams)
+    ptr = [0] * len(streams)
+    waiting: dict[int, list[int]] = collections.defaultdict(list)
+    work = collections.deque(range(len(streams)))
+    while work:
+        s = work.popleft()
+        msgs = streams[s]["msgs"]
+        moved = False
+        while ptr[s] < len(msgs):
+            nbytes, dep = msgs[ptr[s]]
+            ready = 0.0
+            if dep is not None:
+                g, j = dep
+                if len(arr[g]) <= j:
+                    waiting[g].append(s)
+                    break
+                ready = arr[g][j]
+            free[s] = max(free[s], ready) + nbytes / nic_bytes_per_ns
+            arr[s].append(free[s] + latency_ns)
+            ptr[s] += 1
+            moved = True
+        if moved:
+            work.extend(waiting.pop(s, []))
+    chain = max((a[-1] for a in arr if a), default=0.0)
+    per_host = [0] * hosts
+    for st in streams:
+        per_host[st["src"]] += sum(b for b, _ in st["msgs"])
+    return max(chain, max(per_host) / nic_bytes_per_ns + latency_ns)

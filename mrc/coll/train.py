@@ -187,62 +187,76 @@ def plot(res: dict, fault_events: list[dict], start_ns: int, path: str, title: s
     return path
 
 
-def launch_with_faults(a, hosts: list[str], root: str, rank_argv: list[str]) -> int:
-    """``mrc train --fabric NAME --faults SPEC``: the ranks train for two phases of
-    ``--seconds`` (no faults, then the schedule), the fault process runs the schedule
-    from the second phase's start, and rank 0's result is printed (and plotted)."""
-    from mrc.coll import launch
+def drive(fabric: str, plan: list[tuple], phase_s: float | None, run_ranks) -> tuple[int, dict | None, list, int]:
+    """Run a training job whose rank 0 prints ``@start NS`` and ``@result JSON``:
+    ``run_ranks(out)`` starts the ranks and streams rank 0's output into ``out``;
+    the fault process runs ``plan`` from ``phase_s`` after the start. Returns the
+    exit status, the result, the fault events and the start (ns). Every fault is
+    healed at the end, whatever happens."""
     from mrc.fabric import apply
-    from mrc.fabric.faults import FaultScheduler, schedule
+    from mrc.fabric.faults import FaultScheduler
 
-    if a.faults and not a.seconds:
-        raise UsageError("--faults needs --seconds: the length of each phase (no faults, then faults)")
-    t = apply.load_topology(a.fabric)
-    plan = schedule(t, a.faults, a.seconds) if a.faults else []
     out = _Tee()
-    sched = FaultScheduler(a.fabric) if plan else None
+    sched = FaultScheduler(fabric) if plan else None
     started = threading.Event()
 
     def watch() -> None:
         while not started.is_set():
             m = out.find("@start ")
             if m is not None:
-                start_ns = int(m)
-                out.start_ns = start_ns
+                out.start_ns = int(m)
                 started.set()
                 if sched:
-                    delay = (start_ns + int(a.seconds * 1e9) - time.monotonic_ns()) / 1e9
+                    delay = (out.start_ns + int((phase_s or 0) * 1e9) - time.monotonic_ns()) / 1e9
                     sched.plan([(max(0.0, at + delay), op, target, arg) for at, op, target, arg in plan])
                 return
             time.sleep(0.02)
 
     w = threading.Thread(target=watch, daemon=True)
     w.start()
+    events: list[dict] = []
     try:
-        extra = ["--phase-seconds", str(a.seconds)] if a.faults else []
-        rc = launch.launch(a.fabric, hosts, root, rank_argv + extra, out=out, port=a.port or None)
+        rc = run_ranks(out)
     finally:
         started.set()
-        events = []
         if sched:
             try:
-                events = sched.wait(timeout=30) if out.start_ns else []
+                events = sched.wait(timeout=60) if out.start_ns else []
             except Exception:  # noqa: BLE001 (the run's own failure is what the user needs)
                 events = list(sched.events)
             sched.close()
-            apply.heal(a.fabric, None)
+            apply.heal(fabric, None)
     res = out.result()
+    if res is not None and out.start_ns:
+        res["fault_events"] = [{"t_s": round((e["t_ns"] - out.start_ns) / 1e9, 3), "op": e["op"],
+                                "target": e["target"]} for e in events]
+        res["split_s"] = phase_s
+    return rc, res, events, out.start_ns
+
+
+def launch_with_faults(a, hosts: list[str], root: str, rank_argv: list[str]) -> int:
+    """``mrc train --fabric NAME [--faults SPEC --seconds S]``: with faults the ranks
+    train for two phases of ``--seconds`` (no faults, then the schedule, which the
+    fault process runs from the second phase's start); rank 0's result is printed
+    (and plotted)."""
+    from mrc.coll import launch
+    from mrc.fabric import apply
+    from mrc.fabric.faults import schedule
+
+    if a.faults and not a.seconds:
+        raise UsageError("--faults needs --seconds: the length of each phase (no faults, then faults)")
+    plan = schedule(apply.load_topology(a.fabric), a.faults, a.seconds) if a.faults else []
+    extra = ["--phase-seconds", str(a.seconds)] if a.faults else []
+    rc, res, events, start_ns = drive(a.fabric, plan, a.seconds if a.faults else None,
+                                      lambda out: launch.launch(a.fabric, hosts, root, rank_argv + extra, out=out,
+                                                                port=a.port or None))
     if res is None:
-        sys.stderr.write(out.text())
         return rc or 1
     res["fault_spec"] = a.faults
-    res["fault_events"] = [{"t_s": round((e["t_ns"] - out.start_ns) / 1e9, 3), "op": e["op"], "target": e["target"]}
-                           for e in events]
-    res["split_s"] = a.seconds if a.faults else None
     if a.plot:
-        res["plot"] = plot(res, events, out.start_ns, a.plot)
+        res["plot"] = plot(res, events, start_ns, a.plot)
     if a.json:
-        print(json.dumps({k: v for k, v in res.items() if k != "rows"} | {"rows": res["rows"]}, indent=1))
+        print(json.dumps(res, indent=1))
     else:
         report(res)
     return rc

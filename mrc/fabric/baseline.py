@@ -63,3 +63,51 @@ def stream_gbps(t: Topology, src: int, dst: int, seconds: float, plane: int = 0,
         th.join(30)
         srv.close()
     return got[0] * 8 / got[1] / 1e9 if got[1] else 0.0
+
+
+#: the interfaces that show OpenMPI a host's per-plane kernel addresses (MPI_PORT + plane)
+MPI_PORT = "mpi"
+
+
+def mpi_ports(t: Topology, up: bool = True) -> None:
+    """Give (or, ``up=False``, take back from) every host one interface per plane
+    carrying that plane's kernel address, so that OpenMPI's TCP BTL, which picks
+    addresses by interface name (``btl_tcp_if_include mpi0`` for one plane,
+    ``mpi0,...,mpi7`` for every plane), can use them; the kernel addresses stay on
+    lo as well, and the routes and source rules that carry them across the
+    fabric do not change. Each is one end of a veth pair inside the host (this
+    machine's kernel may lack dummy interfaces)."""
+    for h in range(t.hosts):
+        node = t.ns(t.host(h))
+        for p in range(t.planes):
+            name = f"{MPI_PORT}{p}"
+            if not up:
+                ns.command(node, ["ip", "link", "del", name])
+                continue
+            ns.command(node, ["ip", "link", "add", name, "type", "veth", "peer", "name", f"{MPI_PORT}x{p}"],
+                       check=True)
+            for dev in (name, f"{MPI_PORT}x{p}"):
+                ns.command(node, ["ip", "link", "set", dev, "up"], check=True)
+            ns.command(node, ["ip", "addr", "add", f"{t.inner_address(h, p)}/128", "dev", name, "nodad"],
+                       check=True)
+
+
+def mptcp_teardown(t: Topology, h: int) -> None:
+    """Undo :func:`mptcp_setup`."""
+    node = t.ns(t.host(h))
+    ns.command(node, ["ip", "mptcp", "endpoint", "flush"])
+    ns.command(node, ["ip", "mptcp", "limits", "set", "subflow", "0", "add_addr_accepted", "0"])
+
+
+def mpirun_argv(t: Topology, agent: str, hostfile: str, planes: list[int], program: list[str],
+                mptcp: bool = False) -> list[str]:
+    """mpirun (run inside the first host's namespace) for one rank per host over
+    OpenMPI's TCP BTL on the kernel addresses of ``planes``; its daemons start
+    through ``agent`` (a script that runs a command in a host's namespace) and talk
+    over the management network. ``mptcp``: the ranks' sockets become MPTCP
+    (Debian's mptcpize), whose subflows take the other planes."""
+    wrap = ["mptcpize", "run"] if mptcp else []
+    return ["mpirun", "--hostfile", hostfile, "-np", str(t.hosts), "--mca", "plm_rsh_agent", agent,
+            "--mca", "oob_tcp_if_include", "mgmt", "--mca", "btl", "tcp,self",
+            "--mca", "btl_tcp_if_include", ",".join(f"{MPI_PORT}{p}" for p in planes),
+            "--mca", "orte_base_help_aggregate", "0", *wrap, *program]

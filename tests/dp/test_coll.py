@@ -50,10 +50,10 @@ def test_all_reduce_and_reduce_scatter(world, dtype, op):
     for count in (0, 1, n - 1, 3 * n + 1, 517):
         xs = inputs(n, count, dtype, seed=count)
         want = reduce_all(xs, op)
-        got = ok(world.run(lambda c: c.all_reduce(xs[c.rank], op, async_op=True)))
+        got = ok(world.run(lambda c, xs=xs: c.all_reduce(xs[c.rank], op, async_op=True)))
         for r in range(n):
             assert got[r].dtype == np.dtype(dtype) and np.array_equal(got[r], want), (count, r)
-        got = ok(world.run(lambda c: c.reduce_scatter(xs[c.rank], op, async_op=True)))
+        got = ok(world.run(lambda c, xs=xs: c.reduce_scatter(xs[c.rank], op, async_op=True)))
         parts = np.array_split(want, n)
         for r in range(n):
             assert np.array_equal(got[r], parts[r]), (count, r)
@@ -64,16 +64,16 @@ def test_gather_broadcast_all_to_all(world, dtype):
     n = len(world.comms)
     for count in (0, 1, 7, 130):
         xs = inputs(n, count, dtype, seed=100 + count)
-        got = ok(world.run(lambda c: c.all_gather(xs[c.rank], async_op=True)))
+        got = ok(world.run(lambda c, xs=xs: c.all_gather(xs[c.rank], async_op=True)))
         for r in range(n):
             assert np.array_equal(got[r], np.concatenate(xs))
         for root in (0, n - 1):
             bufs = [x.copy() for x in xs]
-            got = ok(world.run(lambda c, root=root: c.broadcast(bufs[c.rank], root=root, async_op=True)))
+            got = ok(world.run(lambda c, root=root, bufs=bufs: c.broadcast(bufs[c.rank], root=root, async_op=True)))
             for r in range(n):
                 assert got[r] is bufs[r] and np.array_equal(bufs[r], xs[root])
         ys = inputs(n, count * n, dtype, seed=200 + count)
-        got = ok(world.run(lambda c: c.all_to_all(ys[c.rank], async_op=True)))
+        got = ok(world.run(lambda c, ys=ys: c.all_to_all(ys[c.rank], async_op=True)))
         for r in range(n):
             want = np.concatenate([np.split(ys[i], n)[r] for i in range(n)])
             assert np.array_equal(got[r], want)

@@ -1,0 +1,359 @@
+"""Collectives and a training step over MRC against OpenMPI on the same fabric,
+in the same run, under the same faults; and the collectives in mrc sim.
+
+The fabric: 4 hosts x 8 planes (4 spines, 2 leaves per plane), every switch
+port and every NIC port at --rate (default 25 Mbit/s), queues that mark ECN,
+trim MRC data and drop (mrc fabric up --link-rate): a host's NIC then
+carries 8 x --rate, far below what this 2-core machine forwards, so the
+network is the bottleneck, not the CPU.
+
+The bound of a collective's busbw is the NIC's goodput: planes x rate x
+payload / (payload + 98 bytes of frame headers per 8 KiB packet). Ring
+all-reduce sends 2(n-1)/n of the buffer per rank and all-to-all (n-1)/n, so
+busbw (algbw x that factor) can reach the NIC's rate and no more.
+
+Transports, alternated in every round (A B C D, then B C D A, ...):
+  mrc              mrc coll (one rank per host, its NIC paced at the ports' rate)
+  mpi_tcp          OpenMPI's TCP BTL over one plane's kernel address: one path
+                   per peer, as ECMP gives a flow
+  mpi_tcp_striped  OpenMPI's TCP BTL over every plane's kernel address (it stripes
+                   over every interface it is given)
+  mpi_mptcp        the one-plane configuration with MPTCP sockets (Debian's
+                   mptcpize) and one subflow per plane (ip mptcp endpoint)
+
+Then a training step (mrc train's emulator; bench/coll_mpi.py runs the same
+steps over MPI) for --train-seconds without faults and --train-seconds under
+a T1 reboot every 10 s and a link flap every 5 s; and mrc sim's ring
+all-reduce and all-to-all at 256 and 1,024 NICs, with a T1 failed mid-run.
+
+    python bench/coll_bench.py --json
+    python bench/coll_bench.py --rounds 1 --size 16M --train-seconds 20 --sim-nics 64 --json   # quicker
+
+Needs root, OpenMPI and mpi4py (tools/setup.sh installs them; without them
+the MPI rows are skipped with a line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mrc.coll import launch, train  # noqa: E402
+from mrc.errors import UsageError  # noqa: E402
+from mrc.fabric import apply, baseline, qos  # noqa: E402
+from mrc.fabric.faults import schedule  # noqa: E402
+from mrc.fabric.topology import Topology  # noqa: E402
+from mrc.perf import parse_rate, parse_size  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PAYLOAD, FRAME_HDRS = 8192, 98
+FAULTS = "t1-reboot/10s,flap/5s"
+MPI_CONFIGS = {"mpi_tcp": {"planes": [0]}, "mpi_tcp_striped": {"planes": list(range(8))},
+               "mpi_mptcp": {"planes": [0], "mptcp": True}}
+
+
+def log(msg: str) -> None:
+    print(f"coll_bench: {msg}", file=sys.stderr, flush=True)
+
+
+def bound_gbps(t: Topology, rate_bps: int) -> float:
+    return t.planes * rate_bps * PAYLOAD / (PAYLOAD + FRAME_HDRS) / 1e9
+
+
+class Mpi:
+    """OpenMPI on the fabric: the per-plane interfaces, the launch agent, the hostfile."""
+
+    def __init__(self, t: Topology) -> None:
+        self.t = t
+        self.dir = tempfile.mkdtemp(prefix="mrc-coll-mpi-")
+        self.agent = os.path.join(self.dir, "agent")
+        with open(self.agent, "w") as f:
+            f.write(f'#!/bin/sh\nhost="$1"; shift\nexec ip netns exec "{t.prefix}$host" sh -c "$*"\n')
+        os.chmod(self.agent, 0o755)
+        self.hostfile = os.path.join(self.dir, "hosts")
+        with open(self.hostfile, "w") as f:
+            f.writelines(f"{h} slots=1\n" for h in t.host_nodes())
+        baseline.mpi_ports(t)
+        self.mptcp = bool(shutil.which("mptcpize"))
+        if self.mptcp:
+            for h in range(t.hosts):
+                baseline.mptcp_setup(t, h)
+
+    def run(self, config: str, program_args: list[str], out=None, timeout: float = 1800) -> tuple[int, dict | None]:
+        cfg = MPI_CONFIGS[config]
+        argv = baseline.mpirun_argv(self.t, self.agent, self.hostfile, cfg["planes"],
+                                    [sys.executable, os.path.join(HERE, "coll_mpi.py"), *program_args],
+                                    mptcp=cfg.get("mptcp", False))
+        env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.path.dirname(HERE)}
+        p = subprocess.Popen([sys.executable, "-m", "mrc", "fabric", "exec", "--name", self.t.name, "h0", "--",
+                              *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                             start_new_session=True)
+        err: list[str] = []
+        th = threading.Thread(target=lambda: err.extend(p.stderr), daemon=True)
+        th.start()
+        result = None
+        try:
+            for line in p.stdout:
+                if out is not None:
+                    out.write(line)
+                if line.startswith("@result "):
+                    result = json.loads(line[8:])
+            p.wait(timeout)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+            th.join(5)
+        if result is None:
+            log(f"{config}: no result (exit {p.returncode}): " + "".join(e for e in err if "PMIX" not in e)[-600:])
+        return p.returncode, result
+
+    def close(self) -> None:
+        if self.mptcp:
+            for h in range(self.t.hosts):
+                baseline.mptcp_teardown(self.t, h)
+        baseline.mpi_ports(self.t, up=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class _Capture:
+    def __init__(self) -> None:
+        self.text: list[str] = []
+
+    def write(self, s: str) -> None:
+        self.text.append(s)
+
+    def flush(self) -> None:
+        pass
+
+
+def run_mrc_coll(t: Topology, a, coll: str) -> dict | None:
+    root = t.mgmt_address(0)
+    argv = ["coll", coll, "-b", str(a.size_bytes), "-e", str(a.size_bytes), "-n", str(a.iters), "-w", "1",
+            "--check", "--json", "--port-rate", a.rate, "--spin-us", "0"]
+    cap = _Capture()
+    rc = launch.launch(t.name, t.host_nodes(), root, argv, out=cap, err=_Capture(), timeout=1800)
+    try:
+        res = json.loads("".join(cap.text))
+    except ValueError:
+        log(f"mrc {coll}: no JSON (exit {rc}): {''.join(cap.text)[-400:]}")
+        return None
+    row = res["rows"][0]
+    return {**row, "qp_errors": res["qp_errors"], "qp_counters": res["qp_counters"]}
+
+
+def run_mpi_coll(mpi: Mpi, config: str, a, coll: str) -> dict | None:
+    # one plane carries an eighth of the rest's bytes in as long: one timed call after no warm-up
+    iters, warm = (1, 0) if config in ("mpi_tcp", "mpi_mptcp") else (a.iters, 1)
+    _, res = mpi.run(config, ["coll", "--coll", coll, "--size", str(a.size_bytes), "--iters", str(iters),
+                              "--warmup", str(warm), "--check"])
+    if res is not None:
+        res["qp_errors"] = 0
+    return res
+
+
+def run_train(t: Topology, a, transport: str, mpi: Mpi | None) -> dict | None:
+    plan = schedule(t, FAULTS, a.train_seconds)
+    common = ["--model", str(a.model_bytes), "--bucket", str(a.bucket_bytes), "--compute-ms", str(a.compute_ms)]
+    if transport == "mrc":
+        argv = ["train", *common, "--port-rate", a.rate, "--spin-us", "0", "--phase-seconds", str(a.train_seconds),
+                "--warmup", "2"]
+        rc, res, events, start = train.drive(t.name, plan, a.train_seconds, lambda out: launch.launch(
+            t.name, t.host_nodes(), t.mgmt_address(0), argv, out=out, err=_Capture(), timeout=1800))
+    else:
+        args = ["train", *common, "--phase-seconds", str(a.train_seconds), "--warmup", "2"]
+        rc, res, events, start = train.drive(t.name, plan, a.train_seconds, lambda out: mpi.run(transport, args,
+                                                                                                 out=out)[0])
+    if res is None:
+        log(f"train over {transport}: no result (exit {rc})")
+        return None
+    res["events"], res["start_ns"] = events, start
+    return res
+
+
+def sim_collectives(a) -> dict:
+    """mrc sim's ring all-reduce and all-to-all (the schedule mrc.coll runs), each also with a T1
+    failed a third of the way in. All-to-all stops at 256 NICs: it has a QP pair per pair of NICs,
+    a million at 1,024, beyond this machine's memory."""
+    out: dict = {}
+    for nics in a.sim_nics:
+        for coll in ("all_reduce", "all_to_all"):
+            if coll == "all_to_all" and nics > 256:
+                log(f"sim all_to_all at {nics} NICs: skipped ({nics * (nics - 1):,} QP pairs; 256 NICs take 3.6 GB)")
+                continue
+            size = a.sim_size if coll == "all_reduce" else a.sim_a2a_size
+            base = _sim(nics, coll, size, [])
+            at_us = max(1, int(base["collective"]["time_us"] / 3))
+            fail = _sim(nics, coll, size, ["--fail", f"t1:0.1@{at_us}us"])
+            spines = base["fabric"]["spines"]
+            ratio = fail["collective"]["time_us"] / base["collective"]["time_us"]
+            key = f"{coll}_{nics}"
+            out[key] = {"nics": nics, "collective": coll, "size": size, "planes": 8, "spines": spines,
+                        "busbw_vs_bound": base["collective"]["busbw_vs_bound"],
+                        "busbw_gbps": base["collective"]["busbw_gbps"], "bound_gbps": base["collective"]["bound_gbps"],
+                        "time_us": base["collective"]["time_us"], "t1_failed_at_us": at_us,
+                        "t1_time_us": fail["collective"]["time_us"], "t1_completion_ratio": round(ratio, 4),
+                        "t1_completion_bound": round(1 + 1 / (8 * spines) + 0.02, 4),
+                        "qp_errors": base["qp_errors"] + fail["qp_errors"],
+                        "wall_s": round(base["wall_s"] + fail["wall_s"], 1), "peak_rss_mb": base["peak_rss_mb"]}
+            log(f"sim {coll} {nics} NICs: busbw {out[key]['busbw_vs_bound']} of the bound; a T1 failed: "
+                f"{out[key]['t1_completion_ratio']} x the time")
+    big = [v for v in out.values() if v["collective"] == "all_reduce"]
+    if big:
+        top = max(big, key=lambda v: v["nics"])
+        out.update(nics=top["nics"], busbw_vs_bound=top["busbw_vs_bound"],
+                   t1_completion_ratio=top["t1_completion_ratio"], t1_completion_bound=top["t1_completion_bound"])
+    return out
+
+
+def _sim(nics: int, coll: str, size: int, extra: list[str]) -> dict:
+    argv = [sys.executable, "-m", "mrc", "sim", "--hosts", str(nics), "--workload", coll.replace("_", "-"),
+            "--size", str(size), "--json", "--quiet", *extra]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=7200)
+    if p.returncode not in (0, 1):
+        raise RuntimeError(f"mrc sim failed: {p.stderr[-400:]}")
+    r = json.loads(p.stdout)
+    return {**r["spray"], "fabric": r["fabric"]}
+
+
+def summarize(runs: list[dict], bound: float) -> dict:
+    bws = [r["busbw_gbps"] for r in runs if r]
+    if not bws:
+        return {}
+    last = runs[-1]
+    return {"busbw_gbps": round(statistics.median(bws), 4), "busbw_gbps_runs": bws,
+            "algbw_gbps": round(statistics.median(r["algbw_gbps"] for r in runs if r), 4),
+            "bound_gbps": round(bound, 4), "busbw_vs_bound": round(statistics.median(bws) / bound, 4),
+            "wrong": sum(r["wrong"] or 0 for r in runs if r),
+            "qp_errors": sum(r.get("qp_errors", 0) for r in runs if r),
+            "size": last["size"], "time_us": statistics.median(r["time_us"] for r in runs if r)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rate", default="25mbit", help="every port's rate (default 25mbit)")
+    ap.add_argument("--size", default="64M", help="bytes per collective (default 64M)")
+    ap.add_argument("--iters", type=int, default=3, help="timed calls per run (default 3)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternated rounds (default 3)")
+    ap.add_argument("--model", default="4M", help="train: gradient bytes (default 4M)")
+    ap.add_argument("--bucket", default="1M", help="train: bucket bytes (default 1M)")
+    ap.add_argument("--compute-ms", type=float, default=100.0, help="train: compute per step (default 100)")
+    ap.add_argument("--train-seconds", type=float, default=60.0, help="train: seconds per phase (default 60)")
+    ap.add_argument("--sim-nics", default="256,1024", help="mrc sim's sizes (default 256,1024; empty: none)")
+    ap.add_argument("--sim-size", default="16M", help="mrc sim's all-reduce bytes per NIC (default 16M)")
+    ap.add_argument("--sim-a2a-size", default="4M", help="mrc sim's all-to-all bytes per NIC (default 4M)")
+    ap.add_argument("--skip", default="", help="parts to leave out: coll,train,sim,mpi")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--plot", metavar="PNG", help="step time against time, MRC and MPI, faults marked")
+    a = ap.parse_args()
+    a.size_bytes, a.model_bytes, a.bucket_bytes = parse_size(a.size), parse_size(a.model), parse_size(a.bucket)
+    a.sim_nics = [int(x) for x in a.sim_nics.split(",") if x]
+    a.sim_size, a.sim_a2a_size = parse_size(a.sim_size), parse_size(a.sim_a2a_size)
+    skip = {x for x in a.skip.split(",") if x}
+    rate = parse_rate(a.rate)
+    apply.require_root("bench/coll_bench.py")
+    have_mpi = bool(shutil.which("mpirun")) and importlib.util.find_spec("mpi4py") is not None
+    if "mpi" in skip:
+        have_mpi = False
+    elif not have_mpi:
+        log("OpenMPI or mpi4py is missing: the MPI baselines are skipped (bash tools/setup.sh installs them)")
+    out: dict = {"rate_bps": rate, "command": " ".join(["python", "bench/coll_bench.py", *sys.argv[1:]]),
+                 "bound_formula": "planes x rate x 8192 / (8192 + 98): the NIC's goodput in 8 KiB packets"}
+    t = None
+    if {"coll", "train"} - skip:
+        t = Topology(planes=8, spines=4, leaves=2, hosts=4, name=f"cb{os.getpid() % 100000}")
+        apply.up(t)
+    mpi = None
+    try:
+        if t is not None:
+            apply.set_queues(t.name, None, qos.PortQoS(rate, **qos.DEFAULT_THRESHOLDS).check())
+            bound = bound_gbps(t, rate)
+            out["fabric"] = {"hosts": t.hosts, "planes": t.planes, "spines": t.spines, "leaves": t.leaves,
+                             "bound_gbps": round(bound, 4)}
+            if have_mpi:
+                mpi = Mpi(t)
+                if not mpi.mptcp:
+                    log("mptcpize (Debian's mptcpd) is missing: MPI over MPTCP is skipped")
+            transports = ["mrc"] + ([c for c in MPI_CONFIGS if c != "mpi_mptcp" or mpi.mptcp] if mpi else [])
+            if "coll" not in skip:
+                raw = {tr: {c: [] for c in ("all_reduce", "all_to_all")} for tr in transports}
+                for rnd in range(a.rounds):
+                    order = transports[rnd % len(transports):] + transports[:rnd % len(transports)]
+                    for coll in ("all_reduce", "all_to_all"):
+                        for tr in order:
+                            log(f"round {rnd + 1}/{a.rounds}: {coll} {a.size} over {tr}")
+                            r = run_mrc_coll(t, a, coll) if tr == "mrc" else run_mpi_coll(mpi, tr, a, coll)
+                            raw[tr][coll].append(r)
+                            if r:
+                                log(f"  busbw {r['busbw_gbps']} Gb/s ({r['busbw_gbps'] / bound:.3f} of the bound), "
+                                    f"wrong {r['wrong']}")
+                for tr in transports:
+                    out[tr] = {c: summarize(raw[tr][c], bound) for c in raw[tr]}
+                for c in ("all_reduce", "all_to_all"):
+                    m = out["mrc"][c].get("busbw_gbps")
+                    for tr in transports[1:]:
+                        o = out[tr][c].get("busbw_gbps")
+                        if m and o:
+                            pairs = [x["busbw_gbps"] / y["busbw_gbps"] for x, y in zip(raw["mrc"][c], raw[tr][c],
+                                                                                       strict=False) if x and y]
+                            out["mrc"][c][f"over_{tr}"] = round(m / o, 3)
+                            out["mrc"][c][f"over_{tr}_spread"] = [round(min(pairs), 3), round(max(pairs), 3)]
+            if "train" not in skip:
+                tr_out = {}
+                for tr in ["mrc"] + ([c for c in ("mpi_tcp_striped", "mpi_tcp") if mpi] if mpi else []):
+                    log(f"train over {tr}: {a.train_seconds:g} s without faults, then {a.train_seconds:g} s of "
+                        f"{FAULTS}")
+                    r = run_train(t, a, tr, mpi)
+                    if r is None:
+                        continue
+                    nf, wf = r["no_fault"], r["with_faults"]
+                    tr_out[tr] = {"step_p50_ms": wf["step_p50_ms"], "step_p99_ms": wf["step_p99_ms"],
+                                  "no_fault_step_p50_ms": nf["step_p50_ms"], "no_fault_step_p99_ms": nf["step_p99_ms"],
+                                  "p99_inflation": round(wf["step_p99_ms"] / nf["step_p99_ms"], 3)
+                                  if nf["step_p99_ms"] else None,
+                                  "steps_per_s": wf["steps_per_s"], "no_fault_steps_per_s": nf["steps_per_s"],
+                                  "steps": [nf["steps"], wf["steps"]], "qp_errors": r["qp_errors"],
+                                  "faults": FAULTS, "fault_events": len(r["events"]), "rows": r["rows"],
+                                  "events": r["fault_events"]}
+                    log(f"  step p99 {nf['step_p99_ms']} -> {wf['step_p99_ms']} ms "
+                        f"({tr_out[tr]['p99_inflation']} x), {len(r['events'])} fault events")
+                out["train"] = {**tr_out.get("mrc", {}), "transports": tr_out, "faults": FAULTS,
+                                "seconds_per_phase": a.train_seconds, "model_bytes": a.model_bytes,
+                                "bucket_bytes": a.bucket_bytes, "compute_ms": a.compute_ms}
+                if a.plot and tr_out:
+                    series = {tr: v["rows"] for tr, v in tr_out.items()}
+                    evs = [{"t_ns": int(e["t_s"] * 1e9), "op": e["op"]}
+                           for e in tr_out.get("mrc", {}).get("events", [])]
+                    out["train"]["plot"] = train.plot({"series": series, "split_s": a.train_seconds, "rows": []},
+                                                      evs, 0, a.plot, "step time against time (MRC's run's faults "
+                                                      "marked; every transport ran the same schedule)")
+        if "sim" not in skip and a.sim_nics:
+            out["sim"] = sim_collectives(a)
+    finally:
+        if mpi is not None:
+            mpi.close()
+        if t is not None:
+            apply.down(t.name)
+    for tr in out.get("train", {}).get("transports", {}).values():
+        tr.pop("rows", None)
+    print(json.dumps(out, indent=1) if a.json else json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except UsageError as e:
+        print(f"coll_bench: {e}", file=sys.stderr)
+        sys.exit(2)
