@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -53,7 +54,7 @@ from mrc.errors import UsageError  # noqa: E402
 from mrc.fabric import apply, baseline, qos  # noqa: E402
 from mrc.fabric.faults import schedule  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
-from mrc.perf import parse_rate, parse_size  # noqa: E402
+from mrc.units import parse_rate, parse_size  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAYLOAD, FRAME_HDRS = 8192, 98
@@ -85,11 +86,22 @@ class Mpi:
             f.writelines(f"{h} slots=1\n" for h in t.host_nodes())
         baseline.mpi_ports(t)
         self.mptcp = bool(shutil.which("mptcpize"))
+        self.retries = 0
         if self.mptcp:
             for h in range(t.hosts):
                 baseline.mptcp_setup(t, h)
 
     def run(self, config: str, program_args: list[str], out=None, timeout: float = 1800) -> tuple[int, dict | None]:
+        """One mpirun; once more if it died before any result (OpenMPI's launch in namespaces
+        now and then ends in a crash of its own before the program starts: counted in ``retries``)."""
+        rc, res, started = self._run(config, program_args, out, timeout)
+        if res is None and not started:
+            self.retries += 1
+            log(f"{config}: mpirun ended before the program started (exit {rc}); once more")
+            rc, res, _ = self._run(config, program_args, out, timeout)
+        return rc, res
+
+    def _run(self, config: str, program_args: list[str], out, timeout: float) -> tuple[int, dict | None, bool]:
         cfg = MPI_CONFIGS[config]
         argv = baseline.mpirun_argv(self.t, self.agent, self.hostfile, cfg["planes"],
                                     [sys.executable, os.path.join(HERE, "coll_mpi.py"), *program_args],
@@ -102,9 +114,10 @@ class Mpi:
         err: list[str] = []
         th = threading.Thread(target=lambda: err.extend(p.stderr), daemon=True)
         th.start()
-        result = None
+        result, started = None, False
         try:
             for line in p.stdout:
+                started = True
                 if out is not None:
                     out.write(line)
                 if line.startswith("@result "):
@@ -117,7 +130,7 @@ class Mpi:
             th.join(5)
         if result is None:
             log(f"{config}: no result (exit {p.returncode}): " + "".join(e for e in err if "PMIX" not in e)[-600:])
-        return p.returncode, result
+        return p.returncode, result, started
 
     def close(self) -> None:
         if self.mptcp:
@@ -248,13 +261,16 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds (default 3)")
     ap.add_argument("--model", default="4M", help="train: gradient bytes (default 4M)")
     ap.add_argument("--bucket", default="1M", help="train: bucket bytes (default 1M)")
-    ap.add_argument("--compute-ms", type=float, default=100.0, help="train: compute per step (default 100)")
+    ap.add_argument("--compute-ms", type=float, default=2000.0, help="train: compute per step (default 2000)")
     ap.add_argument("--train-seconds", type=float, default=60.0, help="train: seconds per phase (default 60)")
     ap.add_argument("--sim-nics", default="256,1024", help="mrc sim's sizes (default 256,1024; empty: none)")
     ap.add_argument("--sim-size", default="16M", help="mrc sim's all-reduce bytes per NIC (default 16M)")
     ap.add_argument("--sim-a2a-size", default="4M", help="mrc sim's all-to-all bytes per NIC (default 4M)")
     ap.add_argument("--skip", default="", help="parts to leave out: coll,train,sim,mpi")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--save", metavar="DIR", help="also write the JSON, with the commit, date, machine and command, "
+                                                  "to DIR/coll_bench-DATE-COMMIT.json (the project keeps its runs "
+                                                  "in bench/results)")
     ap.add_argument("--plot", metavar="PNG", help="step time against time, MRC and MPI, faults marked")
     a = ap.parse_args()
     a.size_bytes, a.model_bytes, a.bucket_bytes = parse_size(a.size), parse_size(a.model), parse_size(a.bucket)
@@ -342,13 +358,39 @@ def main() -> int:
             out["sim"] = sim_collectives(a)
     finally:
         if mpi is not None:
+            out["mpi_launch_retries"] = mpi.retries
             mpi.close()
         if t is not None:
             apply.down(t.name)
     for tr in out.get("train", {}).get("transports", {}).values():
         tr.pop("rows", None)
+    if a.save:
+        save(out, a.save)
     print(json.dumps(out, indent=1) if a.json else json.dumps(out))
     return 0
+
+
+def run_info() -> dict:
+    """Where a run was made: the commit (and whether the tree differed from it), date, cores, kernel."""
+    def git(*args: str) -> str:
+        p = subprocess.run(["git", *args], cwd=os.path.dirname(HERE), capture_output=True, text=True)
+        return p.stdout.strip()
+
+    return {"commit": git("rev-parse", "--short", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "mrc",
+                                                                            "csrc", "bench")),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": os.cpu_count(),
+            "kernel": os.uname().release}
+
+
+def save(out: dict, where: str) -> str:
+    info = run_info()
+    os.makedirs(where, exist_ok=True)
+    path = os.path.join(where, f"coll_bench-{info['date'][:10]}-{info['commit']}.json")
+    with open(path, "w") as f:
+        json.dump({**info, **out}, f, indent=1)
+        f.write("\n")
+    log(f"saved {path}")
+    return path
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ from campaign_report import PauseMonitor  # noqa: E402  (bench/, beside this fil
 from mrc.errors import MrcError  # noqa: E402
 from mrc.fabric import apply, baseline, ns, qos  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
-from mrc.perf import parse_size, percentile  # noqa: E402
+from mrc.units import parse_size, percentile  # noqa: E402
 
 TRANSPORTS = ("mrc", "tcp_cubic", "tcp_bbr", "mptcp")
 WORKLOADS = ("incast", "victim", "alltoall")

@@ -77,7 +77,7 @@ from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup
 from mrc.fabric.faults import FaultScheduler
 from mrc.fabric.pair import qp_pair
 from mrc.fabric.topology import Topology
-from mrc.perf import gc_paused
+from mrc.units import gc_paused
 from mrc.verbs import QPAttr
 
 FAULT_AT = 1.5        # seconds into a run when the first fault fires

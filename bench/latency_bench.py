@@ -36,7 +36,7 @@ from mrc._dp import ffi, lib
 
 from mrc.fabric import apply, ns
 from mrc.fabric.topology import Topology
-from mrc.perf import percentile
+from mrc.units import percentile
 
 MRC = [sys.executable, "-m", "mrc"]
 

@@ -29,6 +29,7 @@ import os
 import sys
 
 from mrc.errors import MrcError, UsageError
+from mrc.units import size_type
 
 DEFAULT_NAME = os.environ.get("MRC_FABRIC", "mrc0")
 
@@ -85,16 +86,7 @@ def _read_psk(a: argparse.Namespace) -> bytes | None:
     return cm.read_psk(a.psk_file) if a.psk_file else None
 
 
-def _size_arg(text: str) -> int:
-    from mrc.perf import parse_size
-
-    try:
-        n = parse_size(text)
-    except UsageError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"a size must be positive, not {text}")
-    return n
+_size_arg = size_type(1)
 
 
 def _resolver(a: argparse.Namespace):

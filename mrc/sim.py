@@ -27,7 +27,7 @@ from mrc._dp import ffi, lib
 from mrc.coll import schedule
 from mrc.core import QPAttr
 from mrc.errors import UsageError, check
-from mrc.perf import parse_rate, parse_size, percentile
+from mrc.units import parse_rate, parse_size, percentile
 
 WORKLOADS = ("permutation", "alltoall", "incast", "victim", "ring-allreduce", "all-reduce", "all-to-all")
 #: workloads that run mrc.coll's schedule: float32 elements, the communicator's slots as pieces and its

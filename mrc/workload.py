@@ -245,7 +245,7 @@ class Worker:
                 sending.append(threads[-1])
             elif self.transport != "mrc":
                 threads.append(threading.Thread(target=self._guard, args=(self._tcp_recv, f), daemon=True))
-        from mrc.perf import gc_paused
+        from mrc.units import gc_paused
 
         with gc_paused():  # a full collection would stall every flow's thread
             while time.monotonic() < t0:

@@ -6,7 +6,7 @@
 #   bash tools/setup.sh test     install (also tshark, clang and chromium), then run the whole
 #                                test suite, the sanitizer build of the C tests, the
 #                                fuzzers for 20 s each and a 10 s soak (what CI runs)
-#   bash tools/setup.sh          install only
+#   bash tools/setup.sh          install only (with OpenMPI and mpi4py for bench/coll_bench.py)
 #
 # It installs the Debian packages the fabric needs, makes a virtualenv in
 # .venv, and installs mrc into it (building the C data path with cffi).
@@ -36,6 +36,12 @@ if [ "$what" = test ] && ! { command -v clang >/dev/null 2>&1 &&
         ls "$(clang -print-resource-dir)"/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1; }; then
     need+=(libclang-rt-dev)
 fi
+# the collective bench's baseline (OpenMPI through mpi4py, and MPTCP sockets for it through mptcpize)
+if [ "$what" != demo ]; then
+    command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
+    command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev)
+    command -v mptcpize >/dev/null 2>&1 || need+=(mptcpd)
+fi
 # the web view's browser test drives Debian's chromium (never a downloaded build)
 if [ "$what" = test ]; then
     command -v chromium >/dev/null 2>&1 || need+=(chromium)
@@ -55,9 +61,11 @@ if [ ! -x .venv/bin/python ]; then
     echo "== python3 -m venv .venv"
     python3 -m venv .venv
 fi
-echo "== pip install -e .[test,dash]"
+extras="test,dash"
+[ "$what" != demo ] && extras="test,dash,mpi"
+echo "== pip install -e .[$extras]"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test,dash]'
+.venv/bin/python -m pip install -q -e ".[$extras]"
 echo "== build the BPF programs (csrc/bpf): the switch queues', and the SRv6 of a kernel without it (End, encap, End.DT6)"
 .venv/bin/python -c 'from mrc.fabric import tcbpf
 for n in ("port_queue", "usid_end", "host_encap", "host_decap"): tcbpf.build(n, "the fabric", force=True)'

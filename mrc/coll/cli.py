@@ -14,22 +14,14 @@ import sys
 import time
 
 from mrc.errors import UsageError
+from mrc.units import size_type
 
 COLLS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "all_to_all_v")
 DTYPE_ALIASES = {"half": "float16", "float16": "float16", "float": "float32", "float32": "float32",
                  "double": "float64", "float64": "float64", "int32": "int32", "int": "int32", "int64": "int64"}
 
 
-def _size(text: str) -> int:
-    from mrc.perf import parse_size
-
-    try:
-        n = parse_size(text)
-    except UsageError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"a size is 0 or more, not {text}")
-    return n
+_size = size_type(0)
 
 
 def _job_args(p: argparse.ArgumentParser) -> None:
@@ -151,7 +143,7 @@ def _launch(a: argparse.Namespace, cmd: str) -> int:
 def _comm(a: argparse.Namespace):
     from mrc.coll.comm import Communicator
     from mrc.coll.net import FabricNet
-    from mrc.perf import parse_rate
+    from mrc.units import parse_rate
 
     if a.nranks is None or a.root_addr is None or a.job is None:
         raise UsageError("--rank needs --nranks, --root-addr and --job")

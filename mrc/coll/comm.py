@@ -138,9 +138,13 @@ class Handle:
         return False
 
     def wait(self, timeout: float | None = None):
-        """Block until done; the result (an array), or CommAborted."""
+        """Block until done: the result (an array), CommAborted, or TimeoutError after
+        ``timeout`` seconds (the call goes on; the communicator's own timeout aborts it)."""
+        end = None if timeout is None else time.monotonic() + timeout
         while not self.test():
-            self._comm.net.wait(self._comm, 0.05 if timeout is None else min(0.05, timeout))
+            if end is not None and time.monotonic() > end:
+                raise TimeoutError(f"the collective is not done after {timeout:g} s")
+            self._comm.net.wait(self._comm, 0.05)
         return self._result
 
     def _finish(self) -> None:
@@ -187,7 +191,7 @@ class _Run:
     def _ready(self, i: int, k: int) -> bool:
         off, cnt = self.pieces[i][k]
         for j in self.deps[i]:
-            y = self.comm_xfer(j)
+            y = self.p.xfers[j]
             lo, hi = max(off, y.off), min(off + cnt, y.off + y.count)
             if lo >= hi:
                 continue
@@ -195,9 +199,6 @@ class _Run:
                 if not self.done[j][kk]:
                     return False
         return True
-
-    def comm_xfer(self, j: int) -> schedule.Xfer:
-        return self.p.xfers[j]
 
     def finished(self) -> bool:
         return self.left == 0 and self.outstanding == 0 and all(self.granted.values())
@@ -214,8 +215,8 @@ class _Run:
 class Communicator:
     """N ranks over MRC. ``net`` connects the QPs and carries the control
     plane: :class:`mrc.coll.net.FabricNet` (one process per host, real
-    ports) or :class:`mrc.coll.net.MemWorld`'s (every rank in one process,
-    the in-memory link). Use :func:`mrc.coll.init` to make one.
+    ports) or :class:`mrc.coll.memworld.MemWorld` (every rank in one process,
+    the in-memory link). :func:`mrc.coll.init` makes one on real ports.
 
     Every collective takes a contiguous numpy array of float16, float32,
     float64, int32 or int64 and returns a new array (or fills ``out``);

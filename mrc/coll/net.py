@@ -385,3 +385,23 @@ class FabricNet:
             self.ctx.close()
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)
+
+
+def init(rank: int, nranks: int, root_addr: str, job: str, port: int = 18700, psk: bytes | None = None,
+         channels: int = 2, slots: int = 8, slot_bytes: int = 1 << 19, timeout: float = 120.0,
+         **net_kw) -> Communicator:
+    """Join job ``job`` as ``rank`` of ``nranks``: rank 0 listens on ``port`` (all
+    addresses), the others connect to ``root_addr``. Returns the communicator once
+    every rank has joined and the ring is connected (``net_kw``: FabricNet's options,
+    e.g. ``port_rate_bps``, ``qp_attr``).
+
+    >>> comm = init(rank, 4, "fd6e::1", job="step-42")              # doctest: +SKIP
+    >>> grads = comm.all_reduce(np.ones(1 << 20, np.float32))       # doctest: +SKIP
+    """
+    net = FabricNet(rank, nranks, root_addr, port, job, psk=psk, **net_kw)
+    try:
+        return Communicator(rank, nranks, net, channels=channels, slots=slots, slot_bytes=slot_bytes,
+                            timeout=timeout)
+    except BaseException:
+        net.close()
+        raise

@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from mrc.errors import UsageError
-from mrc.perf import percentile
+from mrc.units import percentile
 
 MATRIX = 192
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from mrc.errors import UsageError
 from mrc.fabric.topology import Topology
-from mrc.perf import parse_rate
+from mrc.units import parse_rate
 
 #: the EV states a grid cell can show (mrc.core.EV_STATES)
 EV_STATES = ("GOOD", "SKIP", "ASSUMED_BAD", "DENIED", "UNKNOWN")

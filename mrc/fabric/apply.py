@@ -24,7 +24,7 @@ from mrc.errors import FabricError, PrivilegeError, UsageError
 from mrc.fabric import nl, ns, qos, resolver, srv6bpf
 from mrc.fabric.plan import Op, link_ops, plan
 from mrc.fabric.topology import NS_PREFIX, Link, Topology
-from mrc.perf import parse_rate  # noqa: F401  (mrc fabric and the benches read rates through here)
+from mrc.units import parse_rate  # noqa: F401  (mrc fabric and the benches read rates through here)
 
 STATE_DIR = os.environ.get("MRC_STATE_DIR", "/run/mrc/fabrics")
 

@@ -33,7 +33,10 @@ C_LAYERS = [
 #: the stack: these never import mrc.fabric (they take a path resolver)
 STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/errors.py", "mrc/paths.py",
          "mrc/verbs.py", "mrc/cm.py", "mrc/perf.py", "mrc/dissect.py", "mrc/decode.py", "mrc/ctl/__init__.py",
-         "mrc/ctl/profiles.py", "mrc/ctl/endpoint.py", "mrc/ctl/cli.py", "mrc/soak.py", "mrc/workload.py", "mrc/sim.py"]
+         "mrc/ctl/profiles.py", "mrc/ctl/endpoint.py", "mrc/ctl/cli.py", "mrc/soak.py", "mrc/workload.py", "mrc/sim.py",
+         # the communicator and its schedules (mrc coll's launcher and mrc train's fault driver are tools)
+         "mrc/coll/__init__.py", "mrc/coll/schedule.py", "mrc/coll/comm.py", "mrc/coll/memworld.py",
+         "mrc/coll/net.py", "mrc/coll/perf.py"]
 
 DEF = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([a-z_]\w*)\s*\([^;]*?\)\s*\{", re.M | re.S)
 CALL = re.compile(r"\b([a-z_]\w*)\s*\(")
@@ -133,6 +136,19 @@ def test_the_stack_never_imports_the_fabric(module):
 @pytest.mark.parametrize("module", STACK)
 def test_the_stack_never_imports_the_web_view(module):
     assert not [m for m in py_imports()[module] if m.startswith("mrc/dash/")]
+
+
+#: the command-line tools: the fabric and the web view never import one (their helpers are in mrc/units.py)
+TOOLS = ["mrc/cli.py", "mrc/perf.py", "mrc/demo.py", "mrc/sim.py", "mrc/soak.py", "mrc/workload.py",
+         "mrc/decode.py", "mrc/ctl/cli.py", "mrc/coll/cli.py", "mrc/coll/launch.py", "mrc/coll/train.py"]
+
+
+@pytest.mark.parametrize("area", ["mrc/fabric/", "mrc/dash/"])
+def test_the_fabric_and_the_web_view_never_import_a_tool(area):
+    imports = py_imports()
+    for module, deps in imports.items():
+        if module.startswith(area):
+            assert not deps & set(TOOLS), f"{module} imports {sorted(deps & set(TOOLS))}"
 
 
 def test_only_the_web_server_imports_aiohttp():

@@ -1,11 +1,11 @@
-"""mrc.perf.gc_paused: no cyclic collection inside a timed loop, the
+"""mrc.units.gc_paused: no cyclic collection inside a timed loop, the
 collector as it was afterwards."""
 
 import gc
 
 import pytest
 
-from mrc.perf import gc_paused
+from mrc.units import gc_paused
 
 
 def _cycles(n: int) -> None:

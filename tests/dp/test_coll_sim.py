@@ -1,0 +1,72 @@
+"""mrc sim's collective workloads (rootless): the communicator's schedule in
+virtual time, each piece waiting for the one it depends on, timed against
+the schedule's wire bound; a T1 failed mid-collective."""
+from __future__ import annotations
+
+import pytest
+
+from mrc import sim
+from mrc.coll import schedule
+
+
+@pytest.mark.parametrize("workload", ["all-reduce", "all-to-all"])
+def test_collectives_finish_near_their_bound(workload):
+    s = sim.simulate(sim.Fabric(hosts=16, planes=4), workload, 2 << 20)
+    r = s.result
+    assert r["done"] and r["qp_errors"] == 0 and r["unfinished"] == 0
+    c = r["collective"]
+    assert c["collective"] == workload.replace("-", "_") and c["bytes"] == 2 << 20
+    assert 0.75 < c["busbw_vs_bound"] <= 1.0, c
+    assert c["busbw_gbps"] <= c["bound_gbps"]
+    s.close()
+
+
+def test_the_dependencies_hold_the_ring_back():
+    """The same bytes without the schedule's waits (each pair's messages at once) finish sooner:
+    the pieces really wait for the piece they depend on."""
+    fab = sim.Fabric(hosts=8, planes=2)
+    gated = sim.simulate(fab, "all-reduce", 1 << 20)
+    t_gated = gated.result["collective"]["time_us"]
+    gated.close()
+    free = sim.FabricSim(fab, max_qps=8, flow_bytes=1 << 20)
+    streams = sim.coll_streams("all-reduce", fab, 1 << 20)
+    free.add_flows([(st["src"], st["dst"], sum(b for b, _ in st["msgs"])) for st in streams], 128 << 10, 16)
+    res = free.run()
+    free.close()
+    assert res["done"] and res["sim_time_us"] < t_gated
+
+
+def test_a_t1_failed_mid_collective_costs_about_its_share():
+    fab = sim.Fabric(hosts=16, planes=4)
+    base = sim.simulate(fab, "all-reduce", 8 << 20)
+    t0 = base.result["collective"]["time_us"]
+    base.close()
+    fail = sim.simulate(fab, "all-reduce", 8 << 20, faults=[sim.parse_fault(f"t1:1.0@{int(t0 / 3)}us", fab)])
+    r = fail.result
+    fail.close()
+    assert r["qp_errors"] == 0 and r["unfinished"] == 0
+    assert 1.0 <= r["collective"]["time_us"] / t0 < 1.25
+
+
+def test_same_run_same_json():
+    a = sim.simulate(sim.Fabric(hosts=8, planes=2, seed=3), "all-reduce", 1 << 20).result
+    b = sim.simulate(sim.Fabric(hosts=8, planes=2, seed=3), "all-reduce", 1 << 20).result
+    for r in (a, b):
+        for k in ("wall_s", "sim_pps", "sim_data_pps", "peak_rss_mb"):
+            r.pop(k)
+    assert a == b
+
+
+def test_ideal_time_of_a_chain():
+    # two hosts, one message each way, then one more that waits for the other's first: 3 sizes and 2 latencies
+    streams = [{"src": 0, "dst": 1, "msgs": [(100, None), (100, (1, 0))]},
+               {"src": 1, "dst": 0, "msgs": [(100, None)]}]
+    assert schedule.ideal_time_ns(streams, 1.0, 50.0, 2) == 100 + 50 + 100 + 50
+    # the busiest NIC: 3 x 100 bytes from host 0, no waits
+    flat = [{"src": 0, "dst": d, "msgs": [(100, None)]} for d in (1, 2, 3)]
+    assert schedule.ideal_time_ns(flat, 1.0, 50.0, 4) == 300 + 50
+
+
+def test_bad_collective_sizes_are_refused():
+    with pytest.raises(sim.UsageError, match="needs at least"):
+        sim.simulate(sim.Fabric(hosts=16, planes=2), "all-to-all", 32)

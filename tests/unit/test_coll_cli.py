@@ -1,0 +1,108 @@
+"""mrc coll / mrc train: their options, their refusals and the fault schedules (rootless)."""
+from __future__ import annotations
+
+import pytest
+
+from mrc import cli
+from mrc.coll import perf, train
+from mrc.errors import UsageError
+from mrc.fabric.faults import schedule
+from mrc.fabric.topology import Topology
+
+
+def run(capsys, *argv):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_help_names_the_columns_and_factors(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["coll", "--help"])
+    out = capsys.readouterr().out
+    for word in ("busbw", "algbw", "#wrong", "2(n-1)/n", "--fabric", "--check"):
+        assert word in out
+
+
+def test_coll_needs_a_place_to_run(capsys):
+    rc, _, err = run(capsys, "coll", "all_reduce")
+    assert rc == 2 and "say where the ranks run" in err and "\n" == err[-1] and err.count("\n") == 1
+
+
+def test_coll_refuses_fabric_and_rank_together(capsys):
+    rc, _, err = run(capsys, "coll", "all_reduce", "--fabric", "x", "--rank", "0")
+    assert rc == 2 and "not both" in err
+
+
+def test_rank_needs_its_job(capsys):
+    rc, _, err = run(capsys, "coll", "all_reduce", "--rank", "1")
+    assert rc == 2 and "--nranks, --root-addr and --job" in err
+
+
+def test_train_faults_need_phase_seconds(capsys):
+    with pytest.raises(UsageError, match="--faults needs --seconds"):
+        class A:
+            faults, seconds, fabric = "flap/1s", None, "nofabric"
+        train.launch_with_faults(A, [], "::1", [])
+
+
+def test_sizes_follow_nccl_tests():
+    assert perf.sizes(8, 128, 2) == [8, 16, 32, 64, 128]
+    assert perf.sizes(8, 40, 1, 16) == [8, 24, 40]
+    assert perf.sizes(1 << 20, 1 << 20) == [1 << 20]
+
+
+def test_cases_give_numpys_answer_for_every_rank():
+    for coll in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "all_to_all_v"):
+        cases = [perf.Case(coll, 4096, "int32", "max", 1, 4, r) for r in range(4)]
+        assert all(c.expected().size > 0 for c in cases), coll
+    assert perf.Case("all_gather", 4096, "float32", "sum", 0, 4, 0).count % 4 == 0
+
+
+def test_buckets_and_compute():
+    assert train.buckets(10 << 20, 4 << 20) == [1 << 20, 1 << 20, (2 << 20) // 4 * 1]
+    with pytest.raises(UsageError):
+        train.buckets(0, 1)
+    assert train.Compute(0).reps == 0 and train.Compute(5).reps >= 1
+
+
+def test_phases_split_at_the_schedule():
+    rows = [[0.0, 0.1], [0.1, 0.1], [1.0, 0.3], [1.3, 0.1]]
+    p = train.phases(rows, 1.0)
+    assert p["no_fault"]["steps"] == 2 and p["with_faults"]["steps"] == 2
+    assert p["with_faults"]["step_max_ms"] == 300.0
+
+
+T = Topology(planes=8, spines=4, leaves=2, hosts=4, name="x")
+
+
+def test_fault_schedule_rotates_and_heals_everything():
+    plan = schedule(T, "t1-reboot/10s,flap/5s", 60)
+    fails = [s for s in plan if s[1] == "fail"]
+    heals = [s for s in plan if s[1] == "heal"]
+    assert len(fails) == len(heals) == 6 + 12
+    assert all(0 < at < 60 for at, *_ in fails) and all(at <= 60 for at, *_ in heals)
+    assert len({s[2] for s in fails}) > 6                  # not the same switch every time
+    assert plan == sorted(plan, key=lambda s: s[0])
+    assert schedule(T, "t1-reboot/10s", 60) == schedule(T, "t1-reboot/10s", 60)   # seeded
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("", "empty fault schedule"),
+    ("reboot/10s", "cannot read the fault"),
+    ("flap@5s", "flap takes /"),
+    ("plane-cut/5s", "plane-cut takes @"),
+    ("flap/1s+2s", "longer than the time down"),
+    ("loss/0", "above 0"),
+    ("flap/xs", "cannot read the fault"),
+])
+def test_bad_fault_schedules_get_one_line(spec, msg):
+    with pytest.raises(UsageError, match=msg):
+        schedule(T, spec, 30)
+
+
+def test_plane_cut_takes_every_spine_of_one_plane():
+    plan = schedule(T, "plane-cut@5s+3s", 20)
+    (at, op, target, _), (at2, op2, target2, _) = plan
+    assert (at, op, at2, op2) == (5.0, "fail", 8.0, "heal") and target == target2 and len(target) == 4
+    assert len({s[:2] for s in target}) == 1
