@@ -51,6 +51,7 @@ MAILBOX = 64                     # bytes of one mailbox entry (two per channel 0
 MAX_SLOTS = 1 << 12
 MAX_COUNT = 1 << 40              # elements in one call
 DEFAULT_TIMEOUT = 120.0          # seconds a collective may take before it aborts
+SETTLE_S = 1.0                   # seconds a failed QP waits for the control plane to say why
 _DESC = struct.Struct("<IIBBBBiqqII")   # magic, seq, coll, dtype, op, pad, root, count, pair, nranks, rank
 _MAGIC = 0x4D52434C
 
@@ -431,6 +432,15 @@ class Communicator:
             self._poll(run)
             self._place(run)
             self._send(run)
+            gone = self.net.gone()
+            if gone:  # a rank that closed its communicator finished its calls: one this call still waits for did not
+                waiting = {peer for peer, q in run.recvq.items() if run.next_use[peer] < len(q)} | \
+                          {peer for peer, g in run.granted.items() if not g}
+                if waiting & gone:
+                    self._check_abort()  # an abort that came before the bye says why
+                    left = min(waiting & gone)
+                    raise self.abort(left, f"rank {left} closed its communicator while call {run.seq} "
+                                           f"({run.p.coll}) waited for it")
             if run.finished():
                 self._run = None
                 return True
@@ -446,6 +456,10 @@ class Communicator:
             if not wc.ok:
                 self.stats["qp_errors"] += 1
                 peer = link.peer if link else None
+                # a QP fails when its peer's process is gone, and the control plane says which rank died: a
+                # moment for that word, so that every rank names the rank at fault, not its own neighbour
+                if self.net.settle(self, SETTLE_S) is not None:
+                    self._check_abort()
                 raise self.abort(peer, f"the QP from rank {self.rank} to rank {peer} failed: {wc.status_name}")
             if wc.opcode == lib.MRC_WC_WRITE:   # a send of ours completed
                 kind = wc.wr_id >> 60

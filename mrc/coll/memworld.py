@@ -68,6 +68,12 @@ class MemWorld:
     def aborted(self, comm: Communicator, starting: bool = False):
         return self.abort_info
 
+    def gone(self) -> set[int]:
+        return set()
+
+    def settle(self, comm: Communicator, timeout: float):
+        return self.abort_info  # one process: a death is known at once
+
     def abort(self, comm: Communicator, rank: int | None, cause: str) -> None:
         if self.abort_info is None:
             self.abort_info = (rank, cause)

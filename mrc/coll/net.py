@@ -82,6 +82,7 @@ class FabricNet:
         self.msgs: queue.Queue = queue.Queue()
         self.abort_info: tuple[int | None, str] | None = None
         self.departed: set[int] = set()     # ranks that closed their communicator (said bye)
+        self._aborted = threading.Event()   # set with abort_info
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self._threads: list[threading.Thread] = []
@@ -154,12 +155,22 @@ class FabricNet:
             return gone, f"rank {gone} closed its communicator"
         return self.abort_info
 
+    def settle(self, comm: Communicator, timeout: float):
+        """Wait up to ``timeout`` s for an abort from the control plane; what it says, or None."""
+        self._aborted.wait(timeout)
+        return self.abort_info
+
     def abort(self, comm: Communicator, rank: int | None, cause: str) -> None:
-        """Tell every rank (through rank 0) and remember it here."""
-        self._set_abort(rank, cause)
+        """Tell every rank (through rank 0), then remember it here."""
         msg = {"abort": {"rank": rank, "cause": cause[:500], "from": self.rank}}
-        for p in list(self.peers.values()):
-            p.send(msg)
+        if self.abort_info is None:
+            for p in list(self.peers.values()):
+                p.send(msg)
+        self._set_abort(rank, cause)
+
+    def gone(self) -> set[int]:
+        """Ranks that closed their communicator."""
+        return set(self.departed)
 
     def detach(self, comm: Communicator) -> None:
         self.close()
@@ -236,7 +247,9 @@ class FabricNet:
             raise ErrnoError(errno.EPROTO, f"rank 0 sent {sorted(msg)[:3]} where go was due")
 
     def _serve_join(self, comm: Communicator, offers: dict) -> None:
-        bind = "::"
+        # this host's management address when the topology names it (as mrc perf server binds), else all
+        host = self.ctx.resolver.host
+        bind = (self.ctx.resolver.mgmt_address(host) if host else None) or "::"
         try:
             self._listener = cm.listen(bind, self.port, self.psk)
         except OSError as e:
@@ -342,16 +355,18 @@ class FabricNet:
                 self.msgs.put((p.rank, msg))
 
     def _relay(self, rank: int | None, cause: str, came_from: int) -> None:
-        first = self.abort_info is None
-        self._set_abort(rank, cause)
-        if first and self.rank == 0:
+        # rank 0 tells every other rank before it acts on the abort itself: once this process knows, its
+        # main thread may close the connections (and say bye) before a relay sent after that could go
+        if self.abort_info is None and self.rank == 0:
             for who, q in list(self.peers.items()):
                 if who != came_from:
                     q.send({"abort": {"rank": rank, "cause": cause, "from": came_from}})
+        self._set_abort(rank, cause)
 
     def _set_abort(self, rank: int | None, cause: str) -> None:
         if self.abort_info is None:
             self.abort_info = (rank, cause)
+        self._aborted.set()
         try:
             os.write(self._wake_w, b"x")
         except OSError:
@@ -390,10 +405,10 @@ class FabricNet:
 def init(rank: int, nranks: int, root_addr: str, job: str, port: int = 18700, psk: bytes | None = None,
          channels: int = 2, slots: int = 8, slot_bytes: int = 1 << 19, timeout: float = 120.0,
          **net_kw) -> Communicator:
-    """Join job ``job`` as ``rank`` of ``nranks``: rank 0 listens on ``port`` (all
-    addresses), the others connect to ``root_addr``. Returns the communicator once
-    every rank has joined and the ring is connected (``net_kw``: FabricNet's options,
-    e.g. ``port_rate_bps``, ``qp_attr``).
+    """Join job ``job`` as ``rank`` of ``nranks``: rank 0 listens on ``port`` (on its
+    management address when the topology names it, else on all), the others connect
+    to ``root_addr``. Returns the communicator once every rank has joined and the
+    ring is connected (``net_kw``: FabricNet's options, e.g. ``port_rate_bps``).
 
     >>> comm = init(rank, 4, "fd6e::1", job="step-42")              # doctest: +SKIP
     >>> grads = comm.all_reduce(np.ones(1 << 20, np.float32))       # doctest: +SKIP
