@@ -20,6 +20,9 @@ Transports, alternated in every round (A B C D, then B C D A, ...):
                    over every interface it is given)
   mpi_mptcp        the one-plane configuration with MPTCP sockets (Debian's
                    mptcpize) and one subflow per plane (ip mptcp endpoint)
+  gloo             torch.distributed's Gloo over every plane's kernel address
+                   (GLOO_SOCKET_IFNAME), where torch is installed (a line says
+                   so where it is not; never a dependency)
 
 Then a training step (mrc train's emulator; bench/coll_mpi.py runs the same
 steps over MPI) for --train-seconds without faults and --train-seconds under
@@ -84,7 +87,6 @@ class Mpi:
         self.hostfile = os.path.join(self.dir, "hosts")
         with open(self.hostfile, "w") as f:
             f.writelines(f"{h} slots=1\n" for h in t.host_nodes())
-        baseline.mpi_ports(t)
         self.mptcp = bool(shutil.which("mptcpize"))
         self.retries = 0
         if self.mptcp:
@@ -136,7 +138,6 @@ class Mpi:
         if self.mptcp:
             for h in range(self.t.hosts):
                 baseline.mptcp_teardown(self.t, h)
-        baseline.mpi_ports(self.t, up=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -164,6 +165,37 @@ def run_mrc_coll(t: Topology, a, coll: str) -> dict | None:
         return None
     row = res["rows"][0]
     return {**row, "qp_errors": res["qp_errors"], "qp_counters": res["qp_counters"]}
+
+
+def run_gloo_coll(t: Topology, a, coll: str) -> dict | None:
+    """torch.distributed's Gloo, one rank per host, over every plane's kernel address."""
+    port = 24000 + os.getpid() % 4000
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": ",".join(f"{baseline.MPI_PORT}{p}" for p in range(t.planes)),
+           "OMP_NUM_THREADS": "1", "PYTHONPATH": os.path.dirname(HERE)}
+    procs = []
+    for k in range(t.hosts):
+        argv = [sys.executable, "-m", "mrc", "fabric", "exec", "--name", t.name, t.host(k), "--", sys.executable,
+                os.path.join(HERE, "coll_gloo.py"), "--rank", str(k), "--world", str(t.hosts), "--master",
+                t.mgmt_address(0), "--port", str(port), "--coll", coll, "--size", str(a.size_bytes),
+                "--iters", str(a.iters)]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE if k == 0 else subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True, env=env, start_new_session=True))
+    try:
+        out, err = procs[0].communicate(timeout=1800)
+        for p in procs[1:]:
+            p.wait(60)
+    except subprocess.TimeoutExpired:
+        out, err = "", "timed out"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+    for line in out.splitlines():
+        if line.startswith("@result "):
+            return {**json.loads(line[8:]), "qp_errors": 0}
+    log(f"gloo {coll}: no result: {err[-400:]}")
+    return None
 
 
 def run_mpi_coll(mpi: Mpi, config: str, a, coll: str) -> dict | None:
@@ -266,7 +298,7 @@ def main() -> int:
     ap.add_argument("--sim-nics", default="256,1024", help="mrc sim's sizes (default 256,1024; empty: none)")
     ap.add_argument("--sim-size", default="16M", help="mrc sim's all-reduce bytes per NIC (default 16M)")
     ap.add_argument("--sim-a2a-size", default="4M", help="mrc sim's all-to-all bytes per NIC (default 4M)")
-    ap.add_argument("--skip", default="", help="parts to leave out: coll,train,sim,mpi")
+    ap.add_argument("--skip", default="", help="parts to leave out: coll,train,sim,mpi,gloo")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--save", metavar="DIR", help="also write the JSON, with the commit, date, machine and command, "
                                                   "to DIR/coll_bench-DATE-COMMIT.json (the project keeps its runs "
@@ -284,16 +316,22 @@ def main() -> int:
         have_mpi = False
     elif not have_mpi:
         log("OpenMPI or mpi4py is missing: the MPI baselines are skipped (bash tools/setup.sh installs them)")
+    have_gloo = importlib.util.find_spec("torch") is not None and "gloo" not in skip
+    if not have_gloo and "gloo" not in skip:
+        log("torch is not installed: the Gloo baseline (torch.distributed) is skipped; `pip install torch` runs it")
     out: dict = {"rate_bps": rate, "command": " ".join(["python", "bench/coll_bench.py", *sys.argv[1:]]),
                  "bound_formula": "planes x rate x 8192 / (8192 + 98): the NIC's goodput in 8 KiB packets"}
     t = None
     if {"coll", "train"} - skip:
         t = Topology(planes=8, spines=4, leaves=2, hosts=4, name=f"cb{os.getpid() % 100000}")
         apply.up(t)
-    mpi = None
+    mpi, ports = None, False
     try:
         if t is not None:
             apply.set_queues(t.name, None, qos.PortQoS(rate, **qos.DEFAULT_THRESHOLDS).check())
+            if have_mpi or have_gloo:
+                baseline.mpi_ports(t)
+                ports = True
             bound = bound_gbps(t, rate)
             out["fabric"] = {"hosts": t.hosts, "planes": t.planes, "spines": t.spines, "leaves": t.leaves,
                              "bound_gbps": round(bound, 4)}
@@ -301,7 +339,8 @@ def main() -> int:
                 mpi = Mpi(t)
                 if not mpi.mptcp:
                     log("mptcpize (Debian's mptcpd) is missing: MPI over MPTCP is skipped")
-            transports = ["mrc"] + ([c for c in MPI_CONFIGS if c != "mpi_mptcp" or mpi.mptcp] if mpi else [])
+            transports = ["mrc"] + ([c for c in MPI_CONFIGS if c != "mpi_mptcp" or mpi.mptcp] if mpi else []) + \
+                (["gloo"] if have_gloo else [])
             if "coll" not in skip:
                 raw = {tr: {c: [] for c in ("all_reduce", "all_to_all")} for tr in transports}
                 for rnd in range(a.rounds):
@@ -309,7 +348,8 @@ def main() -> int:
                     for coll in ("all_reduce", "all_to_all"):
                         for tr in order:
                             log(f"round {rnd + 1}/{a.rounds}: {coll} {a.size} over {tr}")
-                            r = run_mrc_coll(t, a, coll) if tr == "mrc" else run_mpi_coll(mpi, tr, a, coll)
+                            r = run_mrc_coll(t, a, coll) if tr == "mrc" else run_gloo_coll(t, a, coll) \
+                                if tr == "gloo" else run_mpi_coll(mpi, tr, a, coll)
                             raw[tr][coll].append(r)
                             if r:
                                 log(f"  busbw {r['busbw_gbps']} Gb/s ({r['busbw_gbps'] / bound:.3f} of the bound), "
@@ -360,6 +400,8 @@ def main() -> int:
         if mpi is not None:
             out["mpi_launch_retries"] = mpi.retries
             mpi.close()
+        if ports:
+            baseline.mpi_ports(t, up=False)
         if t is not None:
             apply.down(t.name)
     for tr in out.get("train", {}).get("transports", {}).values():

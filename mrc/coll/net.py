@@ -83,6 +83,7 @@ class FabricNet:
         self.abort_info: tuple[int | None, str] | None = None
         self.departed: set[int] = set()     # ranks that closed their communicator (said bye)
         self._aborted = threading.Event()   # set with abort_info
+        self._relay_lock = threading.Lock()  # an abort is recorded and relayed under it; close() takes it
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self._threads: list[threading.Thread] = []
@@ -161,11 +162,13 @@ class FabricNet:
         return self.abort_info
 
     def abort(self, comm: Communicator, rank: int | None, cause: str) -> None:
-        """Tell every rank (through rank 0), then remember it here."""
+        """Remember it here and tell every rank (through rank 0)."""
         msg = {"abort": {"rank": rank, "cause": cause[:500], "from": self.rank}}
-        if self.abort_info is None:
-            for p in list(self.peers.values()):
-                p.send(msg)
+        with self._relay_lock:
+            if self.abort_info is None:
+                self.abort_info = (rank, cause)
+                for p in list(self.peers.values()):
+                    p.send(msg)
         self._set_abort(rank, cause)
 
     def gone(self) -> set[int]:
@@ -355,12 +358,16 @@ class FabricNet:
                 self.msgs.put((p.rank, msg))
 
     def _relay(self, rank: int | None, cause: str, came_from: int) -> None:
-        # rank 0 tells every other rank before it acts on the abort itself: once this process knows, its
-        # main thread may close the connections (and say bye) before a relay sent after that could go
-        if self.abort_info is None and self.rank == 0:
-            for who, q in list(self.peers.items()):
-                if who != came_from:
-                    q.send({"abort": {"rank": rank, "cause": cause, "from": came_from}})
+        # the abort is known here and relayed under one lock, which close() takes before it says bye:
+        # no rank hears this one's bye before its relay, and this rank acts on the first cause it heard
+        with self._relay_lock:
+            first = self.abort_info is None
+            if first:
+                self.abort_info = (rank, cause)
+            if first and self.rank == 0:
+                for who, q in list(self.peers.items()):
+                    if who != came_from:
+                        q.send({"abort": {"rank": rank, "cause": cause, "from": came_from}})
         self._set_abort(rank, cause)
 
     def _set_abort(self, rank: int | None, cause: str) -> None:
@@ -378,6 +385,8 @@ class FabricNet:
         if self._closing:
             return
         self._closing = True
+        with self._relay_lock:  # a relay under way goes out before the bye
+            pass
         for p in self.peers.values():
             p.send({"bye": True})
             try:
