@@ -30,30 +30,31 @@ cause, and every later call raises it again.
 from __future__ import annotations
 
 import collections
-import struct
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
 from mrc._dp import lib
 from mrc.coll import schedule
+from mrc.coll.proto import (
+    COLL_CODES,
+    DESC_STRUCT,
+    DTYPES,
+    KIND_CREDIT,
+    KIND_DATA,
+    KIND_GRANT,
+    MAILBOX,
+    OPS,
+    Desc,
+    imm_pack,
+    imm_unpack,
+)
 from mrc.errors import MrcError
 
-DTYPES = {np.dtype(t): i for i, t in enumerate(("float16", "float32", "float64", "int32", "int64"))}
-DTYPE_NAMES = {i: t.name for t, i in DTYPES.items()}
-OPS = {"sum": (0, np.add), "max": (1, np.maximum), "min": (2, np.minimum)}
-OP_NAMES = {code: name for name, (code, _) in OPS.items()}
-COLL_CODES = {c: i for i, c in enumerate(schedule.COLLECTIVES)}
-
-KIND_DATA, KIND_CREDIT, KIND_GRANT = 0, 1, 2
-MAILBOX = 64                     # bytes of one mailbox entry (two per channel 0 region: by sequence parity)
 MAX_SLOTS = 1 << 12
 MAX_COUNT = 1 << 40              # elements in one call
 DEFAULT_TIMEOUT = 120.0          # seconds a collective may take before it aborts
 SETTLE_S = 1.0                   # seconds a failed QP waits for the control plane to say why
-_DESC = struct.Struct("<IIBBBBiqqII")   # magic, seq, coll, dtype, op, pad, root, count, pair, nranks, rank
-_MAGIC = 0x4D52434C
 
 
 class CollError(MrcError):
@@ -67,49 +68,6 @@ class CommAborted(MrcError):
     def __init__(self, rank: int | None, cause: str) -> None:
         self.rank, self.cause = rank, cause
         super().__init__(f"communicator aborted: {'rank ' + str(rank) + ': ' if rank is not None else ''}{cause}")
-
-
-def imm_pack(kind: int, seq: int, tag: int, slot: int) -> int:
-    """The immediate of a collective's WRITE_IMM: kind (2 bits), sequence
-    mod 16 (4), message tag mod 4096 (12), slot (14)."""
-    return (kind << 30) | ((seq & 0xF) << 26) | ((tag & 0xFFF) << 14) | (slot & 0x3FFF)
-
-
-def imm_unpack(imm: int) -> tuple[int, int, int, int]:
-    return imm >> 30, (imm >> 26) & 0xF, (imm >> 14) & 0xFFF, imm & 0x3FFF
-
-
-@dataclass
-class Desc:
-    """A rank's description of one call, as a grant carries it."""
-
-    seq: int
-    coll: int
-    dtype: int
-    op: int
-    root: int
-    count: int
-    pair: int        # elements the granting rank expects from the rank it grants
-    nranks: int
-    rank: int
-
-    def pack(self) -> bytes:
-        return _DESC.pack(_MAGIC, self.seq, self.coll, self.dtype, self.op, 0, self.root, self.count, self.pair,
-                          self.nranks, self.rank)
-
-    @classmethod
-    def unpack(cls, b: bytes) -> Desc | None:
-        try:
-            magic, seq, coll, dt, op, _, root, count, pair, n, rank = _DESC.unpack_from(b)
-        except struct.error:
-            return None
-        return cls(seq, coll, dt, op, root, count, pair, n, rank) if magic == _MAGIC else None
-
-    def text(self) -> str:
-        coll = schedule.COLLECTIVES[self.coll] if self.coll < len(schedule.COLLECTIVES) else f"collective {self.coll}"
-        op = f" {OP_NAMES.get(self.op, self.op)}" if coll in ("all_reduce", "reduce_scatter") else ""
-        root = f" root {self.root}" if coll == "broadcast" else ""
-        return f"call {self.seq}: {coll}{op} of {self.count} {DTYPE_NAMES.get(self.dtype, '?')}{root}"
 
 
 class Link:
@@ -413,10 +371,11 @@ class Communicator:
         d = Desc(**{**run.desc.__dict__, "pair": run.p.received_from(peer)})
         src = self._ctl()
         off = peer * MAILBOX
-        self._ctl_buf[off:off + _DESC.size] = d.pack()
+        self._ctl_buf[off:off + DESC_STRUCT.size] = d.pack()
         link = self.links[(peer, 0)]
-        link.qp.post_write(src, off, _DESC.size, link.raddr + self.slots * self.slot_bytes + (run.seq & 1) * MAILBOX,
-                           link.rkey, wr_id=(KIND_GRANT << 60) | peer, imm=imm_pack(KIND_GRANT, run.seq, 0, 0))
+        mailbox = link.raddr + self.slots * self.slot_bytes + (run.seq & 1) * MAILBOX
+        link.qp.post_write(src, off, DESC_STRUCT.size, mailbox, link.rkey, wr_id=(KIND_GRANT << 60) | peer,
+                           imm=imm_pack(KIND_GRANT, run.seq, 0, 0))
         run.outstanding += 1
 
     def _step(self, run: _Run) -> bool:
@@ -475,7 +434,7 @@ class Communicator:
             kind, seq4, tag, slot = imm_unpack(wc.imm_data)
             if kind == KIND_GRANT:
                 base = self.slots * self.slot_bytes + ((seq4 & 1) * MAILBOX)
-                d = Desc.unpack(bytes(link.region.buf[base:base + _DESC.size]))
+                d = Desc.unpack(bytes(link.region.buf[base:base + DESC_STRUCT.size]))
                 self._grants[link.peer].append(d)
             elif kind == KIND_CREDIT:
                 if seq4 == run.seq & 0xF and slot < self.slots:

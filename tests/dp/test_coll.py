@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from mrc.coll import schedule
-from mrc.coll.comm import CollError, CommAborted, imm_pack, imm_unpack
+from mrc.coll.comm import CollError, CommAborted
 from mrc.coll.memworld import MemWorld
+from mrc.coll.proto import imm_pack, imm_unpack
 
 DTYPES = ["float16", "float32", "float64", "int32", "int64"]
 OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}

@@ -35,7 +35,8 @@ STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/e
          "mrc/verbs.py", "mrc/cm.py", "mrc/perf.py", "mrc/dissect.py", "mrc/decode.py", "mrc/ctl/__init__.py",
          "mrc/ctl/profiles.py", "mrc/ctl/endpoint.py", "mrc/ctl/cli.py", "mrc/soak.py", "mrc/workload.py", "mrc/sim.py",
          # the communicator and its schedules (mrc coll's launcher and mrc train's fault driver are tools)
-         "mrc/coll/__init__.py", "mrc/coll/schedule.py", "mrc/coll/comm.py", "mrc/coll/memworld.py",
+         "mrc/coll/__init__.py", "mrc/coll/schedule.py", "mrc/coll/proto.py", "mrc/coll/comm.py",
+         "mrc/coll/memworld.py",
          "mrc/coll/net.py", "mrc/coll/perf.py"]
 
 DEF = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([a-z_]\w*)\s*\([^;]*?\)\s*\{", re.M | re.S)
