@@ -137,11 +137,13 @@ def rank_main(comm, a) -> int:
 
     rows = steps(lambda x: comm.all_reduce(x), lambda x: comm.all_to_all(x), comm.nranks, a.model, a.bucket,
                  a.compute_ms, a.moe, None if seconds else a.steps, seconds, a.warmup, int(start[0]), progress)
-    errs = comm.qp_counters()["qps_not_rts"] + comm.stats["qp_errors"]
-    errs = int(comm.all_reduce(_np.array([errs], _np.int64))[0])
+    cnt = comm.qp_counters()
+    tot = comm.all_reduce(_np.array([*cnt.values(), comm.stats["qp_errors"]], _np.int64))
+    counters = dict(zip(cnt, (int(v) for v in tot[:-1]), strict=True))
+    errs = counters["qps_not_rts"] + int(tot[-1])
     if comm.rank == 0:
         res = {"transport": "mrc", "ranks": comm.nranks, "model_bytes": a.model, "bucket_bytes": a.bucket,
-               "compute_ms": a.compute_ms, "moe_bytes": a.moe, "qp_errors": errs,
+               "compute_ms": a.compute_ms, "moe_bytes": a.moe, "qp_errors": errs, "qp_counters": counters,
                **phases(rows, phased), "rows": rows}
         print("@result " + json.dumps(res), flush=True)
     return 1 if errs else 0
