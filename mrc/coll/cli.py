@@ -116,6 +116,35 @@ def _rank_argv(a: argparse.Namespace, cmd: str) -> list[str]:
     return out
 
 
+def check_args(a: argparse.Namespace, cmd: str, nranks: int) -> None:
+    """Every option of ``mrc coll``/``mrc train`` checked before anything starts (UsageError)."""
+    from mrc.coll.comm import CollError, check_params
+
+    try:
+        check_params(0, nranks, a.channels, a.slots, a.slot_size)
+    except CollError as e:
+        raise UsageError(str(e).replace("channels=", "--channels ").replace("slots=", "--slots ")
+                         .replace("slot_bytes=", "--slot-size ")) from None
+    if not a.timeout > 0:
+        raise UsageError(f"--timeout must be above 0 s, not {a.timeout}")
+    if cmd == "coll":
+        if a.minbytes > a.maxbytes:
+            raise UsageError(f"-b {a.minbytes} is above -e {a.maxbytes}")
+        if a.stepfactor < 1 or a.iters < 1 or a.warmup < 0:
+            raise UsageError("-f and -n are at least 1, -w at least 0")
+        if not 0 <= a.root < nranks:
+            raise UsageError(f"--root {a.root} is not a rank (0 to {nranks - 1})")
+        return
+    if a.steps < 1 or a.warmup < 0 or (a.seconds is not None and a.seconds <= 0):
+        raise UsageError("--steps at least 1, --warmup 0 or more, --seconds above 0")
+    if not 0 <= a.compute_ms <= 60_000:
+        raise UsageError("--compute-ms is 0 to 60000")
+    if a.model < 4 or a.bucket < 4:
+        raise UsageError("--model and --bucket are at least 4 bytes (one float32)")
+    if a.faults and not a.seconds:
+        raise UsageError("--faults needs --seconds: the length of each phase (no faults, then faults)")
+
+
 def run(a: argparse.Namespace) -> int:
     """``mrc coll`` or ``mrc train``: launch on a fabric, or be one rank."""
     cmd = "coll" if a.cmd == "coll" else "train"
@@ -133,6 +162,7 @@ def _launch(a: argparse.Namespace, cmd: str) -> int:
     from mrc.coll import launch
 
     hosts, root = launch.fabric_hosts(a.fabric, a.hosts)
+    check_args(a, cmd, len(hosts))
     if cmd == "train":
         from mrc.coll import train
 
@@ -147,6 +177,7 @@ def _comm(a: argparse.Namespace):
 
     if a.nranks is None or a.root_addr is None or a.job is None:
         raise UsageError("--rank needs --nranks, --root-addr and --job")
+    check_args(a, "coll" if a.cmd == "coll" else "train", a.nranks)
     psk = None
     if a.psk_file:
         from mrc import cm
@@ -193,12 +224,6 @@ def _coll_rank(comm, a: argparse.Namespace) -> int:
 
     coll = a.collective.replace("-", "_")
     dtype = DTYPE_ALIASES[a.datatype]
-    if a.minbytes > a.maxbytes:
-        raise UsageError(f"-b {a.minbytes} is above -e {a.maxbytes}")
-    if a.stepfactor < 1 or a.iters < 1 or a.warmup < 0:
-        raise UsageError("-f and -n are at least 1, -w at least 0")
-    if not 0 <= a.root < comm.nranks:
-        raise UsageError(f"--root {a.root} is not a rank (0 to {comm.nranks - 1})")
     sizes = perf.sizes(a.minbytes, a.maxbytes, a.stepfactor, a.stepbytes)
     lead = comm.rank == 0
     if lead and not a.json:

@@ -70,6 +70,18 @@ class CommAborted(MrcError):
         super().__init__(f"communicator aborted: {'rank ' + str(rank) + ': ' if rank is not None else ''}{cause}")
 
 
+def check_params(rank: int, nranks: int, channels: int, slots: int, slot_bytes: int) -> None:
+    """A communicator's shape, checked before anything is built (CollError otherwise)."""
+    if not 1 <= nranks <= 4096 or not 0 <= rank < nranks:
+        raise CollError(f"rank {rank} of {nranks}: ranks are 0 to nranks - 1, and 1 to 4096 ranks")
+    if not 1 <= channels <= 16:
+        raise CollError(f"channels={channels}: 1 to 16 QPs per peer")
+    if not 1 <= slots <= MAX_SLOTS // 2:
+        raise CollError(f"slots={slots}: 1 to {MAX_SLOTS // 2} per channel")
+    if slot_bytes < 64 or slot_bytes % 64 or slot_bytes > 64 << 20:
+        raise CollError(f"slot_bytes={slot_bytes}: a multiple of 64 from 64 B to 64 MiB")
+
+
 class Link:
     """One channel to one peer: a connected QP, our slots for what the peer
     sends (``region``), the peer's slots for what we send (``raddr``, ``rkey``)."""
@@ -183,14 +195,7 @@ class Communicator:
 
     def __init__(self, rank: int, nranks: int, net, channels: int = 2, slots: int = 8, slot_bytes: int = 1 << 19,
                  timeout: float = DEFAULT_TIMEOUT) -> None:
-        if not 1 <= nranks <= 4096 or not 0 <= rank < nranks:
-            raise CollError(f"rank {rank} of {nranks}: ranks are 0 to nranks - 1, and 1 to 4096 ranks")
-        if not 1 <= channels <= 16:
-            raise CollError(f"channels={channels}: 1 to 16 QPs per peer")
-        if not 1 <= slots <= MAX_SLOTS // 2:
-            raise CollError(f"slots={slots}: 1 to {MAX_SLOTS // 2} per channel")
-        if slot_bytes < 64 or slot_bytes % 64 or slot_bytes > 64 << 20:
-            raise CollError(f"slot_bytes={slot_bytes}: a multiple of 64 from 64 B to 64 MiB")
+        check_params(rank, nranks, channels, slots, slot_bytes)
         self.rank, self.nranks, self.net = rank, nranks, net
         self.channels, self.slots, self.slot_bytes, self.timeout = channels, slots, slot_bytes, timeout
         self.links: dict[tuple[int, int], Link] = {}

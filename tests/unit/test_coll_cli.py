@@ -39,11 +39,34 @@ def test_rank_needs_its_job(capsys):
     assert rc == 2 and "--nranks, --root-addr and --job" in err
 
 
-def test_train_faults_need_phase_seconds(capsys):
-    with pytest.raises(UsageError, match="--faults needs --seconds"):
-        class A:
-            faults, seconds, fabric = "flap/1s", None, "nofabric"
-        train.launch_with_faults(A, [], "::1", [])
+BY_HAND = ["--rank", "1", "--nranks", "4", "--root-addr", "fd6e::1", "--job", "j"]
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["coll", "all_reduce", "-b", "1M", "-e", "1K"], "-b 1048576 is above -e 1024"),
+    (["coll", "all_reduce", "-n", "0"], "-n are at least 1"),
+    (["coll", "all_reduce", "-w", "-1"], "-w at least 0"),
+    (["coll", "broadcast", "-r", "4"], "--root 4 is not a rank"),
+    (["coll", "all_reduce", "--channels", "0"], "--channels 0"),
+    (["coll", "all_reduce", "--slots", "100000"], "--slots 100000"),
+    (["coll", "all_reduce", "--slot-size", "100"], "--slot-size 100"),
+    (["coll", "all_reduce", "--timeout", "0"], "--timeout must be above 0"),
+    (["coll", "all_reduce", "-b", "-5"], "a size of at least 0 bytes"),
+    (["coll", "all_reduce", "-e", "lots"], "cannot read size"),
+    (["coll", "all_reduce", "-d", "uint8"], "invalid choice"),
+    (["train", "--steps", "0"], "--steps at least 1"),
+    (["train", "--compute-ms", "-1"], "--compute-ms is 0 to 60000"),
+    (["train", "--model", "2"], "--model and --bucket are at least 4 bytes"),
+    (["train", "--faults", "flap/1s"], "--faults needs --seconds"),
+])
+def test_bad_options_are_refused_before_anything_starts(capsys, argv, msg):
+    """One line, exit 2, and no rank joins (rank 1 would otherwise wait for rank 0 for a minute)."""
+    try:
+        rc = cli.main(argv + BY_HAND)
+    except SystemExit as e:  # argparse's own refusals
+        rc = e.code
+    err = capsys.readouterr().err
+    assert rc == 2 and msg in err, err
 
 
 def test_sizes_follow_nccl_tests():
