@@ -40,6 +40,44 @@ JOIN_TIMEOUT = 60.0      # seconds for every rank to join, and for a connect rou
 MAX_JOB = 64
 
 
+def check_hello(h: dict, job: str, nranks: int, taken: set[int]) -> str | None:
+    """Why rank 0 refuses a hello (None: it is one of this job's ranks, not taken yet)."""
+    who = h.get("rank")
+    if h.get("job") != job:
+        return f"job {str(h.get('job'))[:40]!r} is not this job"
+    if h.get("nranks") != nranks:
+        return f"nranks {str(h.get('nranks'))[:20]} is not {nranks}"
+    if not isinstance(who, int) or isinstance(who, bool) or not 1 <= who < nranks or who in taken:
+        return f"rank {str(who)[:20]!r} is not a free rank of 1..{nranks - 1}"
+    if not isinstance(h.get("qps"), dict):
+        return "qps missing"
+    return None
+
+
+def parse_offers(theirs, nranks: int, channels: int, need_bytes: int, expected: set[int]) -> dict:
+    """Peers' offered QPs (rank -> one RemoteInfo per channel), every field checked: only ranks
+    this rank made QPs for, ``channels`` each, regions at least ``need_bytes`` (ErrnoError EPROTO)."""
+    if not isinstance(theirs, dict):
+        raise ErrnoError(errno.EPROTO, "the peers' QPs must be an object")
+    out = {}
+    for key, infos in theirs.items():
+        try:
+            peer = int(key)
+        except (TypeError, ValueError):
+            raise ErrnoError(errno.EPROTO, f"{str(key)[:20]!r} is not a rank") from None
+        if not 0 <= peer < nranks or peer not in expected:
+            raise ErrnoError(errno.EPROTO, f"rank {peer} offered QPs this rank did not ask for")
+        if not isinstance(infos, list) or len(infos) != channels:
+            raise ErrnoError(errno.EPROTO, f"rank {peer} offered {len(infos) if isinstance(infos, list) else 0} "
+                                           f"QPs; this job runs {channels} channels per pair")
+        out[peer] = [cm.info_from_json(j) for j in infos]
+        small = [i.length for i in out[peer] if i.length < need_bytes]
+        if small:
+            raise ErrnoError(errno.EPROTO, f"rank {peer}'s region is {small[0]} bytes, under the {need_bytes} "
+                                           f"its slots need (other --slots?)")
+    return out
+
+
 class _Peer:
     """One control connection (rank 0: one per other rank; others: to rank 0)."""
 
@@ -198,16 +236,9 @@ class FabricNet:
 
     def _connect(self, comm: Communicator, theirs: dict) -> None:
         """Connect our QPs to what each peer offered us, and post the receives."""
-        for key, infos in theirs.items():
-            peer = int(key)
-            if not isinstance(infos, list) or len(infos) != comm.channels:
-                raise ErrnoError(errno.EPROTO, f"rank {peer} offered {len(infos) if isinstance(infos, list) else 0} "
-                                               f"QPs; this job runs {comm.channels} channels per pair")
-            for ch, j in enumerate(infos):
-                info = cm.info_from_json(j)
-                if info.length < comm.region_bytes():
-                    raise ErrnoError(errno.EPROTO, f"rank {peer}'s region is {info.length} bytes, under the "
-                                                   f"{comm.region_bytes()} its slots need (other --slots?)")
+        mine = {peer for peer, _ in comm.links}
+        for peer, infos in parse_offers(theirs, self.nranks, comm.channels, comm.region_bytes(), mine).items():
+            for ch, info in enumerate(infos):
                 link = comm.links[(peer, ch)]
                 link.qp.connect(info)
                 link.raddr, link.rkey = info.addr, info.rkey
@@ -275,15 +306,7 @@ class FabricNet:
                 continue  # a bad hello was refused: the job goes on
             h = c.hello
             who = h.get("rank")
-            why = None
-            if h.get("job") != self.job:
-                why = f"job {str(h.get('job'))[:40]!r} is not this job"
-            elif h.get("nranks") != self.nranks:
-                why = f"nranks {h.get('nranks')!r} is not {self.nranks}"
-            elif not isinstance(who, int) or isinstance(who, bool) or not 1 <= who < self.nranks or who in conns:
-                why = f"rank {str(who)[:20]!r} is not a free rank of 1..{self.nranks - 1}"
-            elif not isinstance(h.get("qps"), dict):
-                why = "qps missing"
+            why = check_hello(h, self.job, self.nranks, set(conns))
             if why:
                 c.refuse(ErrnoError(errno.EPERM, why))
                 continue
