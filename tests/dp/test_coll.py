@@ -288,3 +288,68 @@ def test_bus_factors():
     assert schedule.bus_factor("all_reduce", 4) == 1.5
     assert schedule.bus_factor("all_gather", 8) == 7 / 8
     assert schedule.bus_factor("broadcast", 8) == 1.0
+
+
+# ----------------------------------------------------------------- a hostile peer
+def _rogue(w, imm: int, nbytes: int, offset: int = 0, payload: bytes = b""):
+    """Rank 1 writes ``nbytes`` into rank 0's channel-0 region at ``offset`` with immediate
+    ``imm``, as a rank that breaks the protocol would; rank 0 runs a call that receives from it."""
+    src = bytearray(payload.ljust(max(64, nbytes), b"\x5a"))
+    mr = w.ctxs[1].reg_mr(src)
+    link = w.comms[1].links[(0, 0)]
+    h = w.comms[0].all_reduce(np.ones(4096, np.float32), async_op=True)
+    link.qp.post_write(mr, 0, nbytes, link.raddr + offset, link.rkey, wr_id=99, imm=imm)
+    for _ in range(2000):
+        try:
+            if h.test():
+                return None
+        except CommAborted as e:
+            return e
+        w.step()
+    raise AssertionError("rank 0 neither finished nor aborted")
+
+
+@pytest.mark.parametrize("what", ["slot", "tag", "length", "call", "grant"])
+def test_a_peer_that_breaks_the_protocol_aborts_naming_it(what):
+    w = MemWorld(2, slot_bytes=1024, slots=2, channels=1)
+    try:
+        ok(w.run(lambda c: c.all_reduce(np.ones(8, np.float32), async_op=True)))   # connected, call 1 done
+        seq = 2
+        mailbox = 2 * 1024 + (seq & 1) * 64
+        if what == "slot":
+            e = _rogue(w, imm_pack(0, seq, 0, 3), 1024)
+        elif what == "tag":
+            e = _rogue(w, imm_pack(0, seq, 5, 0), 1024)
+        elif what == "length":
+            e = _rogue(w, imm_pack(0, seq, 0, 0), 8)
+        elif what == "call":
+            e = _rogue(w, imm_pack(0, seq + 3, 0, 0), 1024)
+        else:
+            e = _rogue(w, imm_pack(2, seq, 0, 0), 48, offset=mailbox, payload=b"\x00" * 48)
+        assert isinstance(e, CommAborted) and e.rank == 1, e
+        msg = {"slot": "slot 3", "tag": "carries tag 5", "length": "sent 8 bytes where", "call": "disagree on the calls",
+               "grant": "not a call description"}[what]
+        assert msg in e.cause, e.cause
+        # nothing was reduced into what rank 0 hands back: the call raised instead of returning
+        assert w.comms[0]._run is None
+    finally:
+        w.close()
+
+
+def test_credits_for_slots_that_do_not_exist_are_ignored():
+    w = MemWorld(2, slot_bytes=1024, slots=2, channels=1)
+    try:
+        ok(w.run(lambda c: c.all_reduce(np.ones(8, np.float32), async_op=True)))
+        link = w.comms[1].links[(0, 0)]
+        for slot in (2, 9, 16383):   # a credit of rank 1's to rank 0 for a slot rank 1 does not have
+            link.qp.post_write(w.comms[1]._ctl(), 0, 0, link.raddr, link.rkey, imm=imm_pack(1, 2, 0, slot))
+        sent = []   # they reach rank 0 (its next call reads them); rank 1's own completions of them go here
+        while len(sent) < 3:
+            w.step()
+            sent += w.ctxs[1].poll_cq()
+        xs = inputs(2, 3000, "int32", seed=1)
+        got = ok(w.run(lambda c: c.all_reduce(xs[c.rank], async_op=True)))
+        assert np.array_equal(got[0], xs[0] + xs[1])
+        assert all(s < 2 for c in w.comms for link in c.links.values() for s in link.credits)
+    finally:
+        w.close()

@@ -70,3 +70,26 @@ def test_ideal_time_of_a_chain():
 def test_bad_collective_sizes_are_refused():
     with pytest.raises(sim.UsageError, match="needs at least"):
         sim.simulate(sim.Fabric(hosts=16, planes=2), "all-to-all", 32)
+
+
+def test_the_simulator_refuses_bad_collective_messages():
+    from mrc._dp import ffi, lib
+
+    s = sim.FabricSim(sim.Fabric(hosts=4, planes=2), max_qps=8)
+    s.add_flows([(0, 1, 4096), (1, 2, 4096)], 4096, 16)
+
+    def msgs(flow, lens, dflow, dmsg):
+        return lib.mrc_fab_flow_msgs(s._f, flow, len(lens), ffi.new("uint32_t[]", lens), ffi.new("int32_t[]", dflow),
+                                     ffi.new("uint32_t[]", dmsg))
+
+    einval = -22
+    assert msgs(5, [4096], [-1], [0]) == einval             # no such flow
+    assert msgs(0, [0], [-1], [0]) == einval                # an empty WRITE
+    assert msgs(0, [65 << 20], [-1], [0]) == einval         # over 64 MiB
+    assert msgs(0, [4096], [7], [0]) == einval              # waits for a flow that does not exist
+    assert lib.mrc_fab_flow_msgs(s._f, 0, 0, ffi.NULL, ffi.NULL, ffi.NULL) == einval
+    s.add_flows([(2, 3, 4096)], 4096, 64)                   # more in flight than receives posted
+    assert msgs(2, [4096], [-1], [0]) == einval
+    assert msgs(1, [4096], [0], [0]) == 0
+    assert msgs(1, [4096], [0], [0]) == einval              # twice
+    s.close()
