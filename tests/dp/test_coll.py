@@ -327,8 +327,8 @@ def test_a_peer_that_breaks_the_protocol_aborts_naming_it(what):
         else:
             e = _rogue(w, imm_pack(2, seq, 0, 0), 48, offset=mailbox, payload=b"\x00" * 48)
         assert isinstance(e, CommAborted) and e.rank == 1, e
-        msg = {"slot": "slot 3", "tag": "carries tag 5", "length": "sent 8 bytes where", "call": "disagree on the calls",
-               "grant": "not a call description"}[what]
+        msg = {"slot": "slot 3", "tag": "carries tag 5", "length": "sent 8 bytes where",
+               "call": "disagree on the calls", "grant": "not a call description"}[what]
         assert msg in e.cause, e.cause
         # nothing was reduced into what rank 0 hands back: the call raised instead of returning
         assert w.comms[0]._run is None
