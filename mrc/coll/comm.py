@@ -127,7 +127,7 @@ class _Run:
     """The state of one call on one rank."""
 
     def __init__(self, comm: Communicator, p: schedule.Plan, desc: Desc, dtype: np.dtype, ufunc, out) -> None:
-        self.comm, self.p, self.desc, self.dtype, self.ufunc = comm, p, desc, dtype, ufunc
+        self.p, self.desc, self.dtype, self.ufunc = p, desc, dtype, ufunc
         self.seq = desc.seq
         self.piece = comm.slot_bytes // dtype.itemsize
         self.w = comm._work(p.work, dtype)
@@ -143,15 +143,9 @@ class _Run:
             q[x.peer] += [(i, k) for k in range(len(self.pieces[i]))]
         self.next_send = dict.fromkeys(self.sendq, 0)
         self.next_use = dict.fromkeys(self.recvq, 0)
-        self.arrivals: dict[int, dict[int, tuple[int, int]]] = collections.defaultdict(dict)  # peer -> m -> slot, len
+        self.arrivals: dict[int, dict] = collections.defaultdict(dict)  # peer -> m -> (slot, bytes, link)
         self.granted = {peer: False for peer in p.send_to}
-        # dependencies: for each transfer, the earlier ones over the same elements
-        self.deps: list[list[int]] = []
-        for i, x in enumerate(p.xfers):
-            # a send waits for the receives that wrote its elements; a receive for the sends that
-            # read them and the receives that wrote them before
-            self.deps.append([j for j, y in enumerate(p.xfers[:i]) if y.off < x.off + x.count and
-                              x.off < y.off + y.count and not (x.send and y.send)])
+        self.deps = schedule.dependencies(p)
         self.outstanding = 0
         self.left = sum(len(pc) for pc in self.pieces)
         # grants expected per channel: how many data messages each channel will carry from each peer
@@ -170,6 +164,11 @@ class _Run:
                 if not self.done[j][kk]:
                     return False
         return True
+
+    def waiting_for(self) -> set[int]:
+        """The peers whose data or grant this call still waits for."""
+        return ({peer for peer, q in self.recvq.items() if self.next_use[peer] < len(q)} |
+                {peer for peer, g in self.granted.items() if not g})
 
     def finished(self) -> bool:
         return self.left == 0 and self.outstanding == 0 and all(self.granted.values())
@@ -366,8 +365,6 @@ class Communicator:
             self._run = None
             raise
         h = Handle(self, run, None)
-        if coll == "broadcast":
-            h._result = x
         if async_op:
             return h
         return h.wait()
@@ -388,8 +385,7 @@ class Communicator:
         try:
             self._check_abort()
             if time.monotonic() > run.deadline:
-                waiting = sorted({peer for peer, q in run.recvq.items() if run.next_use[peer] < len(q)} |
-                                 {peer for peer, g in run.granted.items() if not g})
+                waiting = sorted(run.waiting_for())
                 raise self.abort(waiting[0] if waiting else None, f"call {run.seq} ({run.p.coll}) took over "
                                  f"{self.timeout:g} s; rank {self.rank} still waits for rank(s) "
                                  f"{', '.join(map(str, waiting)) or 'none'}")
@@ -398,8 +394,7 @@ class Communicator:
             self._send(run)
             gone = self.net.gone()
             if gone:  # a rank that closed its communicator finished its calls: one this call still waits for did not
-                waiting = {peer for peer, q in run.recvq.items() if run.next_use[peer] < len(q)} | \
-                          {peer for peer, g in run.granted.items() if not g}
+                waiting = run.waiting_for()
                 if waiting & gone:
                     self._check_abort()  # an abort that came before the bye says why
                     left = min(waiting & gone)

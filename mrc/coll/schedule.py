@@ -169,6 +169,14 @@ def plan(coll: str, nranks: int, rank: int, count: int, root: int = 0,
                 others, tuple((r - k) % n for k in range(1, n)), out_off=total_in, out_count=sum(recvs))
 
 
+def dependencies(p: Plan) -> list[list[int]]:
+    """For each transfer, the earlier ones over the same elements that it waits for: a send
+    waits for the receives that wrote its elements, a receive for the sends that read them
+    and the receives that wrote them before (the runtime checks them piece by piece)."""
+    return [[j for j, y in enumerate(p.xfers[:i]) if y.off < x.off + x.count and x.off < y.off + y.count
+             and not (x.send and y.send)] for i, x in enumerate(p.xfers)]
+
+
 def pieces(x: Xfer, piece: int) -> list[tuple[int, int]]:
     """The pieces (offset, count) a transfer is sent in: at most ``piece`` elements each."""
     return [(x.off + i, min(piece, x.count - i)) for i in range(0, x.count, piece)]
@@ -207,6 +215,7 @@ def sim_messages(coll: str, nranks: int, count: int, itemsize: int, piece_bytes:
                     seen[x.peer] = seen.get(x.peer, 0) + 1
         recv_at.append(at)
     for r, p in enumerate(plans):
+        deps = dependencies(p)
         for i, x in enumerate(p.xfers):
             if not x.send:
                 continue
@@ -216,9 +225,9 @@ def sim_messages(coll: str, nranks: int, count: int, itemsize: int, piece_bytes:
                 streams[key] = []
             for off, cnt in pieces(x, piece):
                 dep = None
-                for j in range(i - 1, -1, -1):  # the latest receive that wrote these elements
+                for j in reversed(deps[i]):  # the latest receive that wrote these elements (a send's only kind)
                     y = p.xfers[j]
-                    if not y.send and y.off < off + cnt and off < y.off + y.count:
+                    if y.off < off + cnt and off < y.off + y.count:
                         kk = (off - y.off) // piece if off >= y.off else 0
                         dep = recv_at[r][(j, min(kk, len(pieces(y, piece)) - 1))]
                         break

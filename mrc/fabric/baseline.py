@@ -106,8 +106,8 @@ def mpirun_argv(t: Topology, agent: str, hostfile: str, planes: list[int], progr
     through ``agent`` (a script that runs a command in a host's namespace) and talk
     over the management network, each straight to mpirun (``routed direct``: the
     default tree routing lost its way between daemons in namespaces). ``mptcp``:
-    the ranks' sockets become MPTCP
-    (Debian's mptcpize), whose subflows take the other planes."""
+    the ranks' sockets become MPTCP (Debian's mptcpize), whose subflows take the
+    other planes."""
     wrap = ["mptcpize", "run"] if mptcp else []
     return ["mpirun", "--hostfile", hostfile, "-np", str(t.hosts), "--mca", "plm_rsh_agent", agent,
             "--mca", "oob_tcp_if_include", "mgmt", "--mca", "routed", "direct", "--mca", "btl", "tcp,self",
