@@ -86,9 +86,10 @@ def steps(allreduce, alltoall, nranks: int, model_bytes: int, bucket_bytes: int,
     out: list[list[float]] = []
     while True:
         s = time.monotonic()
-        if seconds is not None and s - t0 >= seconds:
-            break
         if n_steps is not None and len(out) >= n_steps:
+            break
+        # every rank must make the same calls: the ranks stop together, when any one's time is up
+        if seconds is not None and allreduce(np.array([s - t0 >= seconds], np.int32))[0]:
             break
         one()
         out.append([round(s - t0, 6), round(time.monotonic() - s, 6)])
