@@ -3,10 +3,11 @@
  * feed NSCC and the RTT, widen the reordering allowance when a loss turns
  * out to have been reordering, and find losses (a hole that packets sent
  * more than the allowance after it have passed: its EV failed); NACKs make
- * trimmed packets go again at once or fail a WR; the retransmit timer
- * resends what nothing acknowledged for an RTO and ends a QP whose retry
- * budget is spent; WRs complete in order once the cumulative ACK covers
- * them. What is lost goes back to the requester (PE_LOST) to be resent.
+ * trimmed packets go again at once or fail a WR; a tail loss probe sends
+ * the newest packet again when nothing came back for two RTTs; the
+ * retransmit timer resends what nothing acknowledged for an RTO and ends a
+ * QP whose retry budget is spent; WRs complete in order once the
+ * cumulative ACK covers them. What is lost goes back to the requester (PE_LOST) to be resent.
  *
  * Lock: every function here runs with the endpoint lock held. Calls qp.c,
  * ev.c, the CC ops and ep.c. */
@@ -107,6 +108,11 @@ static inline __attribute__((always_inline)) void take_acks(struct mrc_ep *ep, s
                 t->rack = pe->sent_ns;
             if (psn == trig)
                 t->rtt = now - pe->sent_ns;
+        } else if (q->min_rtt && now - pe->sent_ns >= q->min_rtt && pe->sent_ns > t->rack) {
+            /* a packet sent again counts for RACK when its latest copy had
+             * time to come back (RFC 8985 6.2 step 2): a tail loss probe's
+             * SACK then shows what was lost before it */
+            t->rack = pe->sent_ns;
         }
         pe->st = PE_ACKED;
     }
@@ -205,6 +211,10 @@ void comp_on_sack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, uint
         ev_on_congestion(ep, q, p->ev, now);
     }
     q->cc->on_ack(q, t.acked, t.rtt, ecn, now);
+    if (t.acked) {
+        q->last_ack_ns = now;
+        q->tlp_out = 0;
+    }
     uint32_t old_una = q->una_psn;
     while (q->una_psn != q->next_psn && pe_at(q, q->una_psn)->st == PE_ACKED) {
         pe_at(q, q->una_psn)->st = PE_FREE;
@@ -271,13 +281,50 @@ void comp_on_nack(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, uint
 }
 
 /* ------------------------------------------------------------ the retransmit timer */
+/* When the tail loss probe goes (RFC 8985 7): nothing was sent and no SACK
+ * acknowledged anything for two smoothed RTTs and the reordering allowance.
+ * Losses at the tail of what is out (a path that died under the last
+ * packets of a message) have no later packet whose SACK would show them,
+ * and would wait for the retransmit timer: 4 RTTs at least, a whole step of
+ * a collective whose next message waits for this one. MRC_INF_NS: none
+ * (nothing out, a probe out already, losses waiting to go, no RTT yet). */
+static uint64_t tlp_deadline(const struct qp *q)
+{
+    if (q->una_psn == q->next_psn || q->tlp_out || q->nlost || !q->srtt)
+        return MRC_INF_NS;
+    uint64_t from = q->last_tx_ns > q->last_ack_ns ? q->last_tx_ns : q->last_ack_ns;
+    return from + 2 * q->srtt + reo_allowance(q);
+}
+
+/* The probe: the newest packet out goes again, on another EV. Its path
+ * counts as failed when a SACK came back after it left (the peer answers,
+ * this packet does not); its SACK shows, through RACK, any other packet of
+ * the tail that was lost. */
+static void send_tlp(struct mrc_ep *ep, struct qp *q, uint64_t now)
+{
+    for (uint32_t psn = psn_add(q->next_psn, MRC_PSN_MASK);; psn = psn_add(psn, MRC_PSN_MASK)) {
+        struct pent *pe = pe_at(q, psn);
+        if (pe->st == PE_INFLIGHT && !pe->rnr) {
+            mark_lost(ep, q, pe, now, q->last_ack_ns > pe->sent_ns);
+            q->tlp_out = 1;
+            q->st.tlp_probes++;
+            return;
+        }
+        if (psn == q->una_psn)
+            return;
+    }
+}
+
 void comp_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
 {
     if (q->una_psn == q->next_psn && !qp_send_blocked(ep, q))
         return;
     if (now >= reorder_deadline(q)) /* lost by time: its path failed, as a loss found by a SACK */
         mark_lost(ep, q, pe_at(q, q->una_psn), now, 1);
-    if (now < q->last_progress_ns + rto_ns(q))
+    uint64_t rto_at = q->last_progress_ns + rto_ns(q);
+    if (now >= tlp_deadline(q) && now < rto_at)
+        send_tlp(ep, q, now);
+    if (now < rto_at)
         return;
     q->retries++;
     q->st.timeouts++;
@@ -310,7 +357,8 @@ uint64_t comp_next_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
 {
     if (q->una_psn == q->next_psn && !qp_send_blocked(ep, q))
         return MRC_INF_NS;
-    uint64_t x = q->last_progress_ns + rto_ns(q), r = reorder_deadline(q);
+    uint64_t x = q->last_progress_ns + rto_ns(q), r = reorder_deadline(q), t = tlp_deadline(q);
     x = r < x ? r : x;
+    x = t < x ? t : x;
     return x < now ? now : x;
 }

@@ -181,6 +181,9 @@ struct qp {
     uint64_t rack_sent_ns;
     uint64_t reo_ns;         /* the reordering allowance now: widened by spurious losses */
     uint64_t last_spurious_ns;
+    uint64_t last_tx_ns;     /* the latest data packet sent (new or again) */
+    uint64_t last_ack_ns;    /* the latest SACK that acknowledged something */
+    uint8_t tlp_out;         /* a tail loss probe is out: no other until a SACK acknowledges something */
     /* EVs */
     struct ev_entry *evs;
     uint32_t nevs;

@@ -112,6 +112,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         if (psn == q->una_psn && pe->nrtx > q->st.head_rtx_max)
             q->st.head_rtx_max = pe->nrtx;
         pe->sent_ns = now;
+        q->last_tx_ns = now;
         q->nlost--;
         if (q->inflight == 0)
             q->last_progress_ns = now;
@@ -169,6 +170,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         *used += (uint32_t)plen;
         if (q->inflight == 0)
             q->last_progress_ns = now;
+        q->last_tx_ns = now;
         q->inflight += len;
         q->next_psn = psn_add(q->next_psn, 1);
         q->cur_off += len;

@@ -344,6 +344,7 @@ struct mrc_qp_stats {
     uint64_t rnr_naks;       /* NACK NO_RESOURCE: a WRITE_IMM found no receive posted (retried on the timer) */
     uint64_t min_rtt_ns;     /* the lowest RTT sample so far */
     uint64_t base_rtt_ns;    /* the base RTT NSCC works with: configured, or min_rtt_ns when longer */
+    uint64_t tlp_probes;     /* tail loss probes: the last packet out sent again when nothing came back */
 };
 
 /* A CQ: its depth, completions waiting, and how many times a completion

@@ -1,4 +1,6 @@
 """Path and plane failures over the in-memory link (protocol.md section 3)."""
+import pytest
+
 from mrc._dp import lib
 
 from .harness import PER_PLANE, PLANES, Pair, attr, digest, finish, start_big
@@ -227,3 +229,66 @@ def test_a_blackout_longer_than_the_rto_resends_but_does_not_retire_every_path()
     # the blackout's own timeouts retire one path each; the rest of the
     # rotation (and the packets resent into it) stays GOOD
     assert len(retired) <= (timeouts + 2) * aliases, (len(retired), timeouts, aliases)
+
+
+def _warm(seed, **kw):
+    """A pair whose sender has its RTT (10 us) and a retransmit timer of 16.8 ms
+    (timeout 14, as a NIC configured for a slow fabric would have it)."""
+    pair = Pair(seed=seed, qp_attr=attr(timeout=14, **kw))
+    _, _, send, _ = pair.transfer([64 << 10])
+    assert send[0].ok and pair.qa.stats()["srtt_ns"] == RTT_NS
+    return pair, pair.qa.stats()
+
+
+@pytest.mark.parametrize("size", [1000, 16 << 10, 1 << 20])
+def test_a_lost_tail_is_probed_within_a_few_rtts_not_the_retransmit_timer(size):
+    """Every path drops what leaves in the first 15 us of a message: its last
+    packets have no later packet whose SACK would show them lost. The tail
+    loss probe sends the newest one again after two RTTs; its SACK shows the
+    rest lost (RACK counts a packet sent again once its copy had time to
+    return), and the message completes in microseconds, not the 16.8 ms
+    retransmit timer."""
+    pair, st0 = _warm(31)
+    rto = 1024 << 14
+    t = pair.sim.now
+    pair.sim.set_all(delay_ns=5000, down_from_ns=t, down_until_ns=t + 15_000)
+    src, dst, send, _ = pair.transfer([size])
+    took = pair.sim.now - t
+    st = pair.qa.stats()
+    assert send[0].ok and bytes(src) == bytes(dst)
+    assert st["timeouts"] == st0["timeouts"], "the retransmit timer fired"
+    assert st["tlp_probes"] - st0["tlp_probes"] == 1
+    # everything resent was lost: the probe's packet, and what its SACK showed lost
+    lost = st["losses"] - st0["losses"] + 1
+    assert st["rtx_packets"] - st0["rtx_packets"] == lost >= min(-(-size // 4096), 2)
+    assert took < rto // 20, took
+
+
+def test_a_tail_that_is_only_late_is_probed_once_and_lands_once():
+    """Every path's delay grows tenfold under a one-packet message: the probe
+    goes (nothing came back for two RTTs), then both copies arrive. The
+    receiver places the data once, the send completes once, no timer
+    fires and the QP stays usable."""
+    pair, st0 = _warm(32)
+    pair.sim.set_all(delay_ns=50_000)
+    src, dst, send, _ = pair.transfer([1000])
+    st = pair.qa.stats()
+    assert [w.ok for w in send] == [True] and bytes(src) == bytes(dst)
+    assert st["tlp_probes"] - st0["tlp_probes"] == 1
+    assert st["timeouts"] == st0["timeouts"]
+    pair.sim.run(pair.sim.now + 1_000_000)
+    assert pair.b.poll_cq() == [] and pair.a.poll_cq() == []
+    assert pair.qb.stats()["rx_packets"] - 16 - 1 == 1  # the warm-up's 16, the packet and its probe's copy
+    _, _, send, _ = pair.transfer([4096] * 4)
+    assert all(w.ok for w in send)
+
+
+def test_no_probe_while_sacks_keep_coming():
+    """A long transfer with no loss: SACKs keep arriving, so no tail loss
+    probe ever goes."""
+    pair, st0 = _warm(33)
+    _, _, send, _ = pair.transfer([1 << 20] * 8)
+    assert all(w.ok for w in send)
+    st = pair.qa.stats()
+    assert st["tlp_probes"] == st0["tlp_probes"] == 0
+    assert st["rtx_packets"] == 0
