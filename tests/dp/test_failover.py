@@ -1,6 +1,5 @@
 """Path and plane failures over the in-memory link (protocol.md section 3)."""
 import pytest
-
 from mrc._dp import lib
 
 from .harness import PER_PLANE, PLANES, Pair, attr, digest, finish, start_big
