@@ -378,12 +378,16 @@ def main() -> int:
                                   "no_fault_step_p50_ms": nf["step_p50_ms"], "no_fault_step_p99_ms": nf["step_p99_ms"],
                                   "p99_inflation": round(wf["step_p99_ms"] / nf["step_p99_ms"], 3)
                                   if nf["step_p99_ms"] else None,
+                                  "comm_p50_ms": wf["comm_p50_ms"], "comm_p99_ms": wf["comm_p99_ms"],
+                                  "no_fault_comm_p50_ms": nf["comm_p50_ms"],
+                                  "no_fault_comm_p99_ms": nf["comm_p99_ms"],
                                   "steps_per_s": wf["steps_per_s"], "no_fault_steps_per_s": nf["steps_per_s"],
                                   "steps": [nf["steps"], wf["steps"]], "qp_errors": r["qp_errors"],
                                   "faults": FAULTS, "fault_events": len(r["events"]), "rows": r["rows"],
-                                  "events": r["fault_events"]}
+                                  "events": r["fault_events"], "qp_counters": r.get("qp_counters")}
                     log(f"  step p99 {nf['step_p99_ms']} -> {wf['step_p99_ms']} ms "
-                        f"({tr_out[tr]['p99_inflation']} x), {len(r['events'])} fault events")
+                        f"({tr_out[tr]['p99_inflation']} x), collectives p99 {nf['comm_p99_ms']} -> "
+                        f"{wf['comm_p99_ms']} ms, {len(r['events'])} fault events")
                 out["train"] = {**tr_out.get("mrc", {}), "transports": tr_out, "faults": FAULTS,
                                 "seconds_per_phase": a.train_seconds, "model_bytes": a.model_bytes,
                                 "bucket_bytes": a.bucket_bytes, "compute_ms": a.compute_ms}

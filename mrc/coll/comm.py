@@ -531,8 +531,9 @@ class Communicator:
 
     def qp_counters(self) -> dict:
         """This rank's QPs' counters added up: packets, retransmissions, timer
-        expiries, ECN marks, trims and losses, and how many QPs left RTS."""
-        keys = ("tx_packets", "rtx_packets", "timeouts", "ecn_marks", "trims", "losses")
+        expiries, tail loss probes, ECN marks, trims and losses, and how many
+        QPs left RTS."""
+        keys = ("tx_packets", "rtx_packets", "timeouts", "tlp_probes", "ecn_marks", "trims", "losses")
         out = dict.fromkeys(keys, 0)
         out["qps_not_rts"] = 0
         for link in self.links.values():

@@ -61,9 +61,10 @@ def buckets(model_bytes: int, bucket_bytes: int) -> list[int]:
 def steps(allreduce, alltoall, nranks: int, model_bytes: int, bucket_bytes: int, compute_ms: float, moe_bytes: int,
           n_steps: int | None, seconds: float | None, warmup: int, start_ns: int | None = None,
           on_step=None) -> list[list[float]]:
-    """Run the steps; returns [[start_s, length_s], ...] from ``start_ns`` (the
-    agreed start; steps before it are warm-up). ``allreduce(array)`` and
-    ``alltoall(array)`` return new arrays."""
+    """Run the steps; returns [[start_s, length_s, comm_s], ...] from ``start_ns``
+    (the agreed start; steps before it are warm-up): comm_s is the part of the
+    step after the compute (the collectives, including any wait for a slower
+    rank). ``allreduce(array)`` and ``alltoall(array)`` return new arrays."""
     compute = Compute(compute_ms)
     grads = [np.full(n, 1.0 / nranks, np.float32) for n in buckets(model_bytes, bucket_bytes)]
     moe = None
@@ -71,12 +72,14 @@ def steps(allreduce, alltoall, nranks: int, model_bytes: int, bucket_bytes: int,
         per = max(1, moe_bytes // 4 // nranks)
         moe = np.ones(per * nranks, np.float32)
 
-    def one() -> None:
+    def one() -> float:
         compute()
+        c = time.monotonic()
         for g in grads:
             allreduce(g)
         if moe is not None:
             alltoall(moe)
+        return time.monotonic() - c
 
     for _ in range(warmup):
         one()
@@ -91,26 +94,29 @@ def steps(allreduce, alltoall, nranks: int, model_bytes: int, bucket_bytes: int,
         # every rank must make the same calls: the ranks stop together, when any one's time is up
         if seconds is not None and allreduce(np.array([s - t0 >= seconds], np.int32))[0]:
             break
-        one()
-        out.append([round(s - t0, 6), round(time.monotonic() - s, 6)])
+        comm = one()
+        out.append([round(s - t0, 6), round(time.monotonic() - s, 6), round(comm, 6)])
         if on_step:
             on_step(out)
     return out
 
 
-def summary(xs: list[float]) -> dict:
-    ms = [x * 1e3 for x in xs]
+def summary(rows: list[list[float]]) -> dict:
+    """Step and communication time statistics of ``rows`` (as :func:`steps` returns them)."""
+    xs = [r[1] for r in rows]
+    ms, comm = [x * 1e3 for x in xs], [r[2] * 1e3 for r in rows]
     return {"steps": len(ms), "step_p50_ms": round(percentile(ms, 0.5), 2),
             "step_p99_ms": round(percentile(ms, 0.99), 2), "step_max_ms": round(max(ms), 2) if ms else 0.0,
+            "comm_p50_ms": round(percentile(comm, 0.5), 2), "comm_p99_ms": round(percentile(comm, 0.99), 2),
             "steps_per_s": round(len(ms) / sum(xs), 3) if xs and sum(xs) > 0 else 0.0}
 
 
 def phases(rows: list[list[float]], split_s: float | None) -> dict:
     """Step statistics, split at ``split_s`` into the no-fault and the fault phase."""
     if split_s is None:
-        return {"all": summary([d for _, d in rows])}
-    return {"no_fault": summary([d for s, d in rows if s < split_s]),
-            "with_faults": summary([d for s, d in rows if s >= split_s])}
+        return {"all": summary(rows)}
+    return {"no_fault": summary([r for r in rows if r[0] < split_s]),
+            "with_faults": summary([r for r in rows if r[0] >= split_s])}
 
 
 def rank_main(comm, a) -> int:
@@ -149,7 +155,8 @@ def report(res: dict, out=sys.stdout) -> None:
         if name in res:
             s = res[name]
             print(f"{name:>9}: {s['steps']} steps, {s['steps_per_s']} steps/s, step p50 {s['step_p50_ms']} ms, "
-                  f"p99 {s['step_p99_ms']} ms, max {s['step_max_ms']} ms", file=out)
+                  f"p99 {s['step_p99_ms']} ms, max {s['step_max_ms']} ms; collectives p50 {s['comm_p50_ms']} ms, "
+                  f"p99 {s['comm_p99_ms']} ms", file=out)
     if "with_faults" in res and res["no_fault"]["step_p99_ms"]:
         print(f"step p99 with faults / without: "
               f"{res['with_faults']['step_p99_ms'] / res['no_fault']['step_p99_ms']:.3f}; "
@@ -167,7 +174,7 @@ def plot(res: dict, fault_events: list[dict], start_ns: int, path: str, title: s
         raise UsageError("--plot needs matplotlib: pip install 'mrc[bench]'") from None
     fig, ax = plt.subplots(figsize=(8, 3.8))
     for name, rows in res.get("series", {"mrc": res["rows"]}).items():
-        ax.plot([s for s, _ in rows], [d * 1e3 for _, d in rows], ".-", ms=3, lw=0.8, label=name)
+        ax.plot([r[0] for r in rows], [r[1] * 1e3 for r in rows], ".-", ms=3, lw=0.8, label=name)
     for ev in fault_events:
         t = (ev["t_ns"] - start_ns) / 1e9
         ax.axvline(t, color="red" if ev["op"] == "fail" else "green", lw=0.6, alpha=0.6)

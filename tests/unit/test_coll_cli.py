@@ -1,6 +1,8 @@
 """mrc coll / mrc train: their options, their refusals and the fault schedules (rootless)."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from mrc import cli
@@ -90,10 +92,26 @@ def test_buckets_and_compute():
 
 
 def test_phases_split_at_the_schedule():
-    rows = [[0.0, 0.1], [0.1, 0.1], [1.0, 0.3], [1.3, 0.1]]
+    rows = [[0.0, 0.1, 0.02], [0.1, 0.1, 0.03], [1.0, 0.3, 0.2], [1.3, 0.1, 0.01]]
     p = train.phases(rows, 1.0)
     assert p["no_fault"]["steps"] == 2 and p["with_faults"]["steps"] == 2
-    assert p["with_faults"]["step_max_ms"] == 300.0
+    assert p["with_faults"]["step_max_ms"] == 300.0 and p["with_faults"]["comm_p99_ms"] == 200.0
+    assert p["no_fault"]["comm_p50_ms"] in (20.0, 30.0)
+
+
+def test_steps_time_the_collectives_apart_from_the_compute():
+    calls = []
+
+    def slow_allreduce(x):
+        calls.append(x.size)
+        time.sleep(0.02)
+        return x
+
+    rows = train.steps(slow_allreduce, None, 2, 8 << 10, 4 << 10, 0, 0, 2, None, 0)
+    assert len(rows) == 2 and calls == [1024, 1024] * 2
+    for start, length, comm in rows:
+        assert start >= 0 and 0.04 <= comm <= length
+    assert rows[1][0] >= rows[0][0] + rows[0][1]
 
 
 T = Topology(planes=8, spines=4, leaves=2, hosts=4, name="x")
