@@ -25,12 +25,13 @@ Transports, alternated in every round (A B C D, then B C D A, ...):
                    so where it is not; never a dependency)
 
 Then a training step (mrc train's emulator; bench/coll_mpi.py runs the same
-steps over MPI) for --train-seconds without faults and --train-seconds under
-a T1 reboot every 10 s and a link flap every 5 s; and mrc sim's ring
+steps over MPI) in phases of --train-seconds, alternated --train-pairs times:
+without faults, then under a T1 reboot every 10 s and a link flap every 5 s
+(the machine's own drift falls on both); and mrc sim's ring
 all-reduce and all-to-all at 256 and 1,024 NICs, with a T1 failed mid-run.
 
     python bench/coll_bench.py --json
-    python bench/coll_bench.py --rounds 1 --size 16M --train-seconds 20 --sim-nics 64 --json   # quicker
+    python bench/coll_bench.py --rounds 1 --size 16M --train-seconds 20 --train-pairs 1 --sim-nics 64 --json   # quicker
 
 Needs root, OpenMPI and mpi4py (tools/setup.sh installs them; without them
 the MPI rows are skipped with a line).
@@ -55,7 +56,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from mrc.coll import launch, train  # noqa: E402
 from mrc.errors import UsageError  # noqa: E402
 from mrc.fabric import apply, baseline, qos  # noqa: E402
-from mrc.fabric.faults import schedule  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
 from mrc.units import parse_rate, parse_size  # noqa: E402
 
@@ -209,15 +209,15 @@ def run_mpi_coll(mpi: Mpi, config: str, a, coll: str) -> dict | None:
 
 
 def run_train(t: Topology, a, transport: str, mpi: Mpi | None) -> dict | None:
-    plan = schedule(t, FAULTS, a.train_seconds)
-    common = ["--model", str(a.model_bytes), "--bucket", str(a.bucket_bytes), "--compute-ms", str(a.compute_ms)]
+    plan = train.fault_plan(t, FAULTS, a.train_seconds, a.train_pairs)
+    common = ["--model", str(a.model_bytes), "--bucket", str(a.bucket_bytes), "--compute-ms", str(a.compute_ms),
+              "--phase-seconds", str(a.train_seconds), "--pairs", str(a.train_pairs)]
     if transport == "mrc":
-        argv = ["train", *common, "--port-rate", a.rate, "--spin-us", "0", "--phase-seconds", str(a.train_seconds),
-                "--warmup", "2"]
+        argv = ["train", *common, "--port-rate", a.rate, "--spin-us", "0", "--warmup", "2"]
         rc, res, events, start = train.drive(t.name, plan, a.train_seconds, lambda out: launch.launch(
             t.name, t.host_nodes(), t.mgmt_address(0), argv, out=out, err=_Capture(), timeout=1800))
     else:
-        args = ["train", *common, "--phase-seconds", str(a.train_seconds), "--warmup", "2"]
+        args = ["train", *common, "--warmup", "2"]
         rc, res, events, start = train.drive(t.name, plan, a.train_seconds, lambda out: mpi.run(transport, args,
                                                                                                  out=out)[0])
     if res is None:
@@ -294,7 +294,9 @@ def main() -> int:
     ap.add_argument("--model", default="4M", help="train: gradient bytes (default 4M)")
     ap.add_argument("--bucket", default="1M", help="train: bucket bytes (default 1M)")
     ap.add_argument("--compute-ms", type=float, default=2000.0, help="train: compute per step (default 2000)")
-    ap.add_argument("--train-seconds", type=float, default=60.0, help="train: seconds per phase (default 60)")
+    ap.add_argument("--train-seconds", type=float, default=30.0, help="train: seconds per phase (default 30)")
+    ap.add_argument("--train-pairs", type=int, default=3, help="train: pairs of phases, no faults then faults, "
+                                                               "alternated (default 3)")
     ap.add_argument("--sim-nics", default="256,1024", help="mrc sim's sizes (default 256,1024; empty: none)")
     ap.add_argument("--sim-size", default="16M", help="mrc sim's all-reduce bytes per NIC (default 16M)")
     ap.add_argument("--sim-a2a-size", default="4M", help="mrc sim's all-to-all bytes per NIC (default 4M)")
@@ -368,8 +370,8 @@ def main() -> int:
             if "train" not in skip:
                 tr_out = {}
                 for tr in ["mrc"] + ([c for c in ("mpi_tcp_striped", "mpi_tcp") if mpi] if mpi else []):
-                    log(f"train over {tr}: {a.train_seconds:g} s without faults, then {a.train_seconds:g} s of "
-                        f"{FAULTS}")
+                    log(f"train over {tr}: {a.train_pairs} x ({a.train_seconds:g} s without faults, then "
+                        f"{a.train_seconds:g} s of {FAULTS})")
                     r = run_train(t, a, tr, mpi)
                     if r is None:
                         continue
@@ -389,13 +391,14 @@ def main() -> int:
                         f"({tr_out[tr]['p99_inflation']} x), collectives p99 {nf['comm_p99_ms']} -> "
                         f"{wf['comm_p99_ms']} ms, {len(r['events'])} fault events")
                 out["train"] = {**tr_out.get("mrc", {}), "transports": tr_out, "faults": FAULTS,
-                                "seconds_per_phase": a.train_seconds, "model_bytes": a.model_bytes,
+                                "seconds_per_phase": a.train_seconds, "phase_pairs": a.train_pairs,
+                                "model_bytes": a.model_bytes,
                                 "bucket_bytes": a.bucket_bytes, "compute_ms": a.compute_ms}
                 if a.plot and tr_out:
                     series = {tr: v["rows"] for tr, v in tr_out.items()}
                     evs = [{"t_ns": int(e["t_s"] * 1e9), "op": e["op"]}
                            for e in tr_out.get("mrc", {}).get("events", [])]
-                    out["train"]["plot"] = train.plot({"series": series, "split_s": a.train_seconds, "rows": []},
+                    out["train"]["plot"] = train.plot({"series": series, "phase_s": a.train_seconds, "rows": []},
                                                       evs, 0, a.plot, "step time against time (MRC's run's faults "
                                                       "marked; every transport ran the same schedule)")
         if "sim" not in skip and a.sim_nics:

@@ -63,7 +63,7 @@ def train_main(a, comm) -> dict | None:
         comm.Alltoall(x, y)
         return y
 
-    seconds = 2 * a.phase_seconds if a.phase_seconds else a.seconds
+    seconds = 2 * a.pairs * a.phase_seconds if a.phase_seconds else a.seconds
     rows = train.steps(allreduce, alltoall, n, a.model, a.bucket, a.compute_ms, a.moe, None if seconds else a.steps,
                        seconds, a.warmup, start)
     return {"transport": "mpi", "ranks": n, **train.phases(rows, a.phase_seconds), "qp_errors": 0, "rows": rows}
@@ -84,6 +84,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--seconds", type=float)
     ap.add_argument("--phase-seconds", type=float)
+    ap.add_argument("--pairs", type=int, default=1)
     a = ap.parse_args()
     comm = MPI.COMM_WORLD
     res = coll_main(a, comm) if a.mode == "coll" else train_main(a, comm)

@@ -96,6 +96,8 @@ def add_parser(sub) -> None:
     t.add_argument("--seconds", type=float, help="train this long instead of --steps")
     t.add_argument("--faults", metavar="SPEC", help="with --fabric: faults while training, e.g. "
                                                     "t1-reboot/10s,flap/5s,plane-cut@20s,loss/1 (docs/coll.md)")
+    t.add_argument("--pairs", type=int, default=1, help="with --faults: phases of --seconds, no faults then "
+                                                         "faults, this many times over (default 1)")
     t.add_argument("--plot", metavar="PNG", help="step time against time, faults marked")
     t.add_argument("--json", action="store_true", help="print one JSON object")
     t.add_argument("--phase-seconds", type=float, help=argparse.SUPPRESS)  # the launcher's, with --faults
@@ -143,6 +145,8 @@ def check_args(a: argparse.Namespace, cmd: str, nranks: int) -> None:
         raise UsageError("--model and --bucket are at least 4 bytes (one float32)")
     if a.faults and not a.seconds:
         raise UsageError("--faults needs --seconds: the length of each phase (no faults, then faults)")
+    if not 1 <= a.pairs <= 100:
+        raise UsageError(f"--pairs is 1 to 100, not {a.pairs}")
 
 
 def run(a: argparse.Namespace) -> int:

@@ -7,10 +7,12 @@ optionally exchanges an MoE layer's tokens with an all-to-all. The loop is
 written against two callables, so that the MPI baseline
 (bench/coll_mpi.py) runs the very same steps over mpi4py.
 
-With faults, the run has two phases of equal length from one start time
-that every rank agrees on: no faults, then the fault schedule (the launcher
-drives it, :func:`launch_with_faults`). Each step is reported with its start
-(CLOCK_MONOTONIC, shared by every namespace of a machine) and its length.
+With faults, the run alternates phases of equal length from one start time
+that every rank agrees on: no faults, then the fault schedule, ``pairs``
+times over (the launcher drives it, :func:`launch_with_faults`), so that a
+drift of the machine's own speed falls on both. Each step is reported with
+its start (CLOCK_MONOTONIC, shared by every namespace of a machine), its
+length and the time of its collectives.
 """
 
 from __future__ import annotations
@@ -111,24 +113,44 @@ def summary(rows: list[list[float]]) -> dict:
             "steps_per_s": round(len(ms) / sum(xs), 3) if xs and sum(xs) > 0 else 0.0}
 
 
-def phases(rows: list[list[float]], split_s: float | None) -> dict:
-    """Step statistics, split at ``split_s`` into the no-fault and the fault phase."""
-    if split_s is None:
+def faulted(start_s: float, phase_s: float) -> bool:
+    """Whether a step that started at ``start_s`` is in a fault phase (the odd ones)."""
+    return int(start_s // phase_s) % 2 == 1
+
+
+def phases(rows: list[list[float]], phase_s: float | None) -> dict:
+    """Step statistics, split into the no-fault and the fault phases (alternated,
+    ``phase_s`` each), by the phase each step started in."""
+    if phase_s is None:
         return {"all": summary(rows)}
-    return {"no_fault": summary([r for r in rows if r[0] < split_s]),
-            "with_faults": summary([r for r in rows if r[0] >= split_s])}
+    return {"no_fault": summary([r for r in rows if not faulted(r[0], phase_s)]),
+            "with_faults": summary([r for r in rows if faulted(r[0], phase_s)])}
+
+
+def fault_plan(topo, spec: str, phase_s: float, pairs: int) -> list[tuple]:
+    """The fault process's steps, in seconds from the start: ``spec``'s schedule
+    over each fault phase (the second of every pair), each pair's rotation of
+    switches and links its own."""
+    from mrc.fabric.faults import schedule
+
+    plan: list[tuple] = []
+    for k in range(pairs):
+        off = (2 * k + 1) * phase_s
+        plan += [(at + off, op, target, arg) for at, op, target, arg in schedule(topo, spec, phase_s, seed=7 + k)]
+    return plan
 
 
 def rank_main(comm, a) -> int:
     """One rank of ``mrc train`` (its options checked by mrc.coll.cli.check_args); rank 0 prints the result."""
     phased = getattr(a, "phase_seconds", None)
+    pairs = getattr(a, "pairs", 1) or 1
     # one start time for every rank: rank 0's clock, two seconds on (CLOCK_MONOTONIC is shared on one machine,
     # and on several machines the phases only shift by their clock offset)
     start = np.array([time.monotonic_ns() + 2_000_000_000], np.int64)
     comm.broadcast(start, root=0)
     if comm.rank == 0:
         print(f"@start {int(start[0])}", flush=True)
-    seconds = 2 * phased if phased else a.seconds
+    seconds = 2 * pairs * phased if phased else a.seconds
     shown = [0.0]
 
     def progress(rows) -> None:
@@ -178,8 +200,12 @@ def plot(res: dict, fault_events: list[dict], start_ns: int, path: str, title: s
     for ev in fault_events:
         t = (ev["t_ns"] - start_ns) / 1e9
         ax.axvline(t, color="red" if ev["op"] == "fail" else "green", lw=0.6, alpha=0.6)
-    if res.get("split_s") is not None:
-        ax.axvspan(res["split_s"], ax.get_xlim()[1], color="orange", alpha=0.08, label="fault schedule")
+    if res.get("phase_s"):
+        end, ph = ax.get_xlim()[1], res["phase_s"]
+        for k in range(int(end // (2 * ph)) + 1):
+            if (2 * k + 1) * ph < end:
+                ax.axvspan((2 * k + 1) * ph, min(end, (2 * k + 2) * ph), color="orange", alpha=0.08,
+                           label="fault schedule" if k == 0 else None)
     ax.set_xlabel("time (s)")
     ax.set_ylabel("step time (ms)")
     ax.set_title(title or "training step time; red: a link or switch down, green: back up", fontsize=9)
@@ -194,9 +220,9 @@ def plot(res: dict, fault_events: list[dict], start_ns: int, path: str, title: s
 def drive(fabric: str, plan: list[tuple], phase_s: float | None, run_ranks) -> tuple[int, dict | None, list, int]:
     """Run a training job whose rank 0 prints ``@start NS`` and ``@result JSON``:
     ``run_ranks(out)`` starts the ranks and streams rank 0's output into ``out``;
-    the fault process runs ``plan`` from ``phase_s`` after the start. Returns the
-    exit status, the result, the fault events and the start (ns). Every fault is
-    healed at the end, whatever happens."""
+    the fault process runs ``plan`` (:func:`fault_plan`: seconds from the
+    start). Returns the exit status, the result, the fault events and the start
+    (ns). Every fault is healed at the end, whatever happens."""
     from mrc.fabric import apply
     from mrc.fabric.faults import FaultScheduler
 
@@ -211,7 +237,7 @@ def drive(fabric: str, plan: list[tuple], phase_s: float | None, run_ranks) -> t
                 out.start_ns = int(m)
                 started.set()
                 if sched:
-                    delay = (out.start_ns + int((phase_s or 0) * 1e9) - time.monotonic_ns()) / 1e9
+                    delay = (out.start_ns - time.monotonic_ns()) / 1e9
                     sched.plan([(max(0.0, at + delay), op, target, arg) for at, op, target, arg in plan])
                 return
             time.sleep(0.02)
@@ -234,20 +260,19 @@ def drive(fabric: str, plan: list[tuple], phase_s: float | None, run_ranks) -> t
     if res is not None and out.start_ns:
         res["fault_events"] = [{"t_s": round((e["t_ns"] - out.start_ns) / 1e9, 3), "op": e["op"],
                                 "target": e["target"]} for e in events]
-        res["split_s"] = phase_s
+        res["phase_s"] = phase_s
     return rc, res, events, out.start_ns
 
 
 def launch_with_faults(a, hosts: list[str], root: str, rank_argv: list[str]) -> int:
-    """``mrc train --fabric NAME [--faults SPEC --seconds S]``: with faults the ranks
-    train for two phases of ``--seconds`` (no faults, then the schedule, which the
-    fault process runs from the second phase's start); rank 0's result is printed
-    (and plotted)."""
+    """``mrc train --fabric NAME [--faults SPEC --seconds S [--pairs N]]``: with
+    faults the ranks train for N pairs of phases of ``--seconds`` (no faults,
+    then the schedule, which the fault process runs from each fault phase's
+    start); rank 0's result is printed (and plotted)."""
     from mrc.coll import launch
     from mrc.fabric import apply
-    from mrc.fabric.faults import schedule
 
-    plan = schedule(apply.load_topology(a.fabric), a.faults, a.seconds) if a.faults else []
+    plan = fault_plan(apply.load_topology(a.fabric), a.faults, a.seconds, a.pairs) if a.faults else []
     extra = ["--phase-seconds", str(a.seconds)] if a.faults else []
     rc, res, events, start_ns = drive(a.fabric, plan, a.seconds if a.faults else None,
                                       lambda out: launch.launch(a.fabric, hosts, root, rank_argv + extra, out=out,

@@ -97,13 +97,15 @@ def test_a_rank_killed_mid_collective_aborts_the_others_in_time(four):
 def test_train_under_faults_reports_both_phases_and_plots(four, tmp_path):
     png = tmp_path / "steps.png"
     p = subprocess.run([*MRC, "train", "--fabric", four.name, "--model", "2M", "--bucket", "512K", "--compute-ms",
-                        "20", "--seconds", "4", "--faults", "flap/1s,t1-reboot/2s+0.5s", "--plot", str(png),
-                        "--json"], capture_output=True, text=True, timeout=240)
+                        "20", "--seconds", "3", "--pairs", "2", "--faults", "flap/1s,t1-reboot/2s+0.5s", "--plot",
+                        str(png), "--json"], capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(p.stdout)
     assert r["qp_errors"] == 0 and r["no_fault"]["steps"] > 2 and r["with_faults"]["steps"] > 2
     assert {e["op"] for e in r["fault_events"]} == {"fail", "heal"}
-    assert all(4 <= e["t_s"] <= 8.5 for e in r["fault_events"])   # the schedule ran in the second phase
+    # the schedule ran in the fault phases (the second and fourth), each one's faults healed by its end
+    assert all(3 <= e["t_s"] <= 6.5 or 9 <= e["t_s"] <= 12.5 for e in r["fault_events"]), r["fault_events"]
+    assert any(e["t_s"] >= 9 for e in r["fault_events"])
     assert png.exists() and png.stat().st_size > 10_000
 
 

@@ -99,6 +99,18 @@ def test_phases_split_at_the_schedule():
     assert p["no_fault"]["comm_p50_ms"] in (20.0, 30.0)
 
 
+def test_phases_alternate_and_the_fault_plan_falls_in_the_fault_phases():
+    rows = [[s, 0.1, 0.05] for s in (0.2, 1.2, 2.2, 2.9, 3.5, 4.1)]
+    p = train.phases(rows, 1.0)
+    assert p["no_fault"]["steps"] == 4 and p["with_faults"]["steps"] == 2   # phases 0, 2, 4 and 1, 3
+    plan = train.fault_plan(T, "t1-reboot/10s,flap/5s", 30, 3)
+    assert plan and all(train.faulted(at, 30) or (at % 60 == 0 and op == "heal") for at, op, *_ in plan)
+    for k in range(3):   # each fault phase has its own schedule, every fault healed by its end
+        mine = [s for s in plan if 30 + 60 * k <= s[0] <= 60 + 60 * k]
+        assert sum(s[1] == "fail" for s in mine) == sum(s[1] == "heal" for s in mine) == 3 + 6
+    assert [s[2] for s in plan[:6]] != [s[2] for s in plan if s[0] >= 90][:6]
+
+
 def test_steps_time_the_collectives_apart_from_the_compute():
     calls = []
 
