@@ -542,7 +542,7 @@ def rate(name: str, target: str, rate_spec: str) -> int:
         for node, ifname in ((link.a_node, link.a_if), (link.b_node, link.b_if)):
             idx = ex.index(node, ifname)
             _del_root_qdisc(ex, node, idx)
-            # tbf as measured in machine-notes: burst 256 KB, latency 20 ms
+            # tbf, burst 256 KB, latency 20 ms (docs/fabric.md, "Kernel traps")
             ex.ipr(node).tc("add", "tbf", index=idx, handle="1:", rate=bps // 8,
                             burst=256 * 1024, latency=20_000)
     finally:

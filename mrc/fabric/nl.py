@@ -3,7 +3,7 @@
 pyroute2 accepts seg6local ``flavors`` but drops them silently (the route
 becomes plain End, which drops every packet without an SRH), and turns seg6
 ``encap.red`` into ``encap``. So we encode these three route kinds ourselves
-(machine-notes "Traps"; include/uapi/linux/seg6_local.h, seg6_iptunnel.h):
+(docs/fabric.md, "Kernel traps"; include/uapi/linux/seg6_local.h, seg6_iptunnel.h):
 
 * ``End`` with the NEXT-C-SID flavour (SEG6_LOCAL_FLAVORS, lblen/nflen),
 * ``End.DT6`` (decapsulate, look the inner packet up in a table),

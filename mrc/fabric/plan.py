@@ -3,7 +3,7 @@
 Every operation names the node (namespace) it runs in and the links whose
 interfaces it configures. ``apply`` executes the list in order; ``heal``
 re-executes the operations of one link, because ``ip link set down`` flushes
-a veth's addresses and routes (machine-notes "Traps").
+a veth's addresses and routes (docs/fabric.md, "Kernel traps").
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def plan(t: Topology) -> list[Op]:
 
     # 2. every switch carries its End route on an interface of its own that no
     #    link fault touches: a seg6local route on lo does not work
-    #    (machine-notes) and this kernel has no dummy driver, so it is a veth
+    #    (docs/fabric.md, "Kernel traps") and this kernel has no dummy driver, so it is a veth
     #    pair with both ends inside the switch.
     for node in t.switch_nodes():
         ops.append(Op("veth", node, {"ifname": "usid0", "peer_node": node, "peer_ifname": "usid1"}))

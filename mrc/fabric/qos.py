@@ -13,7 +13,7 @@ Every switch port (the switch end of every link) can get, opt-in
   estimate's high-water mark.
 
 The kernel here has htb, tbf, fifo, clsact and cls_bpf but no red, codel or
-netem (docs/machine-notes are in the repository's README): the program is
+netem (docs/fabric.md, "Kernel traps"): the program is
 the switch's AQM. Each port loads its own instance of the program
 (:mod:`mrc.fabric.tcbpf` builds and finds it), so each has its own two maps
 (``cfg``, written here; ``st``, read here).

@@ -34,7 +34,7 @@ KIND_T0 = 0x1
 KIND_T1 = 0x2
 KIND_HOST = 0xB
 #: uSID function appended after a host port uSID for kernel traffic: the
-#: host decapsulates with End.DT6 (machine-notes: encap.red + End.DT6).
+#: host decapsulates with End.DT6 after an encap.red (docs/fabric.md, "Kernel traps").
 DT6_FUNC = 0xD6
 #: Kernel-traffic ("inner") addresses: fd6d:<host>:<plane>::1 on the host's lo.
 INNER_PREFIX = "fd6d"
@@ -100,7 +100,7 @@ class Link:
     b_node: str
     b_if: str
 
-    # Static link-locals (machine-notes): upper end fe80::1, lower end fe80::2.
+    # Static link-locals (docs/fabric.md, "Kernel traps"): upper end fe80::1, lower end fe80::2.
     a_ll = "fe80::2"
     b_ll = "fe80::1"
 

@@ -183,7 +183,7 @@ def test_a_host_port_queue_set_and_removed_leaves_the_programs_in_place(hosts):
 
 def test_kernel_tcp_crosses_them_and_again_after_a_link_fails_and_heals(hosts):
     """On a kernel without SRv6 the programs are what carries the kernel's TCP; a link set down
-    loses its routes (machine-notes), and the heal puts them back beside the same programs."""
+    loses its routes (docs/fabric.md, "Kernel traps"), and the heal puts them back beside the same programs."""
     from tests.integration.test_fabric import _tcp_send
 
     t, (h0, h1) = hosts
