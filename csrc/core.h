@@ -8,8 +8,12 @@
  *   qp.c                    QP lifecycle and the QP state machine
  *   requester.c completer.c responder.c evprobe.c    the roles
  *   dispatch.c              receive dispatch, poll_tx, timers, port changes
- * simlink.c (the in-memory link) and the engine (engine.c, io_packet.c,
- * link_watch.c) drive the core through dispatch.c's entry points only.
+ * The drivers, simlink.c (the in-memory link) and the engine thread
+ * (engine.c, io_packet.c, link_watch.c), drive the core through dispatch.c's
+ * entry points only. The API calls (verbs.c) reach the objects' owners
+ * (ep.c, qp.c, ev.c) and dispatch.c's named accessors of the endpoint's
+ * shared state, each call under the context's locks; a context's creation
+ * and end (engine.c) make and free the endpoint (ep.c, qp.c).
  *
  * Threading: an endpoint and everything it owns is used by one thread at a
  * time, the one holding the context's endpoint lock (the engine thread, or
@@ -494,6 +498,19 @@ void resp_on_probe(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, con
 void resp_retry_completions(struct mrc_ep *ep, struct qp *q);
 void resp_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now);
 uint64_t resp_next_timer(const struct qp *q);
+
+/* dispatch.c, beyond the entry points of mrc_dp.h: the endpoint's shared
+ * state, by name, for a context (engine.c, verbs.c). */
+void disp_api_done(struct mrc_ep *ep);
+uint64_t disp_take_cq_dirty(struct mrc_ep *ep);
+int disp_cq_dirty(const struct mrc_ep *ep);
+void disp_set_data_first(struct mrc_ep *ep, int on);
+uint32_t disp_cq_waiters(const struct mrc_ep *ep);
+uint32_t disp_probe_answered(const struct mrc_ep *ep);
+uint32_t disp_aeq_seq(const struct mrc_ep *ep);
+int disp_port_up(const struct mrc_ep *ep, uint32_t plane);
+void disp_stats(const struct mrc_ep *ep, struct mrc_ep_stats *st);
+void disp_device_attr(const struct mrc_ep *ep, struct mrc_device_attr *out);
 
 /* evprobe.c: connectionless EV probes (mrc_ep_probe_*). Calls ep.c. */
 int evprobe_on_packet(struct mrc_ep *ep, const struct mrc_pkt *p, const struct mrc_meta *m, uint64_t now);

@@ -356,3 +356,52 @@ int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now)
     }
     return 0;
 }
+
+/* ------------------------------------------------------------ the endpoint's shared state, by name
+ * What a context (engine.c, verbs.c) reads and changes of its endpoint
+ * beyond packets and timers. Lock: the endpoint lock, except where said. */
+
+/* An API call ran: it may have changed any QP's times and ports; every kept
+ * time is computed again before use (core.h, dl). */
+void disp_api_done(struct mrc_ep *ep) { ep->dl_all = 1; }
+
+/* Which CQs got completions since the last call (bit n: CQ n), cleared. */
+uint64_t disp_take_cq_dirty(struct mrc_ep *ep)
+{
+    uint64_t d = ep->cq_dirty;
+    ep->cq_dirty = 0;
+    return d;
+}
+
+int disp_cq_dirty(const struct mrc_ep *ep) { return ep->cq_dirty != 0; }
+
+/* poll_tx sends data before control packets (an application thread's pass:
+ * its answer leaves ahead of the ACKs). */
+void disp_set_data_first(struct mrc_ep *ep, int on) { ep->data_first = !!on; }
+
+/* Lock: none (an atomic read): QPs whose completions wait for CQ room. */
+uint32_t disp_cq_waiters(const struct mrc_ep *ep) { return __atomic_load_n(&ep->cq_waiters, __ATOMIC_RELAXED); }
+
+/* Lock: none (an atomic read): bumped on every EV probe answer. */
+uint32_t disp_probe_answered(const struct mrc_ep *ep)
+{
+    return __atomic_load_n(&ep->probe_answered, __ATOMIC_ACQUIRE);
+}
+
+/* How many asynchronous events were ever queued: changes when one is. */
+uint32_t disp_aeq_seq(const struct mrc_ep *ep) { return ep->aeq_tail; }
+
+int disp_port_up(const struct mrc_ep *ep, uint32_t plane) { return plane < 32 && (ep->port_up >> plane) & 1; }
+
+void disp_stats(const struct mrc_ep *ep, struct mrc_ep_stats *st) { *st = ep->st; }
+
+/* The limits the endpoint enforces and its capabilities (ports: the caller's). */
+void disp_device_attr(const struct mrc_ep *ep, struct mrc_device_attr *out)
+{
+    *out = (struct mrc_device_attr){
+        .planes = ep->a.planes, .max_qps = ep->a.max_qps, .max_cqs = MRC_MAX_CQS, .max_sge = MRC_MAX_SGE,
+        .max_mpr = MRC_MAX_MPR, .mpr_granularity = MRC_MPR_UNIT, .max_wimm = MRC_MAX_WIMM,
+        .max_timeout = MRC_MAX_TIMEOUT, .max_linear_cnt = MRC_MAX_LINEAR_CNT, .max_exp_cnt = MRC_RETRY_FOREVER,
+        .max_qp_hints = 0, .min_mtu = MRC_MIN_MTU, .max_mtu = MRC_MAX_MTU, .max_ev_count = MRC_MAX_EV_COUNT,
+        .caps = MRC_CAP_TRIM_NACK};
+}
