@@ -299,14 +299,18 @@ static uint64_t tlp_deadline(const struct qp *q)
 /* The probe: the newest packet out goes again, on another EV. Its path
  * counts as failed when a SACK came back after it left (the peer answers,
  * this packet does not); its SACK shows, through RACK, any other packet of
- * the tail that was lost. */
+ * the tail that was lost. Packets that the receiver refused for want of a
+ * receive (NACK NO_RESOURCE) wait for the retransmit timer, as the NACK
+ * asks: with nothing else out, the episode has no probe, and the deadline
+ * passes until a SACK starts another (a deadline that stayed due would
+ * call the timer again at once, for ever). */
 static void send_tlp(struct mrc_ep *ep, struct qp *q, uint64_t now)
 {
+    q->tlp_out = 1;
     for (uint32_t psn = psn_add(q->next_psn, MRC_PSN_MASK);; psn = psn_add(psn, MRC_PSN_MASK)) {
         struct pent *pe = pe_at(q, psn);
         if (pe->st == PE_INFLIGHT && !pe->rnr) {
             mark_lost(ep, q, pe, now, q->last_ack_ns > pe->sent_ns);
-            q->tlp_out = 1;
             q->st.tlp_probes++;
             return;
         }

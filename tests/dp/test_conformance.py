@@ -143,6 +143,30 @@ def test_a_write_imm_without_a_receive_is_refused_with_no_resource_and_retried()
     assert pair.qa.state == "RTS" and not [e for e in pair.a.async_events() if e.type == "QP_FATAL"]
 
 
+def test_a_refused_write_imm_waits_for_the_retransmit_timer_not_a_tail_loss_probe():
+    """The only packet out was refused (NACK NO_RESOURCE): it is no tail loss,
+    so no probe resends it before the retransmit timer, and once the probe's
+    deadline has passed the sender's next timer lies ahead (a deadline that
+    stayed due would call the timer again at once, for ever: the requester
+    fuzzer found that)."""
+    pair = Pair(seed=42, qp_attr=attr(timeout=6, linear_cnt=7, exp_cnt=7))
+    _, _, send, _ = pair.transfer([64 << 10])   # an RTT first: the probe's deadline needs one
+    assert send[0].ok
+    t0 = pair.sim.now
+    src, dst = bytearray(b"r" * 1000), bytearray(1000)
+    ms, md = pair.a.reg_mr(src), pair.b.reg_mr(dst, remote_write=True)
+    pair.qa.post_write(ms, 0, 1000, md.addr, md.rkey, wr_id=7, imm=0x77)
+    rto = 1024 << 6
+    for at in range(t0 + 5_000, t0 + rto - 5_000, 5_000):
+        pair.sim.run(at)
+        assert pair.a.next_timer(pair.sim.now) > pair.sim.now, pair.sim.now - t0
+    st = pair.qa.stats()
+    assert st["rnr_naks"] == 1 and st["tlp_probes"] == 0 and st["rtx_packets"] == 0
+    pair.qb.post_recv([5])
+    got = pair.sim.run_until(lambda: pair.b.poll_cq(), budget_ns=100_000_000, step_ns=10_000)
+    assert [(w.wr_id, w.imm_data) for w in got] == [(5, 0x77)] and dst == src
+
+
 def test_the_rq_message_number_names_the_receive_a_message_takes():
     """METH's RQ message number: the sender counts its WRITE_IMMs; a receiver
     with one receive posted takes the first message and refuses the second."""
