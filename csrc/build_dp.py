@@ -1,9 +1,9 @@
 """cffi API-mode build of ``mrc._dp`` from csrc/.
 
-The declarations come from the contract headers, csrc/include/mrc_dp.h and
-mrc_sim.h (the drivers in virtual time), between their ``CDEF BEGIN`` and
-``CDEF END`` markers, so Python sees exactly what C declares and every
-constant comes from the compiler.
+The declarations come from the contract headers in csrc/include/ (``HEADERS``:
+one per audience), between their ``CDEF BEGIN`` and ``CDEF END`` markers, so
+Python sees exactly what C declares and every constant comes from the
+compiler.
 """
 
 import os
@@ -11,7 +11,11 @@ import os
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-HEADERS = [os.path.join(HERE, "include", h) for h in ("mrc_dp.h", "mrc_sim.h")]
+#: the contract by audience, each call declared once: the wire, the application API (the C
+#: library's public header), driving a context by hand and the in-memory link, the fabric
+#: simulator, benchmark support
+HEADERS = [os.path.join(HERE, "include", h)
+           for h in ("mrc_wire.h", "mrc/mrc.h", "mrc_manual.h", "mrc_sim.h", "mrc_bench.h")]
 # the core (sans-I/O), lowest layer first; then the in-memory link; then the
 # I/O side and the engine thread; then benchmark support (csrc/core.h, io.h)
 SOURCES = ["wire.c", "crc32c.c", "ep.c", "ev.c", "cc_nscc.c", "qp.c", "requester.c", "completer.c", "responder.c",
@@ -32,7 +36,7 @@ ffibuilder = FFI()
 ffibuilder.cdef(cdef_text())
 ffibuilder.set_source(
     "mrc._dp",
-    '#include "mrc_dp.h"\n#include "mrc_sim.h"\n',
+    "".join(f'#include "{os.path.relpath(h, os.path.join(HERE, "include"))}"\n' for h in HEADERS),
     sources=[os.path.relpath(os.path.join(HERE, s)) for s in SOURCES],
     include_dirs=[os.path.relpath(os.path.join(HERE, "include")), os.path.relpath(HERE)],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-std=gnu11"]

@@ -35,7 +35,9 @@
 #include <string.h>
 
 #include "hdr.h"
-#include "mrc_dp.h"
+#include "mrc/mrc.h"
+#include "mrc_manual.h"
+#include "mrc_wire.h"
 #include "wire.h"
 
 #define MRC_INF_NS UINT64_MAX
@@ -499,7 +501,7 @@ void resp_retry_completions(struct mrc_ep *ep, struct qp *q);
 void resp_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now);
 uint64_t resp_next_timer(const struct qp *q);
 
-/* dispatch.c, beyond the entry points of mrc_dp.h: the endpoint's shared
+/* dispatch.c, beyond the entry points of mrc_manual.h: the endpoint's shared
  * state, by name, for a context (engine.c, verbs.c). */
 void disp_api_done(struct mrc_ep *ep);
 uint64_t disp_take_cq_dirty(struct mrc_ep *ep);

@@ -3,7 +3,7 @@
  * instruction otherwise, a slicing table without either (protocol.md
  * section 2, "ICRC"). MRC_CRC_NO_FOLD in the environment keeps the folding
  * off (the control for a before/after measurement). */
-#include "mrc_dp.h"
+#include "mrc_wire.h"
 #include <stdlib.h>
 #if defined(__x86_64__)
 #include <immintrin.h>

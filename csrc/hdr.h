@@ -4,7 +4,7 @@
 #define MRC_HDR_H
 #include <stdint.h>
 
-#include "mrc_dp.h"
+#include "mrc_wire.h"
 
 static inline uint16_t get16(const uint8_t *b) { return (uint16_t)(b[0] << 8 | b[1]); }
 static inline uint32_t get24(const uint8_t *b) { return (uint32_t)b[0] << 16 | (uint32_t)b[1] << 8 | b[2]; }
@@ -21,7 +21,7 @@ static inline void put24(uint8_t *b, uint32_t v)
 static inline void put32(uint8_t *b, uint32_t v) { put16(b, (uint16_t)(v >> 16)); put16(b + 2, (uint16_t)v); }
 static inline void put64(uint8_t *b, uint64_t v) { put32(b, (uint32_t)(v >> 32)); put32(b + 4, (uint32_t)v); }
 
-/* EV = plane << 16 | entropy (this implementation's layout: mrc_dp.h). */
+/* EV = plane << 16 | entropy (this implementation's layout: mrc_wire.h). */
 static inline uint32_t ev_make(uint32_t plane, uint32_t entropy)
 {
     return plane << MRC_EV_PLANE_SHIFT | (entropy & MRC_EV_ENTROPY_MASK);

@@ -9,7 +9,7 @@
  * Lock: none; the caller drives the link and its contexts (which have no
  * engine thread) from one thread. */
 #include "core.h"
-#include "mrc_sim.h"
+#include "mrc_manual.h"
 
 enum { SIM_MAX_EPS = 8, SIM_TXBUF = 1 << 20, SIM_TXD = 256, SIM_BUFSZ = 9216 };
 

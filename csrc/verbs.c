@@ -1,4 +1,4 @@
-/* The API calls on a context (mrc_dp.h), written out: each takes the
+/* The API calls on a context (mrc/mrc.h), written out: each takes the
  * context's locks (engine.c's locking contract) for one call into the core,
  * and wakes the engine when it may have made work. The calls on objects go
  * to their owners in the core: PDs, MRs, CQs, rings and counters to ep.c,
@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "ctx.h"
+
+const char *mrc_dp_version(void) { return "mrc-dp 0.1.0 wire v1"; }
 
 /* ------------------------------------------------------------ the device and its counters */
 int mrc_ctx_query_device(struct mrc_ctx *c, struct mrc_device_attr *out)

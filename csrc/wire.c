@@ -5,8 +5,6 @@
 
 #include "wire.h"
 
-const char *mrc_dp_version(void) { return "mrc-dp 0.1.0 wire v1"; }
-
 /* Serial-number compare over 24-bit PSNs: <0 if a is before b, 0 if equal,
  * >0 if after. Every PSN comparison in the engine goes through this. Two
  * PSNs exactly half the space apart are ordered by value, so that

@@ -1,7 +1,7 @@
 /* The wire format's internal builders (wire.c), for the core and the I/O
- * layer; the parsers and the PSN compare are in the contract (mrc_dp.h). */
-#ifndef MRC_WIRE_H
-#define MRC_WIRE_H
+ * layer; the parsers and the PSN compare are in the contract (mrc_wire.h). */
+#ifndef MRC_CSRC_WIRE_H
+#define MRC_CSRC_WIRE_H
 #include <stddef.h>
 
 #include "hdr.h"

@@ -1,7 +1,7 @@
 """The Python core: one C context (``struct mrc_ctx``) and the objects it
 owns (memory regions, completion queues, queue pairs) with their EV state,
 events and counters. Every method calls one C function of
-csrc/include/mrc_dp.h by its name, and every failure goes through the one
+csrc/include/mrc/mrc.h (or mrc_manual.h) by its name, and every failure goes through the one
 errno mapping (:func:`mrc.errors.check`). Names of states and counters come
 from the C module's tables, limits from its constants.
 

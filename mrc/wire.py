@@ -1,6 +1,6 @@
 """Wire-format constants of mrc wire v1, read from the compiled C module.
 
-Nothing here is hand-copied: every name ``MRC_X`` of csrc/include/mrc_dp.h
+Nothing here is hand-copied: every name ``MRC_X`` of csrc/include/mrc_wire.h
 appears as ``X`` (``wire.OP_SACK``, ``wire.NACK_TRIMMED``, ``wire.UDP_PORT``).
 
 >>> from mrc import wire

@@ -14,7 +14,7 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include "mrc_dp.h"
+#include "mrc_bench.h"
 
 /* How long a side polls its CQ (progressing, or yielding when the engine is
  * in a pass) before it sleeps on the channel. Measured with yielding alone,

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "mrc_dp.h"
+#include "mrc_bench.h"
 
 int64_t mrc_bench_udp_pingpong(int fd, uint32_t size, uint32_t n, uint64_t *rtt_ns)
 {

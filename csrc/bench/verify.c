@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "mrc_dp.h"
+#include "mrc_bench.h"
 
 uint64_t mrc_bench_check(const uint8_t *want, const uint8_t *got, uint64_t n)
 {

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mrc_dp.h"
+#include "mrc_manual.h"
 #include "wire.h"
 
 enum {

@@ -1,57 +1,15 @@
 /*
- * mrc_sim.h - the contract of the two drivers that move contexts by hand in
- * virtual time: the in-memory link (csrc/simlink.c) and the fabric
- * simulator (csrc/simfab.c). Read by csrc/build_dp.py after mrc_dp.h, with
- * the same rules: plain C between CDEF BEGIN and CDEF END, 0 or -errno.
+ * mrc_sim.h - the fabric simulator (csrc/simfab.c): whole contexts on a
+ * simulated multi-plane Clos in virtual time (docs/sim.md). Read by
+ * csrc/build_dp.py after mrc_manual.h, with the same rules: plain C between
+ * CDEF BEGIN and CDEF END, 0 or -errno.
  */
 #ifndef MRC_SIM_H
 #define MRC_SIM_H
 
-#include "mrc_dp.h"
+#include "mrc_manual.h"
 
 /* CDEF BEGIN */
-/* ----------------------------------------------------- in-memory link
- * Two or more endpoints joined by npaths paths (path = plane * per_plane +
- * entropy % per_plane). Deterministic: all randomness from the seed. */
-struct mrc_sim_path {
-    uint64_t delay_ns;
-    uint64_t jitter_ns;      /* extra random delay up to this: reordering */
-    uint32_t loss_ppm;       /* random loss, parts per million */
-    uint64_t loss_mask;      /* bit i set: drop the i-th packet mod 64 */
-    uint32_t dup_ppm;
-    uint32_t trim_ppm;
-    uint64_t rate_bps;       /* 0: infinite; else queueing at this rate */
-    uint32_t ecn_queue_bytes;/* mark CE above this queue depth */
-    uint32_t trim_queue_bytes;/* trim above this queue depth (0: never) */
-    uint64_t down_from_ns;   /* path dead in [down_from, down_until) */
-    uint64_t down_until_ns;
-    uint64_t flap_period_ns; /* if set: down for half of every period */
-};
-
-struct mrc_sim_stats {
-    uint64_t delivered, dropped, duplicated, trimmed, ecn_marked, events;
-    uint64_t per_path_tx[256];
-    uint64_t now_ns;
-};
-
-struct mrc_sim;
-int mrc_sim_create(uint32_t planes, uint32_t per_plane, uint64_t seed, struct mrc_sim **out);
-void mrc_sim_destroy(struct mrc_sim *s);
-int mrc_sim_attach(struct mrc_sim *s, struct mrc_ep *ep);
-int mrc_sim_set_path(struct mrc_sim *s, uint32_t path, const struct mrc_sim_path *p);
-int mrc_sim_get_path(struct mrc_sim *s, uint32_t path, struct mrc_sim_path *p);
-int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe);
-/* Every endpoint's port on a plane sends at most rate_bps (0: no limit);
- * a packet waits for its port, then for its path (rate_bps of the path). */
-int mrc_sim_set_port_rate(struct mrc_sim *s, uint32_t plane, uint64_t rate_bps);
-int mrc_sim_stats(struct mrc_sim *s, struct mrc_sim_stats *st);
-/* Copy every packet the link delivers into buf (until cap is reached): each
- * as u16 length, u8 destination endpoint, u8 plane (| 0x10 ECN CE, | 0x20
- * trimmed), u32 EV (little endian), then the packet. The fuzzers' seed corpus comes from it (tools/fuzz.sh).
- * NULL stops recording; mrc_sim_recorded says how many bytes were written. */
-int mrc_sim_record(struct mrc_sim *s, uint8_t *buf, uint32_t cap);
-uint32_t mrc_sim_recorded(const struct mrc_sim *s);
-
 /* ------------------------------------------------ the fabric simulator
  * H hosts x P planes, each plane a 2-tier Clos (L T0 leaves, S T1 spines),
  * in virtual time (csrc/simfab.c; docs/sim.md). Every host is a context

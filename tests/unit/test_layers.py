@@ -212,3 +212,48 @@ def test_the_code_points_only_at_docs_that_exist():
             if not (ROOT / "docs" / name).exists():
                 missing.append((p.relative_to(ROOT).as_posix(), name))
     assert not missing, missing
+
+
+HEADERS = CSRC / "include"
+#: header -> the prefixes of the calls it may declare (its audience)
+AUDIENCE = {"mrc/mrc.h": ("mrc_ctx_", "mrc_pd_", "mrc_mr_", "mrc_cq_", "mrc_qp_", "mrc_post_", "mrc_poll_",
+                          "mrc_ev_", "mrc_async_", "mrc_dp_version", "mrc_wc_", "mrc_event_", "mrc_drop_"),
+            "mrc_wire.h": ("mrc_pkt_", "mrc_crc32c", "mrc_psn_", "mrc_opcode_", "mrc_nack_"),
+            "mrc_manual.h": ("mrc_ep_", "mrc_ctx_ep", "mrc_sim_"),
+            "mrc_sim.h": ("mrc_fab_",),
+            "mrc_bench.h": ("mrc_bench_",)}
+DECL = re.compile(r"^[a-z_][\w ]*?[\s\*](mrc_\w+)\(", re.M)
+
+
+def test_each_call_is_declared_once_in_the_header_of_its_audience():
+    """The contract is split by audience; the application's header declares no
+    call for the simulator, the bench or hand-driving, and the cffi build reads
+    every header (one declaration per call)."""
+    src = (CSRC / "build_dp.py").read_text()
+    assert all(f'"{h}"' in src for h in AUDIENCE), "build_dp.py reads every contract header"
+    seen: dict[str, str] = {}
+    wrong = []
+    for h, prefixes in AUDIENCE.items():
+        text = _strip((HEADERS / h).read_text())
+        for name in DECL.findall(text):
+            assert name not in seen, f"{name} declared in {seen[name]} and {h}"
+            seen[name] = h
+            if not name.startswith(prefixes):
+                wrong.append((h, name))
+    assert not wrong, wrong
+    assert len(seen) > 80  # the parse sees the declarations at all
+    assert sorted(p.relative_to(HEADERS).as_posix() for p in HEADERS.rglob("*.h")) == sorted(AUDIENCE)
+
+
+def test_the_public_header_stands_alone():
+    """A C program that includes only <mrc/mrc.h> compiles, strictly."""
+    import shutil
+    import subprocess
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        pytest.skip("no C compiler")
+    p = subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-fsyntax-only",
+                        "-I", str(HEADERS), "-x", "c", "-"], input="#include <mrc/mrc.h>\nint main(void) "
+                       "{ struct mrc_ctx *c = 0; return c ? mrc_ctx_start(c) : MRC_MAX_PLANES > 0 ? 0 : 1; }\n",
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr

@@ -1,176 +1,27 @@
 /*
- * mrc_dp.h - the contract between Python (cffi, API mode) and the C data
- * path; the in-memory link and the fabric simulator, which drive contexts
- * by hand, have theirs in mrc_sim.h. Everything between CDEF BEGIN and
- * CDEF END is read by csrc/build_dp.py and must stay plain C that cffi's
- * parser accepts: no preprocessor, enums for constants. Functions return 0
- * or -errno.
+ * mrc/mrc.h - the MRC application API: contexts, protection domains, memory
+ * regions, completion queues, queue pairs, posting and polling, EVs and
+ * events, ports and peers. What a program that uses MRC includes; libmrc
+ * implements it (csrc/verbs.c, csrc/engine.c) and the Python package reads
+ * the same declarations (csrc/build_dp.py, between CDEF BEGIN and CDEF END:
+ * plain C, enums for constants). Every call returns 0 (or a count) or
+ * -errno.
  *
- * Wire format: docs/protocol.md section 2 (mrc wire v1), all big-endian.
+ * Names and semantics follow libibverbs where the concept is the same
+ * (PD, MR with lkey and rkey, CQ with a completion channel, QP states
+ * RESET -> INIT -> RTR -> RTS -> ERROR, work requests and completions,
+ * asynchronous events) and the OCP MRC API's concepts where MRC adds its
+ * own (EVs and their states, planes, the window in units of 128 PSNs,
+ * max_wimm, probes). Written for this project; docs/api.md has the map.
  */
-#ifndef MRC_DP_H
-#define MRC_DP_H
+#ifndef MRC_MRC_H
+#define MRC_MRC_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 /* CDEF BEGIN */
-enum {
-    MRC_WIRE_VERSION = 1,
-    MRC_UDP_PORT = 4791,
-    MRC_ETH_HLEN = 14,
-    MRC_IPV6_HLEN = 40,
-    MRC_UDP_HLEN = 8,
-    MRC_BTH_LEN = 12,
-    MRC_METH_LEN = 4,
-    MRC_TSETH_LEN = 4,
-    MRC_RETH_LEN = 16,
-    MRC_IMMDT_LEN = 4,
-    MRC_SETH_LEN = 28,
-    MRC_CCSTATE_LEN = 8,
-    MRC_NETH_LEN = 20,
-    MRC_PETH_LEN = 16,
-    MRC_ERTH_LEN = 16,
-    MRC_EETH_LEN = 36,
-    MRC_ICRC_LEN = 4,
-    MRC_PSN_BITS = 24,
-    MRC_PSN_MASK = 0xFFFFFF,
-    MRC_MPR_UNIT = 128,
-};
-
-/* Opcodes (manufacturer-specific range, protocol.md section 2). */
-enum mrc_opcode {
-    MRC_OP_WRITE_FIRST = 0xC6,
-    MRC_OP_WRITE_MIDDLE = 0xC7,
-    MRC_OP_WRITE_LAST = 0xC8,
-    MRC_OP_WRITE_LAST_IMM = 0xC9,
-    MRC_OP_WRITE_ONLY = 0xCA,
-    MRC_OP_WRITE_ONLY_IMM = 0xCB,
-    MRC_OP_ENDPOINT_REQUEST = 0xD8,
-    MRC_OP_ENDPOINT_RESPONSE = 0xD9,
-    MRC_OP_SACK = 0xDC,
-    MRC_OP_NACK = 0xDD,
-    MRC_OP_RELIABILITY_PROBE = 0xDE,
-};
-
-/* BTH flag bits (byte 8). */
-enum {
-    MRC_BTH_ACKREQ = 0x80,
-    MRC_BTH_RTX = 0x40,
-    MRC_BTH_TS = 0x20,
-};
-
-/* NACK reasons. */
-enum mrc_nack_reason {
-    MRC_NACK_TRIMMED = 0x01,
-    MRC_NACK_TRIMMED_LASTHOP = 0x02,
-    MRC_NACK_NO_BITMAP = 0x06,
-    MRC_NACK_NO_RESOURCE = 0x0A,
-    MRC_NACK_PSN_OUT_OF_WINDOW = 0x0B,
-    MRC_NACK_UNEXPECTED = 0x19,
-    MRC_NACK_REMOTE_ACCESS = 0x30,
-    MRC_NACK_ICRC = 0x31,
-};
-
-/* SETH flags and skip modes. */
-enum {
-    MRC_SETH_PR = 0x8000,       /* probe response */
-    MRC_SETH_M_SHIFT = 12,      /* 2-bit m field: 0 none, 1 skip once, 2 always */
-    MRC_SETH_ECN = 0x0001,      /* echoed ECN CE */
-};
-
-/* Endpoint request ops (ERTH). */
-enum {
-    MRC_EP_EV_PROBE = 1,
-    MRC_EP_PORT_STATUS = 2,
-};
-
-/* EV bit fields. This implementation's senders lay an EV out as
- * plane << 16 | entropy (protocol.md 2 leaves the EV-to-path mapping to the
- * sender); on the wire the flow label carries EV bits 0-19 and the UDP source
- * port 0xC000 | EV bits 18-31. Every EV field is read and written through the
- * accessors in csrc/hdr.h (C) and mrc/wire.py (Python), which use these. */
-enum {
-    MRC_EV_PLANE_SHIFT = 16,
-    MRC_EV_ENTROPY_MASK = 0xFFFF,
-    MRC_EV_FLOW_MASK = 0xFFFFF,
-    MRC_EV_SPORT_SHIFT = 18,
-    MRC_EV_SPORT_MASK = 0x3FFF,
-    MRC_EV_SPORT_BASE = 0xC000,
-};
-
-/* IPv6 traffic classes (DSCP << 2 | ECN). */
-enum {
-    MRC_DSCP_DATA = 10,
-    MRC_DSCP_RTX = 12,
-    MRC_DSCP_CONTROL = 48,
-    MRC_DSCP_TRIMMED = 46,
-    MRC_ECN_ECT0 = 2,
-    MRC_ECN_CE = 3,
-};
-
-/* A parsed packet (from BTH on). Offsets are relative to the BTH start. */
-struct mrc_pkt {
-    uint8_t opcode;
-    uint8_t flags;          /* MRC_BTH_* */
-    uint8_t tver;
-    uint16_t pkey;
-    uint32_t dqpn;
-    uint32_t psn;
-    /* METH */
-    uint16_t msn_rq;
-    uint16_t msn;
-    /* TSETH */
-    uint32_t ts;
-    /* RETH */
-    uint64_t va;
-    uint32_t rkey;
-    uint32_t dma_len;
-    /* ImmDt */
-    uint32_t imm;
-    /* payload */
-    uint32_t payload_off;
-    uint32_t payload_len;
-    /* SETH + CCSTATE */
-    uint16_t sack_flags;
-    int16_t ack_psn_offset;
-    uint32_t ev;
-    uint16_t scid;
-    uint16_t dcid;
-    uint32_t cack_psn;
-    uint8_t cc_type;
-    uint8_t mpr;
-    int16_t sack_base_off;
-    uint64_t bitmap;
-    uint16_t ts_echo;
-    uint16_t ooo_cnt;
-    uint8_t cc_flags;
-    uint32_t rcv_bytes;
-    /* NETH */
-    uint8_t nack_reason;
-    uint32_t nack_psn;
-    /* PETH / ERTH / EETH */
-    uint32_t probe_id;
-    uint8_t ep_op;
-    uint32_t port_bitmap;
-    uint64_t t1;
-    uint64_t t2;
-    uint32_t rx_port;
-    uint32_t icrc;
-};
-
 const char *mrc_dp_version(void);
-uint32_t mrc_crc32c(uint32_t crc, const uint8_t *buf, size_t len);
-int mrc_crc32c_hw(void);
-uint32_t mrc_crc32c_sw(uint32_t crc, const uint8_t *buf, size_t len);
-int mrc_psn_cmp(uint32_t a, uint32_t b);
-int mrc_opcode_is_data(uint8_t opcode);
-int mrc_opcode_has_imm(uint8_t opcode);
-const char *mrc_opcode_name(uint8_t opcode);
-const char *mrc_nack_reason_name(uint8_t reason);
-int mrc_pkt_build(const struct mrc_pkt *p, const uint8_t *payload, uint8_t *out, size_t cap);
-int mrc_pkt_parse(const uint8_t *buf, size_t len, int trimmed, struct mrc_pkt *p);
-int mrc_pkt_icrc_ok(const uint8_t *buf, size_t len);
 
 /* ------------------------------------------------------------------ limits
  * What the engine enforces; mrc_ctx_query_device reports them and Python
@@ -179,6 +30,7 @@ enum {
     MRC_MAX_SGE = 4,
     MRC_MAX_PLANES = 16,
     MRC_RETRY_FOREVER = 25,   /* exp_cnt this large: retry for ever */
+    MRC_MPR_UNIT = 128,       /* PSNs per unit of a QP's window (mpr) */
     MRC_MAX_MPR = 64,         /* window, units of MRC_MPR_UNIT PSNs; a power of two */
     MRC_MAX_WIMM = 8192,      /* WRITE_IMMs outstanding (MRC_MAX_MPR x MRC_MPR_UNIT) */
     MRC_MAX_TIMEOUT = 24,     /* RTO = 1.024 us x 2^timeout, about 17 s */
@@ -390,11 +242,10 @@ struct mrc_ev_event { uint32_t qpn; uint32_t ev; uint8_t old_state; uint8_t new_
  * a NIC's worth of state) and, when it has ports, the raw sockets and the
  * engine thread that drives the endpoint (csrc/engine.c, which states the
  * locking contract). A context made with no ports is driven by hand: the
- * caller moves packets and time through the mrc_ep_* driver calls below (the
- * in-memory link and tests do). Every call in this section takes the
- * context's locks itself; they return 0 (or a count) or -errno. */
+ * caller moves packets and time through the mrc_ep_* driver calls of
+ * mrc_manual.h (the in-memory link and tests do). Every call here takes
+ * the context's locks itself; they return 0 (or a count) or -errno. */
 struct mrc_ctx;
-struct mrc_ep;
 
 struct mrc_port_cfg {
     uint32_t ifindex;
@@ -510,84 +361,6 @@ struct mrc_probe_req { uint32_t ev; uint16_t peer; };
 struct mrc_probe_resp { int32_t status; uint32_t ev; uint16_t peer; uint8_t port; uint8_t corrected; uint64_t rtt_ns; };
 int mrc_ctx_ep_batch_send_wait(struct mrc_ctx *c, const struct mrc_probe_req *req, uint32_t n, uint64_t timeout_ns,
                                struct mrc_probe_resp *out);
-/* Benchmark support (csrc/bench/blast.c), the raw ceiling: send pre-built
- * packets (no protocol) to a peer over every plane and path for
- * duration_ns, from the calling thread (the engine thread must not be
- * started). Returns packets sent or -errno. */
-int64_t mrc_bench_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns);
-/* (csrc/bench/verify.c) The bytes of got[0, n) that differ from want. */
-uint64_t mrc_bench_check(const uint8_t *want, const uint8_t *got, uint64_t n);
-/* (csrc/bench/udpping.c) The kernel's UDP round trip: n pings of size bytes
- * on a connected UDP socket, each one's round trip into rtt_ns[i]; and the
- * other side, echoing n datagrams (returns early on a receive timeout). */
-int64_t mrc_bench_udp_pingpong(int fd, uint32_t size, uint32_t n, uint64_t *rtt_ns);
-int64_t mrc_bench_udp_echo(int fd, uint32_t n);
-/* (csrc/bench/pingpong.c) Latency: the client (echo 0) posts a receive and
- * tmpl as a WRITE_IMM n times, one at a time, and times each until the
- * echo's receive completion (rtt_ns[i]); the echo side (echo 1) answers up
- * to n WRITE_IMMs with the same length and immediate into tmpl's remote
- * region, reposting each receive, and returns early, with the count, after
- * timeout_ns without one. Completions on cqn only; each wait polls for 50 us
- * (progressing the NIC: mrc_ctx_progress), then sleeps on the CQ's channel;
- * -errno on an error. */
-int64_t mrc_bench_pingpong(struct mrc_ctx *c, uint32_t qpn, uint32_t cqn, const struct mrc_wr *tmpl, uint32_t n,
-                           int echo, uint64_t timeout_ns, uint64_t *rtt_ns);
-
-/* ------------------------------------------- driving a context by hand
- * The sans-I/O core's inputs and outputs (architecture.md): no syscalls, no
- * clock reads; time is the now_ns argument. Packets come in through
- * mrc_ep_input() and go out through mrc_ep_poll_tx(); mrc_ep_next_timer()
- * says when to call again. The engine thread makes these calls for a
- * context with ports; for one without, the caller does (mrc_ctx_ep gives
- * the endpoint; no call here takes a lock). */
-
-/* Metadata the I/O layer (or the simulated link) passes with a packet. */
-struct mrc_meta {
-    uint32_t ev;             /* EV the packet travelled on */
-    uint16_t peer;           /* which remote endpoint it came from */
-    uint8_t port;            /* local plane it arrived on */
-    uint8_t ecn_ce;          /* IP ECN field was CE */
-    uint8_t trimmed;         /* DSCP says the payload was trimmed */
-};
-
-/* One packet to send: BTH..ICRC in the caller's buffer at off. */
-struct mrc_txdesc {
-    uint32_t off;
-    uint32_t len;
-    uint32_t ev;             /* the EV it goes on (plane and entropy: csrc/hdr.h) */
-    uint16_t peer;
-    uint8_t tclass;          /* DSCP << 2 | ECN */
-    uint8_t is_data;
-};
-
-struct mrc_ep *mrc_ctx_ep(struct mrc_ctx *c);
-int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const struct mrc_meta *meta, uint64_t now_ns);
-int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now_ns, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max);
-uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now_ns);
-int mrc_ep_check_times(struct mrc_ep *ep, uint64_t now_ns); /* tests: QPs whose kept times are late now (0) */
-/* A local port (plane) went down or up (the engine calls it when carrier or
- * the admin state changes). */
-int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now_ns);
-/* A port (plane) sends at most rate_bps of frames (packet plus Ethernet,
- * IPv6 and UDP headers); 0 (the default): as fast as it is asked. Data
- * waits in the QPs for its port, as in a NIC, so a slower wire in front
- * queues nothing (NSCC would count that queue as the network's).
- * -EINVAL: no such plane, or a rate below 8 kbit/s. */
-int mrc_ep_set_port_rate(struct mrc_ep *ep, uint32_t plane, uint64_t rate_bps);
-
-/* EV probes (protocol.md 3): a connectionless ENDPOINT_REQUEST on one EV to
- * a peer, answered by the peer's endpoint on the EV it arrived on. send
- * queues one (-ENOSPC: control ring full, -EBUSY: probe table full,
- * -ENETDOWN: the EV's plane is down here, -EINVAL: no such plane) and gives
- * its id; result gives 1 and the answer (and forgets the probe), 0 while it
- * is pending, -ENOENT for an id it does not know; cancel forgets a probe
- * (timed out), so a late answer is dropped as STALE_PROBE. The RTT runs from
- * the poll_tx that sent the request to the input of the answer. */
-struct mrc_probe_result { uint32_t id; uint32_t ev; uint16_t peer; uint8_t port; uint64_t rtt_ns; };
-int mrc_ep_probe_send(struct mrc_ep *ep, uint16_t peer, uint32_t ev, uint64_t now_ns, uint32_t *id);
-int mrc_ep_probe_result(struct mrc_ep *ep, uint32_t id, struct mrc_probe_result *out);
-int mrc_ep_probe_cancel(struct mrc_ep *ep, uint32_t id);
-
 /* CDEF END */
 
 #endif
