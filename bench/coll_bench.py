@@ -49,7 +49,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -302,9 +301,9 @@ def main() -> int:
     ap.add_argument("--sim-a2a-size", default="4M", help="mrc sim's all-to-all bytes per NIC (default 4M)")
     ap.add_argument("--skip", default="", help="parts to leave out: coll,train,sim,mpi,gloo")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--save", metavar="DIR", help="also write the JSON, with the commit, date, machine and command, "
-                                                  "to DIR/coll_bench-DATE-COMMIT.json (the project keeps its runs "
-                                                  "in bench/results)")
+    import store  # bench/, beside this file
+
+    store.add_argument(ap)
     ap.add_argument("--plot", metavar="PNG", help="step time against time, MRC and MPI, faults marked")
     a = ap.parse_args()
     a.size_bytes, a.model_bytes, a.bucket_bytes = parse_size(a.size), parse_size(a.model), parse_size(a.bucket)
@@ -321,9 +320,9 @@ def main() -> int:
     have_gloo = importlib.util.find_spec("torch") is not None and "gloo" not in skip
     if not have_gloo and "gloo" not in skip:
         log("torch is not installed: the Gloo baseline (torch.distributed) is skipped; `pip install torch` runs it")
-    out: dict = {"rate_bps": rate, "command": " ".join(["python", "bench/coll_bench.py", *sys.argv[1:]]),
+    out: dict = {"rate_bps": rate,
                  "bound_formula": "planes x rate x 8192 / (8192 + 98): the NIC's goodput in 8 KiB packets"}
-    t = None
+    t, srv6 = None, None
     if {"coll", "train"} - skip:
         t = Topology(planes=8, spines=4, leaves=2, hosts=4, name=f"cb{os.getpid() % 100000}")
         apply.up(t)
@@ -410,36 +409,14 @@ def main() -> int:
         if ports:
             baseline.mpi_ports(t, up=False)
         if t is not None:
+            srv6 = apply.srv6(t.name)
             apply.down(t.name)
     for tr in out.get("train", {}).get("transports", {}).values():
         tr.pop("rows", None)
     if a.save:
-        save(out, a.save)
+        store.save("coll_bench", out, a.save, srv6=srv6, files={"steps": a.plot})
     print(json.dumps(out, indent=1) if a.json else json.dumps(out))
     return 0
-
-
-def run_info() -> dict:
-    """Where a run was made: the commit (and whether the tree differed from it), date, cores, kernel."""
-    def git(*args: str) -> str:
-        p = subprocess.run(["git", *args], cwd=os.path.dirname(HERE), capture_output=True, text=True)
-        return p.stdout.strip()
-
-    return {"commit": git("rev-parse", "--short", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "mrc",
-                                                                            "csrc", "bench")),
-            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": os.cpu_count(),
-            "kernel": os.uname().release}
-
-
-def save(out: dict, where: str) -> str:
-    info = run_info()
-    os.makedirs(where, exist_ok=True)
-    path = os.path.join(where, f"coll_bench-{info['date'][:10]}-{info['commit']}.json")
-    with open(path, "w") as f:
-        json.dump({**info, **out}, f, indent=1)
-        f.write("\n")
-    log(f"saved {path}")
-    return path
 
 
 if __name__ == "__main__":

@@ -482,6 +482,9 @@ def main() -> int:
                          "each p99 ratio as the median of the rounds' ratios, with their spread (default 1)")
     ap.add_argument("--cc", action="append", default=[], metavar="NAME=VALUE",
                     help="an NSCC parameter for every MRC QP (struct mrc_cc_params), e.g. gamma=400; repeatable")
+    import store  # bench/, beside this file
+
+    store.add_argument(ap)
     a = ap.parse_args()
     try:
         a.cc = {k: int(v) for k, v in (x.split("=", 1) for x in a.cc)}
@@ -560,6 +563,8 @@ def main() -> int:
     finally:
         reader.close()
         apply.down(t.name)
+    if a.save:
+        store.save("congestion_bench", out, a.save, srv6=out.get("srv6"))
     if a.json:
         print(json.dumps(out, indent=1))
     return 0

@@ -79,6 +79,9 @@ def main() -> int:
     ap.add_argument("--mib", type=int, default=512, help="MiB to transfer (default 512)")
     ap.add_argument("--payload", type=int, default=4096, help="payload bytes per packet (default 4096)")
     ap.add_argument("--qps-check", type=int, default=1000, help="QPs to create in one context (default 1000)")
+    import store  # bench/, beside this file
+
+    store.add_argument(ap)
     a = ap.parse_args()
     res = run(a.mib, a.payload)
     res["qp_state_bytes"] = qp_state_bytes()
@@ -87,6 +90,8 @@ def main() -> int:
     res["target_qp_state_bytes"] = 65536
     res["meets_targets"] = (res["packets_per_sec_per_core"] >= 1_000_000 and res["qp_state_bytes"] <= 65536
                             and res["qps_created"] == a.qps_check)
+    if a.save:
+        store.save("engine_bench", res, a.save)
     if a.json:
         print(json.dumps(res, indent=1))
     else:

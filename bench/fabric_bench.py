@@ -90,6 +90,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print JSON only")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement (default 3)")
+    import store  # bench/, beside this file
+
+    store.add_argument(ap)
     a = ap.parse_args()
     apply.exit_cleanly_on_sigterm()  # a killed run still removes its fabric
     t = Topology(name=f"b{os.getpid() % 100000}")
@@ -130,6 +133,8 @@ def main() -> int:
                "stall_ms_no_fault": small["max_stall_ms"], "stall_ms_blackhole": hole["max_stall_after_event_ms"],
                "stall_msg_bytes": 64 << 10,
                "targets": {"ratio_raw": 0.9, "ratio_mptcp": 1.2, "ratio_tcp": 0.8, "stall_ms": 1.0}}
+        if a.save:
+            store.save("fabric_bench", res, a.save, srv6=res["srv6"])
         print(json.dumps(res, indent=1) if a.json else "\n".join(f"{k:20} {v}" for k, v in res.items()))
         return 0
     finally:

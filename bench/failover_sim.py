@@ -215,6 +215,9 @@ def main() -> int:
     ap.add_argument("--only", default=",".join(SCENARIOS), help="scenarios, comma separated")
     ap.add_argument("--ms", type=float, default=10.0, help="virtual milliseconds after the fault (default 10)")
     ap.add_argument("--seed", type=int, default=1)
+    import store  # bench/, beside this file
+
+    store.add_argument(ap)
     a = ap.parse_args()
     names = [s for s in a.only.split(",") if s]
     bad = [s for s in names if s not in SCENARIOS]
@@ -229,6 +232,8 @@ def main() -> int:
         if not a.json:
             print(n, json.dumps(out["scenarios"][n]), file=sys.stderr, flush=True)
     out["wall_s"] = round(time.perf_counter() - t0, 1)
+    if a.save:
+        store.save("failover_sim", out, a.save)
     print(json.dumps(out, indent=1))
     return 0
 

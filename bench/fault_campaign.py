@@ -518,6 +518,9 @@ def main() -> int:
     ap.add_argument("--markdown", metavar="JSON", nargs="+",
                     help="print the markdown table of a saved --json run and exit; with several runs, the table "
                          "of their medians and spreads")
+    import store  # bench/, beside this file
+
+    store.add_argument(ap)
     a = ap.parse_args()
     if a.markdown:
         outs = []
@@ -622,6 +625,8 @@ def main() -> int:
                     r.get(p, {}).pop("series_gbps", None)
                     r.get(p, {}).pop("ev_timeline", None)
                     r.get(p, {}).pop("counter_timeline", None)
+        if a.save:
+            store.save("fault_campaign", out, a.save, srv6=apply.srv6(t.name))
         print(json.dumps(out, indent=1) if a.json else table(out, protos))
         return 0
     finally:

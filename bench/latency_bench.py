@@ -112,6 +112,9 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=2000, help="round trips per contender per round (default 2000)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     ap.add_argument("--size", type=int, default=64, help="message size in bytes (default 64)")
+    import store  # bench/, beside this file
+
+    store.add_argument(ap)
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("the latency bench builds a fabric of namespaces: run it as root", file=sys.stderr)
@@ -140,6 +143,8 @@ def main() -> int:
     out["ratio_udp"] = round(statistics.median(ratios), 2)
     out["ratio_udp_spread"] = [round(min(ratios), 2), round(max(ratios), 2)]
     out["ratio_icmp"] = round(out["mrc"]["p50_us"] / out["icmp"]["p50_us"], 2)
+    if a.save:
+        store.save("latency_bench", out, a.save)
     if a.json:
         print(json.dumps(out, indent=1))
     else:

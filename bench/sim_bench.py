@@ -245,6 +245,9 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print JSON only (progress goes to stderr)")
     ap.add_argument("--only", default=",".join(SCENARIOS), help="scenarios, comma separated (default: all)")
     ap.add_argument("--quick", action="store_true", help="smaller fabrics (CI-sized); the same scenarios")
+    import store  # bench/, beside this file
+
+    store.add_argument(ap)
     a = ap.parse_args()
     want = [x for x in a.only.split(",") if x]
     bad = [x for x in want if x not in SCENARIOS]
@@ -259,6 +262,8 @@ def main() -> int:
         print(f"  {'met' if r['met'] else 'NOT met'}: {r['target']}; goodput {r['goodput_ratio']}, "
               f"p99 {r['p99_us']} us, longest gap {r['max_gap_us']} us, {r['wall_s']} s, {r['sim_pps']} packets/s",
               file=sys.stderr, flush=True)
+    if a.save:
+        store.save("sim_bench", out, a.save)
     if a.json:
         print(json.dumps(out, indent=1))
     return 0

@@ -1,0 +1,60 @@
+"""Keeping a bench's run: ``--save DIR`` writes its JSON to
+``DIR/NAME-DATE-COMMIT.json`` with where and how it was made: the commit (and
+whether mrc/, csrc/ or bench/ differed from it), the date, the machine
+(cores, kernel, and for a run on the fabric how its SRv6 ran) and the command.
+The project keeps its runs in bench/results/; ``python tools/results.py``
+renders docs/results.md from them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "bench", "results")
+
+
+def add_argument(ap) -> None:
+    """The ``--save DIR`` option every bench takes."""
+    ap.add_argument("--save", metavar="DIR", help="also write the JSON, with the commit, date, machine and "
+                                                  "command, to DIR/NAME-DATE-COMMIT.json (the project keeps its "
+                                                  "runs in bench/results)")
+
+
+def run_info(srv6: str | None = None) -> dict:
+    """Where a run was made: the commit (and whether the tree differed from it), date, machine, command."""
+    def git(*args: str) -> str:
+        p = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return p.stdout.strip()
+
+    argv = [os.path.relpath(sys.argv[0], ROOT) if os.path.isabs(sys.argv[0]) else sys.argv[0], *sys.argv[1:]]
+    info = {"commit": git("rev-parse", "--short", "HEAD"),
+            "dirty": bool(git("status", "--porcelain", "--", "mrc", "csrc", "bench")),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": {"cores": os.cpu_count(), "kernel": os.uname().release},
+            "command": "python " + shlex.join(argv)}
+    if srv6:
+        info["machine"]["srv6"] = srv6
+    return info
+
+
+def save(name: str, out: dict, where: str, srv6: str | None = None, files: dict[str, str] | None = None) -> str:
+    """Write ``out`` with :func:`run_info` to ``where``; returns the path. ``files``:
+    {label: path} of what the run drew (PNGs), copied beside it as ``NAME-DATE-COMMIT-label.png``."""
+    info = run_info(srv6)
+    os.makedirs(where, exist_ok=True)
+    stem = os.path.join(where, f"{name}-{info['date'][:10]}-{info['commit']}")
+    for label, src in (files or {}).items():
+        if src and os.path.exists(src):
+            shutil.copyfile(src, f"{stem}-{label}{os.path.splitext(src)[1]}")
+    with open(stem + ".json", "w") as f:
+        json.dump({"bench": name, **info, **out}, f, indent=1)
+        f.write("\n")
+    print(f"{name}: saved {stem}.json", file=sys.stderr)
+    return stem + ".json"
