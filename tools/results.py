@@ -1,0 +1,406 @@
+"""Render docs/results.md, and the README's table of headline results, from the
+runs kept in bench/results/ (each bench's ``--save bench/results``).
+
+    python tools/results.py           # write docs/results.md and the README's table
+    python tools/results.py --check   # exit 1 when either differs from what the stored runs give
+
+Every figure on the page comes from a stored JSON file, with the command that
+made it, its commit, date and machine. Where a bench has several stored runs,
+the page gives the latest run's table and, for its headline figures, the
+median and spread over the runs. A hand-edited figure fails ``--check`` (a
+test runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+DOC = ROOT / "docs" / "results.md"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- results:begin (python tools/results.py) -->", "<!-- results:end -->"
+STEM = re.compile(r"^(?P<bench>[a-z_]+)-(?P<date>\d{4}-\d{2}-\d{2})-(?P<commit>[0-9a-f]+)(?P<tag>-[\w.-]+)?$")
+
+
+# ------------------------------------------------------------------ loading
+def load(where: Path = RESULTS) -> dict[str, list[dict]]:
+    """bench -> its stored runs, oldest first; each run gets ``_stem`` (its file's name)."""
+    out: dict[str, list[dict]] = {}
+    for p in sorted(where.glob("*.json")):
+        m = STEM.match(p.stem)
+        if not m:
+            continue
+        run = json.loads(p.read_text())
+        run["_stem"], run["_tag"] = p.stem, (m["tag"] or "").lstrip("-")
+        out.setdefault(run.get("bench", m["bench"]), []).append(run)
+    for runs in out.values():
+        runs.sort(key=lambda r: (r.get("date", ""), r["_stem"]))
+    return out
+
+
+def get(d, path: str, default=None):
+    """``d``'s value at a dotted path (``"mrc.all_reduce.busbw_gbps"``), or ``default``."""
+    for k in path.split("."):
+        if not isinstance(d, dict) or k not in d:
+            return default
+        d = d[k]
+    return d
+
+
+def fmt(x, nd: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if isinstance(x, float):
+        return f"{x:,.{nd}f}".rstrip("0").rstrip(".") if abs(x) < 1e6 else f"{x:,.0f}"
+    return str(x)
+
+
+def spread(runs: list[dict], path: str, nd: int = 3) -> str:
+    """The latest run's value; with several runs, their median and range too."""
+    vals = [v for v in (get(r, path) for r in runs) if isinstance(v, (int, float))]
+    if not vals:
+        return "-"
+    last = fmt(vals[-1], nd)
+    if len(vals) < 2:
+        return last
+    return f"{last} (median of {len(vals)} runs {fmt(statistics.median(vals), nd)}, {fmt(min(vals), nd)}-" \
+           f"{fmt(max(vals), nd)})"
+
+
+def where(run: dict) -> str:
+    """Commit, date and machine of a run, in one line."""
+    m = run.get("machine") or {"cores": run.get("cores"), "kernel": run.get("kernel"), "srv6": run.get("srv6")}
+    bits = [f"commit {run.get('commit', '?')}" + (" (tree differed)" if run.get("dirty") else ""),
+            run.get("date", "?")[:16].replace("T", " ") + " UTC", f"{m.get('cores', '?')} cores",
+            f"Linux {m.get('kernel', '?')}"]
+    if m.get("srv6"):
+        bits.append(f"SRv6: {m['srv6']}")
+    return ", ".join(bits)
+
+
+def command(bench: str, run: dict) -> str:
+    return run.get("command") or f"python bench/{bench}.py --json"
+
+
+def images(run: dict) -> list[str]:
+    return sorted(p.name for p in RESULTS.glob(run["_stem"] + "-*.png"))
+
+
+def table(header: list[str], rows: list[list]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out
+
+
+# ------------------------------------------------------------------ one section per bench
+def coll(runs: list[dict]) -> tuple[list[str], list[list]]:
+    r = runs[-1]
+    lines = [f"Ports at {fmt(r.get('rate_bps', 0) / 1e6)} Mbit/s, {get(r, 'fabric.hosts')} hosts x "
+             f"{get(r, 'fabric.planes')} planes; the bound is {r.get('bound_formula', '-')} "
+             f"({fmt(get(r, 'fabric.bound_gbps'), 4)} Gb/s). OpenMPI over the kernel's TCP on the same fabric in "
+             "the same run, alternated with MRC: `mpi_tcp` one plane per peer, `mpi_tcp_striped` every plane's "
+             "address, `mpi_mptcp` one subflow per plane.", ""]
+    rows = []
+    for tr in ("mrc", "mpi_tcp", "mpi_tcp_striped", "mpi_mptcp", "gloo"):
+        for c in ("all_reduce", "all_to_all"):
+            x = get(r, f"{tr}.{c}")
+            if x:
+                rows.append([tr, c, fmt(x.get("size")), fmt(x.get("busbw_gbps"), 4), fmt(x.get("algbw_gbps"), 4),
+                             fmt(x.get("busbw_vs_bound")), fmt(x.get("wrong")), fmt(x.get("qp_errors"))])
+    lines += table(["transport", "collective", "bytes", "busbw Gb/s", "algbw Gb/s", "of the bound", "wrong",
+                    "QP errors"], rows)
+    def ratio(c: str, tr: str) -> str:
+        lo, hi = (get(r, f"mrc.{c}.over_{tr}_spread") or [None, None])[:2]
+        return fmt(get(r, f"mrc.{c}.over_{tr}")) + (f" ({fmt(lo)}-{fmt(hi)})" if lo != hi else "")
+
+    ratios = [[c, tr, ratio(c, tr)] for c in ("all_reduce", "all_to_all")
+              for tr in ("mpi_tcp", "mpi_tcp_striped", "mpi_mptcp") if get(r, f"mrc.{c}.over_{tr}")]
+    if ratios:
+        lines += ["", "MRC's bus bandwidth over each baseline's, median of the alternated rounds (range):", ""]
+        lines += table(["collective", "over", "ratio"], ratios)
+    tr = get(r, "train.transports", {})
+    if tr:
+        lines += ["", f"Training steps (`mrc train`'s emulator: {fmt(get(r, 'train.compute_ms'))} ms of compute, "
+                  f"{fmt(get(r, 'train.model_bytes'))} bytes of gradients in {fmt(get(r, 'train.bucket_bytes'))}"
+                  f"-byte buckets) in phases of {fmt(get(r, 'train.seconds_per_phase'))} s, "
+                  + (f"{get(r, 'train.phase_pairs')} pairs alternated " if get(r, "train.phase_pairs") else "")
+                  + f"without faults and under `{get(r, 'train.faults')}`. The collectives' time is the step's "
+                  "part after the compute.", ""]
+        rows = [[name, fmt(v.get("no_fault_step_p50_ms"), 0), fmt(v.get("step_p50_ms"), 0),
+                 fmt(v.get("no_fault_step_p99_ms"), 0), fmt(v.get("step_p99_ms"), 0), fmt(v.get("p99_inflation")),
+                 fmt(v.get("no_fault_comm_p99_ms"), 0), fmt(v.get("comm_p99_ms"), 0), fmt(v.get("qp_errors"))]
+                for name, v in tr.items()]
+        lines += table(["transport", "step p50 ms", "with faults", "step p99 ms", "with faults",
+                        "p99 inflation", "collectives p99 ms", "with faults", "QP errors"], rows)
+    sim = {k: v for k, v in get(r, "sim", {}).items() if isinstance(v, dict)}
+    if sim:
+        lines += ["", "`mrc sim` (virtual time), the same ring and credits; a T1 failed a third of the way in:", ""]
+        lines += table(["collective", "NICs", "busbw / wire bound", "T1 failure: time ratio", "bound"],
+                       [[v["collective"], fmt(v["nics"]), fmt(v["busbw_vs_bound"]), fmt(v["t1_completion_ratio"]),
+                         fmt(v["t1_completion_bound"])] for v in sim.values()])
+    head = [["collectives: 64 MiB all-reduce / all-to-all, busbw of the ports' bound",
+             f"{spread(runs, 'mrc.all_reduce.busbw_vs_bound')} / {spread(runs, 'mrc.all_to_all.busbw_vs_bound')}",
+             ">= 0.90 / 0.85"],
+            ["collectives: all-reduce busbw over OpenMPI striped on every plane / one plane",
+             f"{spread(runs, 'mrc.all_reduce.over_mpi_tcp_striped')} / {spread(runs, 'mrc.all_reduce.over_mpi_tcp')}",
+             ">= 1.0 / 1.5"],
+            ["training step p99 under a T1 reboot every 10 s and a flap every 5 s, over no faults",
+             spread(runs, "train.p99_inflation"), "<= 1.10"]]
+    return lines, head
+
+
+def engine(runs: list[dict]) -> tuple[list[str], list[list]]:
+    r = runs[-1]
+    lines = ["Two contexts and the in-memory link in one process: the measured loop is the engine in C (Python only "
+             "starts it). Packets per CPU second of the process, which runs both engines and the link.", ""]
+    lines += table(["figure", "measured", "target"], [
+        ["data packets per second per core", spread(runs, "packets_per_sec_per_core", 0),
+         f">= {fmt(r.get('target_packets_per_sec_per_core'))}"],
+        ["Gb/s per core", spread(runs, "gbps_per_core", 2), "-"],
+        [f"QP state at the default window ({fmt(r.get('payload'))} B payloads)", fmt(r.get("qp_state_bytes")) + " B",
+         f"<= {fmt(r.get('target_qp_state_bytes'))} B"],
+        ["QPs created in one context", fmt(r.get("qps_created")), "1,000"]])
+    head = [["engine: data packets per second per core (4 KiB, in-memory link)",
+             spread(runs, "packets_per_sec_per_core", 0), ">= 1,000,000"],
+            ["engine: memory per QP at a 1,024-PSN window", fmt(r.get("qp_state_bytes")) + " B", "<= 65,536 B"]]
+    return lines, head
+
+
+def fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
+    r = runs[-1]
+    lines = ["One MRC QP from h0 to h3 over every plane of the default fabric, against a C blaster of pre-built "
+             "packets on the same paths (the raw ceiling: no protocol), kernel TCP on one plane and MPTCP with a "
+             "subflow per plane, in the same run. The switches cut TCP's GSO super-packets to wire-sized ones "
+             "(`tcp_superpacket_gbps` keeps them whole). On this 2-core VM the kernel's forwarding of every hop "
+             "runs on the sender's CPUs, so every cycle MRC spends on protocol work comes out of the forwarding "
+             "budget that the blaster has for itself: the raw ceiling is this machine's, not the protocol's.", ""]
+    lines += table(["figure", "measured", "target"], [
+        ["MRC / raw ceiling", f"{spread(runs, 'ratio_raw')} ({fmt(r.get('mrc_gbps'), 2)} vs "
+                              f"{fmt(r.get('raw_gbps'), 2)} Gb/s)", f">= {get(r, 'targets.ratio_raw')}"],
+        ["MRC / MPTCP, 8 subflows", f"{spread(runs, 'ratio_mptcp')} ({fmt(r.get('mptcp_gbps'), 2)} Gb/s)",
+         f">= {get(r, 'targets.ratio_mptcp')}"],
+        ["MRC / kernel TCP, one plane", f"{spread(runs, 'ratio_tcp')} ({fmt(r.get('tcp_gbps'), 2)} Gb/s)",
+         f">= {get(r, 'targets.ratio_tcp')}"],
+        ["MRC / kernel TCP with whole super-packets", f"{fmt(r.get('ratio_tcp_superpacket'))} "
+                                                      f"({fmt(r.get('tcp_superpacket_gbps'), 2)} Gb/s)", "-"],
+        ["longest completion stall after a T0-T1 link cut, 64 KiB writes",
+         f"{fmt(r.get('stall_ms'), 2)} ms (no fault: {fmt(r.get('stall_ms_no_fault'), 2)} ms, link black-holed by "
+         f"nftables: {fmt(r.get('stall_ms_blackhole'), 2)} ms)", f"<= {get(r, 'targets.stall_ms')} ms"]])
+    head = [["fabric: one QP over 8 planes, over the raw ceiling / MPTCP / kernel TCP",
+             f"{fmt(r.get('ratio_raw'))} / {fmt(r.get('ratio_mptcp'))} / {fmt(r.get('ratio_tcp'))}",
+             ">= 0.9 / 1.2 / 0.8"]]
+    return lines, head
+
+
+def latency(runs: list[dict]) -> tuple[list[str], list[list]]:
+    r = runs[-1]
+    lines = [f"A {fmt(r.get('size'))} B WRITE_IMM at a time, from its post to the receive completion of the "
+             "server's echo, both ends a C loop through the public API that polls its CQ for 50 us (progressing "
+             "the NIC itself) and then sleeps on the completion channel; alternated with a C UDP ping-pong and "
+             f"`ping -6` over the kernel's own route between the same hosts, {r.get('rounds')} rounds of "
+             f"{fmt(r.get('iters'))}.", ""]
+    rows = [[p, fmt(get(r, f"{p}.p50_us"), 1), fmt(get(r, f"{p}.p99_us"), 1), fmt(get(r, f"{p}.min_us"), 1)]
+            for p in ("mrc", "mrc_nospin", "udp", "icmp") if get(r, p)]
+    lines += table(["", "p50 us", "p99 us", "min us"], rows)
+    sp = get(r, "ratio_udp_spread") or []
+    lines += ["", f"MRC's p50 over UDP's: {fmt(r.get('ratio_udp'), 2)} (rounds {'-'.join(fmt(x, 2) for x in sp)}; "
+                  "target <= 1.5); `mrc_nospin`: engines that sleep at once when idle."]
+    head = [["64 B WRITE_IMM round trip p50, over the kernel's UDP ping-pong", spread(runs, "ratio_udp", 2), "<= 1.5"]]
+    return lines, head
+
+
+def failover(runs: list[dict]) -> tuple[list[str], list[list]]:
+    r = runs[-1]
+    lines = ["The unchanged engine over the in-memory link with a real cluster's figures (8 planes of 100 Gb/s, "
+             "4 paths per plane, 1 us per hop, a base RTT of 8 us, 64 KiB writes kept 64 deep), each scenario "
+             "paired with a no-fault run from the same seed, every message compared byte for byte. Losses are "
+             "found by SACKs, never by the timer; a dead plane costs its 1/8.", ""]
+    rows = []
+    for name, x in (r.get("scenarios") or {}).items():
+        if name == "all":
+            rows.append([x.get("desc", name), f"{x.get('error')} {fmt(x.get('error_after_last_progress_us'), 0)} us "
+                         f"after the last completion (budget {fmt(x.get('retry_budget_us'), 0)} us)", "-",
+                         fmt(x.get("timeouts")), "-", f"{x.get('qp_errors')} / {x.get('corrupt_messages')}"])
+            continue
+        rows.append([x.get("desc", name),
+                     f"{fmt(x.get('max_gap_us'), 1)} us (no fault {fmt(x.get('nofault_max_gap_us'), 1)})",
+                     fmt(x.get("max_gap_rtts"), 2), fmt(x.get("timeouts")), fmt(x.get("goodput_ratio")),
+                     f"{x.get('qp_errors')} / {x.get('corrupt_messages')}"])
+    lines += table(["scenario", "longest gap between completions", "base RTTs", "timer expiries",
+                    "goodput vs no fault", "QP errors / corrupt"], rows)
+    gaps = [x.get("max_gap_rtts") for k, x in (r.get("scenarios") or {}).items() if k != "all"]
+    head = [["failover in virtual time (8 x 100 Gb/s): longest gap after a path, plane or flap fault",
+             f"{fmt(max(g for g in gaps if g is not None), 2)} base RTTs" if gaps else "-", "a few RTTs"]]
+    return lines, head
+
+
+def sim(runs: list[dict]) -> tuple[list[str], list[list]]:
+    r = runs[-1]
+    lines = ["`mrc sim`: every NIC runs the unchanged engine on a simulated multi-plane Clos in virtual time "
+             "(docs/sim.md). `wire_bound_ratio` is the most the run's flows could reach (the busiest NIC's data "
+             "and its share of control packets back to back at line rate).", ""]
+    rows = [[name, fmt(x.get("nics")), fmt(x.get("goodput_ratio")), fmt(x.get("wire_bound_ratio")),
+             fmt(x.get("p99_us"), 1), fmt(x.get("max_gap_us"), 1), fmt(x.get("qp_errors")), fmt(x.get("wall_s"), 1),
+             x.get("target", "-"), "met" if x.get("met") else "not met"]
+            for name, x in (r.get("scenarios") or {}).items()]
+    lines += table(["scenario", "NICs", "goodput / line rate", "wire bound", "p99 us", "longest gap us",
+                    "QP errors", "CPU s", "target", ""], rows)
+    sc = r.get("scenarios") or {}
+    head = [["mrc sim: scenarios whose target held",
+             f"{sum(1 for x in sc.values() if x.get('met'))} of {len(sc)}", "all"]]
+    return lines, head
+
+
+def congestion(runs: list[dict]) -> tuple[list[str], list[list]]:
+    r = runs[-1]
+    lines = [f"Switch ports at {fmt(r.get('rate_bps', 0) / 1e6)} Mbit/s that mark ECN above {r.get('ecn_kb')} "
+             f"KiB, trim MRC data above {r.get('trim_kb')} KiB and drop above {r.get('buffer_kb')} KiB; NICs paced "
+             "at their ports' rate. Each flow writes one message at a time; the kernel's TCP (cubic with ECN, bbr; "
+             "one stream per pair on the plane a hash picks, as ECMP would) and MPTCP (a subflow per plane) run "
+             "the same workloads on the same fabric in the same run. `ideal` is the message times the senders "
+             "over the receiver's capacity, plus the base RTT.", ""]
+    rows = []
+    for wl, x in (r.get("workloads") or {}).items():
+        base = [t for t in ("tcp_cubic", "tcp_bbr", "mptcp") if isinstance(x.get(t), dict)]
+        rows.append([wl, fmt(x.get("utilization")), fmt(x.get("jain"), 4),
+                     f"{fmt(x.get('p50_ms'), 1)} / {fmt(x.get('p99_ms'), 1)} ({fmt(x.get('ideal_p99_ms'), 1)})",
+                     f"{fmt(x.get('marks'))} / {fmt(x.get('trims'))} / {fmt(x.get('drops'))}",
+                     ", ".join(f"{t} {fmt(get(x, t + '.p99_ms'), 1)}" for t in base) or "-",
+                     fmt(x.get("victim_fair_share_ratio")), fmt(x.get("qp_errors"))])
+    lines += table(["workload", "MRC utilization", "Jain", "MRC p50 / p99 ms (ideal)", "marks / trims / drops",
+                    "p99 ms of the others", "victim / fair share", "QP errors"], rows)
+    wls = r.get("workloads") or {}
+    head = [[f"congestion: {wl}, MRC p99 over the ideal / over TCP cubic's",
+             f"{fmt(x['p99_ms'] / x['ideal_p99_ms'], 2) if x.get('ideal_p99_ms') else '-'} / "
+             f"{fmt(x.get('p99_vs_tcp_cubic'), 2)}", "-"] for wl, x in wls.items() if wl.startswith("incast")]
+    return lines, head
+
+
+def campaign(runs: list[dict]) -> tuple[list[str], list[list]]:
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import campaign_report
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    lines = ["One transfer h0 -> h3 on the default fabric, 64 KiB writes kept 64 deep, every completed write's "
+             "bytes compared; each fault run paired with a no-fault run of the same length before it. Faults come "
+             "from a separate process at the lowest priority, as `mrc fabric fail/heal/loss` does them. Controls "
+             "in the same runs: (b1), (g1), (i1) are (b), (g), (i) with the faulty paths' EVs denied, so what is "
+             "left is the fault's kernel work on the shared CPUs.", ""]
+    text = campaign_report.spread(runs) if len(runs) > 1 else campaign_report.markdown(runs[-1])
+    lines += text.split("\n")
+    exc = [get(x, "mrc.stall_excess_ms") for run in runs for x in run.get("scenarios", {}).values()
+           if get(x, "mrc.stall_excess_ms") is not None]
+    errs = sum(get(x, "mrc.qp_errors", 0) for run in runs for x in run.get("scenarios", {}).values())
+    bad = sum(get(x, "mrc.corrupt_bytes", 0) for run in runs for x in run.get("scenarios", {}).values())
+    head = [["fault campaign (a)-(i): QP errors / corrupt bytes / largest median stall excess",
+             f"{errs} / {bad} / " + (f"{fmt(max(exc), 2)} ms" if exc else "-"), "0 / 0 / <= 2 ms"]]
+    return lines, head
+
+
+SECTIONS = [
+    ("engine_bench", "The engine", engine),
+    ("fabric_bench", "One QP on the fabric", fabric),
+    ("latency_bench", "Small-message latency", latency),
+    ("failover_sim", "Failover in virtual time", failover),
+    ("fault_campaign", "Fault campaign", campaign),
+    ("congestion_bench", "Congestion on the fabric", congestion),
+    ("sim_bench", "The engine at scale (mrc sim)", sim),
+    ("coll_bench", "Collectives and training over MRC", coll),
+]
+
+
+# ------------------------------------------------------------------ the page
+def render(runs_by_bench: dict[str, list[dict]]) -> tuple[str, str]:
+    """(docs/results.md, the README's table) from the stored runs."""
+    page = ["# Results", "",
+            "Generated by `python tools/results.py` from the runs kept in `bench/results/`; do not edit by "
+            "hand (`python tools/results.py --check` fails on any difference, and a test runs it). Each bench "
+            "keeps a run with `--save bench/results`. Figures are from the 2-core development VMs: compare "
+            "ratios within one run, not absolute figures across machines.", ""]
+    head_rows = []
+    for bench, title, fn in SECTIONS:
+        anchor = re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-")
+        page += [f"## {title}", ""]
+        stored = runs_by_bench.get(bench, [])
+        main_runs = [r for r in stored if not r["_tag"]]
+        if not main_runs:
+            page += [f"No stored run yet: `python bench/{bench}.py --json --save bench/results`.", ""]
+            continue
+        # the figures are the latest commit's: its runs give the medians and spreads
+        runs = [r for r in main_runs if r.get("commit") == main_runs[-1].get("commit")]
+        lines, head = fn(runs)
+        page += _run_block(bench, title, runs, lines)
+        for h in head:
+            head_rows.append([h[0], h[1], h[2], f"[{bench}](docs/results.md#{anchor})"])
+        for tag in sorted({r["_tag"] for r in stored if r["_tag"]}):
+            var = [r for r in stored if r["_tag"] == tag][-1:]
+            page += [f"### {title}: {tag}", ""] + _run_block(bench, f"{title}: {tag}", var, fn(var)[0])
+    readme = table(["what", "measured", "target", "where"], head_rows)
+    return "\n".join(page).rstrip() + "\n", "\n".join(readme) + "\n"
+
+
+def _run_block(bench: str, title: str, runs: list[dict], lines: list[str]) -> list[str]:
+    last = runs[-1]
+    out = [f"`{command(bench, last)}`", "",
+           f"{where(last)}; " + (f"{len(runs)} runs, " if len(runs) > 1 else "")
+           + "stored as " + ", ".join(f"`bench/results/{r['_stem']}.json`" for r in runs) + ".", ""]
+    out += lines + [""]
+    imgs = images(last)
+    out += [f"![{title}](../bench/results/{img})" for img in imgs] + ([""] if imgs else [])
+    return out
+
+
+def splice(readme: str, tbl: str) -> str:
+    if BEGIN not in readme or END not in readme:
+        raise SystemExit(f"README.md has no {BEGIN} ... {END} block for the results table")
+    a, rest = readme.split(BEGIN, 1)
+    _, b = rest.split(END, 1)
+    return f"{a}{BEGIN}\n{tbl}{END}{b}"
+
+
+def _name(p: Path) -> str:
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog=__doc__.split("\n\n", 1)[1],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true", help="compare instead of writing; exit 1 on a difference")
+    a = ap.parse_args(argv)
+    page, tbl = render(load())
+    readme = README.read_text()
+    new_readme = splice(readme, tbl)
+    if a.check:
+        bad = []
+        for path, want in ((DOC, page), (README, new_readme)):
+            have = path.read_text() if path.exists() else ""
+            if have != want:
+                bad.append(path)
+                sys.stdout.writelines(difflib.unified_diff(have.splitlines(True), want.splitlines(True),
+                                                           _name(path), "rendered", n=1))
+        if bad:
+            print(f"results: {', '.join(_name(p) for p in bad)} differ from the stored runs: "
+                  "run `python tools/results.py`", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(page)
+    README.write_text(new_readme)
+    print(f"results: wrote {_name(DOC)} and the README's table", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
