@@ -14,7 +14,7 @@ every WRITE_IMM must complete one receive with its immediate and length;
 each QP's completions must come once each, in order, with SUCCESS.
 
     mrc soak --seconds 10 --json                  # what CI runs
-    mrc soak --packets 1000000000 --json          # the README's figure
+    mrc soak --packets 1000000000 --json          # a billion packets
 
 Deterministic for a seed, apart from how far a wall-clock limit gets.
 """

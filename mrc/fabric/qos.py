@@ -212,22 +212,19 @@ def qp_profile(rate_bps: int, planes: int, mtu_payload: int = 8192, hops: int = 
     cc = {"max_cwnd": max_cwnd, "base_rtt": int(base * 1e9), "target_delay": int(0.75 * base * 1e9),
           # a multiplicative decrease of at most 5%: a message here lasts tens
           # of RTTs, and halving the window on a mark (NSCC's default floor)
-          # swings each flow's rate 2x and the completion tail with it (README,
-          # congestion: incast 3:1 and 7:1 p99 with 0.85, 0.9 and 0.95,
-          # alternated; with md_by_sample every marked ACK past the target cuts
-          # by this floor)
+          # swings each flow's rate 2x and the completion tail with it; with
+          # md_by_sample every marked ACK past the target cuts by this floor
+          # (bench/congestion_bench.py, incast p99 with --cc max_md_jump=900)
           "max_md_jump": 950,
           # the window moves once per base RTT: NSCC adds eta at every
           # adjustment, and with the defaults' 10 us or 32 KiB acknowledged
           # (every ACK here) a window grew eta per ACK, in proportion to its
-          # rate, so flows sharing a port drifted apart for hundreds of ms
-          # (README, congestion: incast 7:1 p99 with and without, alternated)
+          # rate, so flows sharing a port drift apart for hundreds of ms
           "adjust_period_threshold": int(base * 1e9), "adjust_bytes_threshold": max_cwnd,
           # the decrease follows the delay of the marked ACK, as the UET reference
-          # simulator cuts, not the average: here the RTT samples of flows sharing
-          # a port scatter over 1.5-8.7 ms while each flow's average sits at the
-          # target, where its cut is near nothing, and flows drifted apart for a
-          # second at a time (README, congestion: incast 7:1 p99 with and without)
+          # simulator cuts, not the average: the RTT samples of flows sharing a
+          # slow port scatter over milliseconds while each flow's average sits at
+          # the target, where its cut is near nothing, and flows drift apart
           "md_by_sample": 1}
     return {"cc": cc, "timeout": timeout,
             "reorder_ns": max(200_000, int(reorder * 1e9))}
