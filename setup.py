@@ -25,6 +25,6 @@ setup(
         # the MPI baseline of bench/coll_bench.py (needs OpenMPI: tools/setup.sh installs it)
         "mpi": ["mpi4py>=3.1"],
     },
-    entry_points={"console_scripts": ["mrc=mrc.cli:main"]},
+    entry_points={"console_scripts": ["mrc=mrc.tools.cli:main"]},
     zip_safe=False,
 )

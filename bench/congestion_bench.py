@@ -5,7 +5,7 @@ queue, mark ECN, trim MRC data and drop (mrc fabric up --link-rate).
 Every switch port runs at --rate (default 100 Mbit/s: a host's 8 planes then
 carry 800 Mbit/s, far below what this 2-core VM forwards, so queues build at
 the switches, not in the CPU). One process per fabric host
-(``python -m mrc.workload`` through ``mrc fabric exec``) runs that host's
+(``python -m mrc.tools.workload`` through ``mrc fabric exec``) runs that host's
 flows; each flow writes one --msg message at a time (default 1 MiB) into the
 next slot of its receiver's region and waits for its completion (TCP: for the
 receiver's one-byte answer when the whole message is in), for --seconds.
@@ -89,7 +89,7 @@ class Host:
         env = dict(os.environ, PYTHONPATH=ROOT)
         self.host = host
         self.p = subprocess.Popen([sys.executable, "-m", "mrc", "fabric", "exec", host, "--name", fabric, "--",
-                                   sys.executable, "-m", "mrc.workload"], stdin=subprocess.PIPE,
+                                   sys.executable, "-m", "mrc.tools.workload"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, env=env)
 
     def ask(self, obj: dict, timeout: float = 120) -> dict:

@@ -36,7 +36,7 @@ from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup, stream_gbps
 from mrc.fabric.faults import FaultScheduler
 from mrc.fabric.pair import host_context, qp_pair
 from mrc.fabric.topology import Topology
-from mrc.perf import stream
+from mrc.tools.perf import stream
 from mrc.verbs import RemoteInfo
 
 

@@ -53,7 +53,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mrc import sim as msim  # noqa: E402
+from mrc.tools import sim as msim  # noqa: E402
 
 KEYS = ("nics", "goodput_ratio", "wire_bound_ratio", "p50_us", "p99_us", "max_us", "max_gap_us", "qp_errors",
         "unfinished", "drops", "down_drops", "trims", "marks", "timeouts", "wall_s", "sim_pps", "sim_data_pps",

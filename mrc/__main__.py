@@ -1,5 +1,5 @@
 import sys
 
-from mrc.cli import main
+from mrc.tools.cli import main
 
 sys.exit(main())

@@ -77,6 +77,7 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (rows, ranks, settings)")
     _job_args(p)
 
+    p.set_defaults(run=run, parser=p)
     t = sub.add_parser("train", help="a data-parallel training step over MRC, under faults",
                        description="Each step computes for --compute-ms (real numpy work, calibrated once), then "
                                    "all-reduces the gradients of a --model-byte model in --bucket buckets (as "
@@ -102,6 +103,7 @@ def add_parser(sub) -> None:
     t.add_argument("--json", action="store_true", help="print one JSON object")
     t.add_argument("--phase-seconds", type=float, help=argparse.SUPPRESS)  # the launcher's, with --faults
     _job_args(t)
+    t.set_defaults(run=run, parser=t)
 
 
 def _rank_argv(a: argparse.Namespace, cmd: str) -> list[str]:

@@ -58,8 +58,10 @@ def probe_matrix(r: dict) -> str:
 
 
 def add_parser(sub) -> None:
+    """Register ``mrc ctl`` and its subcommands."""
     ctl = sub.add_parser("ctl", help="the controller API of a running MRC process (EVs, events, ports, CC)",
                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ctl.set_defaults(run=run, parser=ctl)
     ctl.add_argument("--pid", type=int, help="the process whose endpoint to use")
     ctl.add_argument("--endpoint", help=f"a control socket path (default: the one under {ctl_dir()})")
     ctl.add_argument("--json", action="store_true", help="print JSON")

@@ -1,6 +1,6 @@
 """``mrc capture``: tcpdump of MRC packets inside a fabric host's or switch's
 namespace, started before the traffic and stopped cleanly. ``mrc decode``
-(:mod:`mrc.decode`) summarises what it wrote.
+(:mod:`mrc.tools.decode`) summarises what it wrote.
 
     mrc capture h0 --port 2 -w h0p2.pcap          # Ctrl-C (or --seconds/--count) stops it
     mrc decode h0p2.pcap --json

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mrc import sim
 from mrc.coll import schedule
+from mrc.tools import sim
 
 
 @pytest.mark.parametrize("workload", ["all-reduce", "all-to-all"])

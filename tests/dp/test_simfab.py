@@ -1,4 +1,4 @@
-"""The fabric simulator (csrc/simfab.c, mrc.sim) at small scale: forwarding
+"""The fabric simulator (csrc/simfab.c, mrc.tools.sim) at small scale: forwarding
 against the address plan, link failures, determinism, every scenario of
 bench/sim_bench.py with its bound, and a cross-check with the in-memory link."""
 
@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from mrc import sim as msim
 from mrc.errors import ErrnoError, UsageError
 from mrc.fabric.topology import KIND_T0, KIND_T1, Topology, container, host_usid, usid
+from mrc.tools import sim as msim
 
 G100 = 100_000_000_000
 
@@ -196,7 +196,7 @@ def test_a_victim_started_into_a_running_incast_misses_only_its_first_round_trip
 
 
 def test_a_victim_start_past_the_simulators_clock_is_refused_in_a_clear_error():
-    # the C API too, under mrc.sim.simulate's own check (at most 1 s)
+    # the C API too, under mrc.tools.sim.simulate's own check (at most 1 s)
     with msim.FabricSim(small(), max_qps=4) as s, pytest.raises(ErrnoError, match="EINVAL"):
         s.add_flows([(1, 2, 1 << 20)], 1 << 16, start_ns=2**63)
 
@@ -329,7 +329,7 @@ def test_a_host_with_more_peers_than_a_context_knows_is_refused_in_a_clear_error
 
 OUT_OF_MEMORY = """
 import resource, sys
-from mrc import sim as msim
+from mrc.tools import sim as msim
 from mrc.errors import ErrnoError
 fab = msim.Fabric(hosts=64, seed=1)
 s = msim.FabricSim(fab, max_qps=4, flow_bytes=16 << 20)

@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from mrc import cli
 from mrc.errors import PrivilegeError
 from mrc.fabric import apply
+from mrc.tools import cli
 
 
 def run(*argv):
@@ -78,14 +78,14 @@ def test_rate_parsing():
 
 
 def test_core_package_imports_without_scapy():
-    code = "import sys; sys.modules['scapy'] = None; import mrc, mrc.wire, mrc.fabric.apply, mrc.cli; print('ok')"
+    code = "import sys; sys.modules['scapy'] = None; import mrc, mrc.wire, mrc.fabric.apply, mrc.tools.cli; print('ok')"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
 
 
 def test_core_and_the_dash_model_import_without_the_dash_extra():
     code = ("import sys; sys.modules['aiohttp'] = None; sys.modules['selenium'] = None; "
-            "import mrc, mrc.cli, mrc.demo, mrc.dash.model, mrc.dash.collect; print('ok')")
+            "import mrc, mrc.tools.cli, mrc.tools.demo, mrc.dash.model, mrc.dash.collect; print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
 

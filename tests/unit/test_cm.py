@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from mrc import cm, perf
+from mrc import cm
 from mrc.errors import ErrnoError, UsageError
+from mrc.tools import perf
 from mrc.verbs import RemoteInfo
 
 KEY = b"k" * 32

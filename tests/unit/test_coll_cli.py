@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from mrc import cli
 from mrc.coll import perf, train
 from mrc.errors import UsageError
 from mrc.fabric.faults import schedule
 from mrc.fabric.topology import Topology
+from mrc.tools import cli
 
 
 def run(capsys, *argv):

@@ -14,10 +14,11 @@ from scapy.layers.inet6 import IPv6  # noqa: E402
 from scapy.layers.l2 import Ether  # noqa: E402
 from scapy.utils import wrpcap  # noqa: E402
 
-from mrc import decode, paths, wire  # noqa: E402
 from mrc import dissect as d  # noqa: E402
+from mrc import paths, wire  # noqa: E402
 from mrc.fabric.resolver import resolver  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
+from mrc.tools import decode  # noqa: E402
 
 SMALL = Topology(planes=2, spines=2, leaves=2, hosts=2)
 
@@ -254,6 +255,7 @@ def test_lua_dissector_agrees_with_scapy(sample_pcap):
 
 
 def test_core_package_imports_without_scapy():
-    code = ("import sys, mrc, mrc.verbs, mrc.cli, mrc.perf, mrc.decode, mrc.fabric.capture, mrc.fabric.apply; "
+    code = ("import sys, mrc, mrc.verbs, mrc.tools.cli, mrc.tools.perf, mrc.tools.decode, mrc.fabric.capture, "
+            "mrc.fabric.apply; "
             "assert not [m for m in sys.modules if m.startswith('scapy')], 'scapy was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

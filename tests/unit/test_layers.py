@@ -5,6 +5,7 @@ lines, and documentation that points only inside the repository."""
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -33,12 +34,14 @@ C_LAYERS = [
 ]
 #: the stack: these never import mrc.fabric (they take a path resolver)
 STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/errors.py", "mrc/paths.py",
-         "mrc/verbs.py", "mrc/cm.py", "mrc/perf.py", "mrc/dissect.py", "mrc/decode.py", "mrc/ctl/__init__.py",
-         "mrc/ctl/profiles.py", "mrc/ctl/endpoint.py", "mrc/ctl/cli.py", "mrc/soak.py", "mrc/workload.py", "mrc/sim.py",
+         "mrc/verbs.py", "mrc/cm.py", "mrc/dissect.py", "mrc/ctl/__init__.py", "mrc/ctl/profiles.py",
+         "mrc/ctl/endpoint.py", "mrc/ctl/cli.py",
          # the communicator and its schedules (mrc coll's launcher and mrc train's fault driver are tools)
          "mrc/coll/__init__.py", "mrc/coll/schedule.py", "mrc/coll/proto.py", "mrc/coll/comm.py",
-         "mrc/coll/memworld.py",
-         "mrc/coll/net.py", "mrc/coll/perf.py"]
+         "mrc/coll/memworld.py", "mrc/coll/net.py", "mrc/coll/perf.py",
+         # tools that run on any topology, not only the fabric's
+         "mrc/tools/perf.py", "mrc/tools/decode.py", "mrc/tools/soak.py", "mrc/tools/workload.py",
+         "mrc/tools/sim.py"]
 
 DEF = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([a-z_]\w*)\s*\([^;]*?\)\s*\{", re.M | re.S)
 CALL = re.compile(r"\b([a-z_]\w*)\s*\(")
@@ -140,17 +143,36 @@ def test_the_stack_never_imports_the_web_view(module):
     assert not [m for m in py_imports()[module] if m.startswith("mrc/dash/")]
 
 
-#: the command-line tools: the fabric and the web view never import one (their helpers are in mrc/units.py)
-TOOLS = ["mrc/cli.py", "mrc/perf.py", "mrc/demo.py", "mrc/sim.py", "mrc/soak.py", "mrc/workload.py",
-         "mrc/decode.py", "mrc/ctl/cli.py", "mrc/coll/cli.py", "mrc/coll/launch.py", "mrc/coll/train.py"]
+#: the tools beyond mrc/tools/: the subcommands that live beside what they drive
+TOOLS_ELSEWHERE = {"mrc/ctl/cli.py", "mrc/coll/cli.py", "mrc/coll/launch.py", "mrc/coll/train.py"}
 
 
-@pytest.mark.parametrize("area", ["mrc/fabric/", "mrc/dash/"])
-def test_the_fabric_and_the_web_view_never_import_a_tool(area):
+def _is_tool(module: str) -> bool:
+    return module.startswith("mrc/tools/") or module in TOOLS_ELSEWHERE
+
+
+def test_the_library_never_imports_a_tool():
+    """The top level of mrc/ is the library (the core, the API, the communicator, the controller) and
+    the fabric and the web view sit beside it: none of them imports mrc.tools or another tool (their
+    shared helpers are in mrc/units.py); only the entry point ``python -m mrc`` does."""
     imports = py_imports()
-    for module, deps in imports.items():
-        if module.startswith(area):
-            assert not deps & set(TOOLS), f"{module} imports {sorted(deps & set(TOOLS))}"
+    assert any(_is_tool(m) for m in imports) and "mrc/tools/cli.py" in imports
+    bad = {m: sorted(d for d in deps if _is_tool(d)) for m, deps in imports.items()
+           if not _is_tool(m) and m != "mrc/__main__.py"}
+    assert not {m: d for m, d in bad.items() if d}, bad
+
+
+def test_every_subcommand_is_a_module_with_add_parser_and_run():
+    """One convention: cli.py registers modules, each with add_parser(subparsers) and run(args)."""
+    from mrc.tools import cli
+
+    for name in cli.COMMANDS:
+        mod = importlib.import_module(name)
+        assert callable(getattr(mod, "add_parser", None)) and callable(getattr(mod, "run", None)), name
+    parser = cli.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "cmd")
+    for cmd, p in sub.choices.items():
+        assert p.get_default("run") is not None, f"mrc {cmd} has no run()"
 
 
 def test_only_the_web_server_imports_aiohttp():

@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from mrc import soak
+from mrc.tools import soak
 
 
 def test_a_short_soak_is_clean_and_exercises_every_fault():

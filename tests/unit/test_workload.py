@@ -1,4 +1,4 @@
-"""The congestion bench's host worker (python -m mrc.workload): a request it
+"""The congestion bench's host worker (python -m mrc.tools.workload): a request it
 cannot serve gets one error line and the worker exits 1, before it has
 allocated, bound or connected anything."""
 
@@ -12,7 +12,7 @@ GOOD = {"host": "h0", "transport": "mrc", "msg": 4096, "flows": []}
 
 
 def worker(*lines: str) -> tuple[int, list[dict]]:
-    r = subprocess.run([sys.executable, "-m", "mrc.workload"], input="".join(x + "\n" for x in lines),
+    r = subprocess.run([sys.executable, "-m", "mrc.tools.workload"], input="".join(x + "\n" for x in lines),
                        capture_output=True, text=True, timeout=60)
     return r.returncode, [json.loads(x) for x in r.stdout.splitlines()]
 

@@ -1,5 +1,5 @@
 """Flows between fabric hosts, one process per host: the congestion bench's
-worker (``python -m mrc.workload``, run inside a host's namespace by
+worker (``python -m mrc.tools.workload``, run inside a host's namespace by
 ``mrc fabric exec HOST -- ...``; bench/congestion_bench.py drives it).
 
 The worker speaks JSON lines: a request on standard input, its answer on

@@ -25,7 +25,7 @@ from mrc._dp import ffi, lib
 from mrc.ctl import endpoint
 from mrc.errors import ErrnoError, MrcError, UsageError
 from mrc.paths import PathResolver, from_environment
-from mrc.units import gc_paused, parse_rate, parse_size, percentile  # noqa: F401 (mrc.perf's names too)
+from mrc.units import gc_paused, parse_rate, parse_size, percentile  # noqa: F401 (mrc.tools.perf's names too)
 from mrc.verbs import Context, QPAttr
 
 

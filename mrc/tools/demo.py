@@ -23,7 +23,7 @@ from mrc.fabric.faults import FaultScheduler
 from mrc.fabric.pair import qp_pair
 from mrc.fabric.status import status_text
 from mrc.fabric.topology import Topology
-from mrc.perf import stream
+from mrc.tools.perf import stream
 
 
 def transfer(t: Topology, total: int = 3 << 30, out=sys.stdout, serve_ctl: bool = False) -> dict:

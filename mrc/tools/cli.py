@@ -1,0 +1,93 @@
+"""The ``mrc`` command.
+
+    mrc fabric up [--planes 8 --spines 4 --leaves 2 --hosts 4] [--name NAME]
+    mrc fabric check [--json]      prove every path delivers
+    mrc fabric paths [--json]      every (src, dst, plane, spine) address
+    mrc fabric status [--json]     nodes, links, faults in force
+    mrc fabric fail|heal|flap|loss|rate ...   real, reversible faults
+    mrc fabric qos TARGET|all --rate R   switch egress queues: rate, ECN, trimming
+    mrc fabric stats [--json]      the switch queues' counters
+    mrc fabric exec HOST -- CMD    run a command inside a namespace
+    mrc fabric down [--name NAME | --all]
+    mrc fabric topology            the fabric as a topology file (docs/topology.md)
+    mrc perf server | client HOST  RDMA WRITE bandwidth and latency
+    mrc capture NODE -w FILE       tcpdump of MRC packets inside a namespace
+    mrc decode FILE [--json]       per-QP summary of a capture (scapy)
+    mrc ctl ev|events|port|cc ...  controller API of a running MRC process
+    mrc soak [--seconds S | --packets N]   writes over a misbehaving in-memory link, every byte checked
+    mrc coll all_reduce --fabric NAME      collectives across hosts, in nccl-tests' columns
+    mrc train --fabric NAME [--faults ..]  a data-parallel training step, under faults
+
+Every error prints one line saying what is wrong and what to do, and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from mrc.errors import MrcError
+
+#: the subcommands, in the order of ``mrc --help``: modules with add_parser(sub) and run(args)
+COMMANDS = ["mrc.tools.cmd.demo", "mrc.tools.cmd.dash", "mrc.tools.cmd.perf", "mrc.tools.cmd.capture",
+            "mrc.tools.cmd.decode", "mrc.tools.cmd.soak", "mrc.tools.cmd.sim", "mrc.ctl.cli", "mrc.coll.cli",
+            "mrc.tools.cmd.fabric"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``mrc`` command's parser: every subcommand module registers its own."""
+    top = argparse.ArgumentParser(
+        prog="mrc",
+        description="MRC (Multipath Reliable Connection) in user space: a multi-plane SRv6 uSID fabric "
+                    "in network namespaces, and the tools around it.",
+        epilog="Run `mrc fabric --help` for the fabric commands. Most commands need root.",
+    )
+    top.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = top.add_subparsers(dest="cmd")
+    for name in COMMANDS:
+        importlib.import_module(name).add_parser(sub)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after the first "--" is the command of `mrc fabric exec`,
+    # wherever the options stand
+    command: list[str] | None = None
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, command = argv[:cut], argv[cut + 1:]
+    a = parser.parse_args(argv)
+    if command is not None:
+        if getattr(a, "fcmd", None) != "exec":
+            parser.error("`--` only goes with `mrc fabric exec NODE -- CMD`")
+        a.argv = a.argv + command
+    try:
+        if a.version:
+            from mrc import __version__
+
+            print(__version__)
+            return 0
+        run = getattr(a, "run", None)
+        if run is None:
+            parser.print_help()
+            return 2
+        return run(a)
+    except MrcError as e:
+        print(f"mrc: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # the reader went away (`mrc ... | head`): what was done stays done, nothing more is printed
+        # (stdout goes to /dev/null, so the interpreter's last flush cannot fail again); 141 is what
+        # a shell reports for a command that SIGPIPE ended
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
+if __name__ == "__main__":
+    sys.exit(main())

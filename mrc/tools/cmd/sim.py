@@ -1,0 +1,68 @@
+"""``mrc sim``: the engine at every NIC of a simulated Clos, in virtual time."""
+
+from __future__ import annotations
+
+import argparse
+
+from mrc.tools import args
+
+
+def add_parser(sub) -> None:
+    """``mrc sim``'s options."""
+    sim = sub.add_parser("sim", help="the engine at up to 1,024 NICs on a simulated multi-plane Clos (virtual time)",
+                         description="Every NIC runs the unchanged engine; switches forward on the uSID destination "
+                                     "(End next-CSID over the fabric's address plan) and queue at their egress ports "
+                                     "(ECN, trimming, drops as the fabric's BPF queues do). Prints per-flow completion "
+                                     "times, utilisation per tier and plane, drops/trims/marks, failover gaps, QP "
+                                     "errors and the simulator's speed. Deterministic for a seed. docs/sim.md has "
+                                     "the model. Example: `mrc sim --hosts 64 --workload permutation --size 16M "
+                                     "--single-path --json`.")
+    sim.add_argument("--hosts", type=int, default=1024, help="NICs (2-1024, default 1024)")
+    sim.add_argument("--planes", type=int, default=8, help="planes, one NIC port each (default 8)")
+    sim.add_argument("--leaves", type=int, default=0, help="T0 leaves per plane (default: one per 32 hosts)")
+    sim.add_argument("--spines", type=int, default=0, help="T1 spines per plane (default: hosts per leaf, "
+                                                            "non-blocking)")
+    sim.add_argument("--rate", default="100G", help="every link's rate, e.g. 100G, 400G (default 100G)")
+    sim.add_argument("--hop-delay", default="1us", help="per link: propagation and switching (default 1us)")
+    sim.add_argument("--buffer", default="1M", help="switch egress buffer per port (default 1M)")
+    sim.add_argument("--ecn", default="64K", help="queue above which switches mark CE (default 64K)")
+    sim.add_argument("--trim", default="128K", help="queue above which switches trim MRC data (default 128K; 0: off)")
+    sim.add_argument("--mtu", type=int, default=4096, help="payload bytes per packet (64-8872, default 4096)")
+    sim.add_argument("--workload", default="permutation", choices=["permutation", "alltoall", "incast", "victim",
+                                                                    "ring-allreduce", "all-reduce", "all-to-all"],
+                     help="permutation: each NIC writes to one other (random); alltoall: to every other; incast: "
+                          "--incast senders to host 0; victim: that plus one sender's flow to another host; "
+                          "ring-allreduce: each to the next, 2(N-1)/N x size; all-reduce, all-to-all: mrc.coll's "
+                          "schedule (ring reduce-scatter + all-gather; pairwise), --size bytes of float32 per rank "
+                          "in 512 KiB pieces, 16 in flight per pair, each waiting for the piece it depends on")
+    sim.add_argument("--size", default="16M", help="bytes each sender writes in all (default 16M)")
+    sim.add_argument("--msg", default="1M", help="bytes per WRITE (default 1M)")
+    sim.add_argument("--incast", type=int, default=7, help="incast senders (default 7)")
+    sim.add_argument("--victim-at", default="0", metavar="TIME",
+                     help="victim workload: start the victim flow this long into the incast, e.g. 100us "
+                          "(default 0: together)")
+    sim.add_argument("--fail", action="append", default=[], metavar="SPEC",
+                     help="t1:P.S, t0:P.L, link:P.L.S or host:H.P, then @AT and +DURATION, e.g. t1:0.3@50us "
+                          "(repeatable)")
+    sim.add_argument("--flap", action="append", default=[], metavar="SPEC",
+                     help="link:P.L.S/PERIOD@AT+DURATION: down half of every period, e.g. link:0.0.0/10ms@0+100ms")
+    sim.add_argument("--single-path", action="store_true", help="also run the workload with one EV per QP "
+                                                                "(ECMP-hashed), the baseline, in the same run")
+    sim.add_argument("--no-pacing", action="store_true",
+                     help="NICs do not pace their ports: the engine fills one 8-frame queue of all the NIC's ports "
+                          "in rotation order (the control for pacing; default: a packet goes when a port is free, "
+                          "as in a NIC)")
+    sim.add_argument("--seed", type=int, default=1, help="the workload's and the flows' randomness (default 1)")
+    sim.add_argument("--plots", metavar="DIR", help="write the completion-time CDF and utilisation-over-time PNGs")
+    sim.add_argument("--quiet", action="store_true",
+                     help="no progress on stderr (default: on a terminal a line rewritten each second, in a log "
+                          "a line every 10 s of CPU time; stdout, the JSON included, is the same either way)")
+    args.json_arg(sim)
+    sim.set_defaults(run=run, parser=sim)
+
+
+def run(a: argparse.Namespace) -> int:
+    """``mrc sim``."""
+    from mrc.tools import sim
+
+    return sim.main(a)
