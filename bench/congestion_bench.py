@@ -59,7 +59,7 @@ from campaign_report import PauseMonitor  # noqa: E402  (bench/, beside this fil
 from mrc.errors import MrcError  # noqa: E402
 from mrc.fabric import apply, baseline, ns, qos  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
-from mrc.units import parse_size, percentile  # noqa: E402
+from mrc.units import parse_rate, parse_size, percentile  # noqa: E402
 
 TRANSPORTS = ("mrc", "tcp_cubic", "tcp_bbr", "mptcp")
 WORKLOADS = ("incast", "victim", "alltoall")
@@ -337,9 +337,9 @@ def check_args(a, workloads: list[str]) -> str | None:
     if a.victim_nic_x != 1 and "victim" not in workloads:
         return "--victim-nic-x goes with the victim workload (--workloads victim)"
     try:
-        qos.PortQoS(apply.parse_rate(a.rate), a.ecn_kb, a.trim_kb, a.buffer_kb).check()
+        qos.PortQoS(parse_rate(a.rate), a.ecn_kb, a.trim_kb, a.buffer_kb).check()
         if a.alltoall_rate:
-            qos.PortQoS(apply.parse_rate(a.alltoall_rate)).check()
+            qos.PortQoS(parse_rate(a.alltoall_rate)).check()
     except MrcError as e:
         return str(e)
     return None
@@ -353,7 +353,7 @@ def workload_qos(workload: str, t: Topology, q: qos.PortQoS, a) -> qos.PortQoS:
     carries what an incast's receiver does)."""
     if workload != "alltoall":
         return q
-    rate = apply.parse_rate(a.alltoall_rate) if a.alltoall_rate else q.rate_bps * 2 // t.hosts
+    rate = parse_rate(a.alltoall_rate) if a.alltoall_rate else q.rate_bps * 2 // t.hosts
     return qos.PortQoS(rate, q.ecn_kb, q.trim_kb, q.buffer_kb)
 
 
@@ -429,7 +429,7 @@ def rounds_summary(rounds: list[dict], transports: list[str], ideal_ms: float) -
 def build(a) -> tuple[Topology, qos.PortQoS]:
     t = Topology(planes=a.planes, spines=a.spines, leaves=a.leaves, hosts=a.hosts,
                  name=f"cg{secrets.token_hex(3)}")
-    q = qos.PortQoS(apply.parse_rate(a.rate), a.ecn_kb, a.trim_kb, a.buffer_kb).check()
+    q = qos.PortQoS(parse_rate(a.rate), a.ecn_kb, a.trim_kb, a.buffer_kb).check()
     apply.up(t)
     try:
         apply.wire_sized(t)  # switches forward wire-size packets (TCP's GSO super-packets are cut at the leaf)

@@ -1,7 +1,7 @@
 """The fabric's SRv6 in tc BPF, for a kernel built without SRv6.
 
 A kernel without ``CONFIG_IPV6_SEG6_LWTUNNEL`` refuses seg6local and seg6
-routes (EOPNOTSUPP). :class:`mrc.fabric.apply.Executor` then puts the same
+routes (EOPNOTSUPP). :class:`mrc.fabric.executor.Executor` then puts the same
 behaviours on the ports as tc-BPF programs (built and found by
 :mod:`mrc.fabric.tcbpf`), and everything else of the fabric (addresses, static
 routes, the switch queues) stays as it is:

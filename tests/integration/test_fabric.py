@@ -10,7 +10,7 @@ import time
 import pytest
 
 from mrc.errors import FabricError, UsageError
-from mrc.fabric import apply, ns, qos, srv6bpf
+from mrc.fabric import apply, executor, ns, qos, srv6bpf
 from mrc.fabric.check import PROTO_EXPERIMENT, check
 from mrc.fabric.topology import Topology
 from tests.integration.conftest import unique_name
@@ -340,14 +340,14 @@ def test_default_fabric_up_check_down_leaves_nothing():
 
 def test_failed_build_leaves_nothing_behind(monkeypatch):
     t = Topology(planes=2, spines=2, leaves=2, hosts=2, name=unique_name("f"))
-    real = apply.Executor.op_end
+    real = executor.Executor.op_end
 
     def broken(self, node, prefix, ifname):
         if node == "p1s1":
             raise OSError(22, "injected failure")
         return real(self, node, prefix, ifname)
 
-    monkeypatch.setattr(apply.Executor, "op_end", broken)
+    monkeypatch.setattr(executor.Executor, "op_end", broken)
     with pytest.raises(Exception, match="injected failure"):
         apply.up(t)
     assert not apply.project_namespaces(ns.list_netns(), t.name)
@@ -356,7 +356,7 @@ def test_failed_build_leaves_nothing_behind(monkeypatch):
 
 def test_a_link_without_carrier_fails_the_wait_with_its_name(small_fabric):
     t = small_fabric
-    ex = apply.Executor(t)
+    ex = executor.Executor(t)
     ends = apply.veths_set_up(apply.plan(t))
     node, ifname = sorted(e for e in ends if e[0] == "p0s0" and not e[1].startswith("usid"))[0]  # a spine's link
     try:

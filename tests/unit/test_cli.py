@@ -8,6 +8,7 @@ import pytest
 from mrc.errors import PrivilegeError
 from mrc.fabric import apply
 from mrc.tools import cli
+from mrc.units import parse_rate
 
 
 def run(*argv):
@@ -71,10 +72,10 @@ def test_project_namespaces_selects_only_ours():
 
 
 def test_rate_parsing():
-    assert apply.parse_rate("1gbit") == 10**9
-    assert apply.parse_rate("500mbit") == 5 * 10**8
+    assert parse_rate("1gbit") == 10**9
+    assert parse_rate("500mbit") == 5 * 10**8
     with pytest.raises(Exception, match="cannot read rate"):
-        apply.parse_rate("fast")
+        parse_rate("fast")
 
 
 def test_core_package_imports_without_scapy():

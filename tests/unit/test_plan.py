@@ -107,7 +107,7 @@ def test_a_kernel_without_srv6_gets_the_same_behaviours_in_tc_bpf(monkeypatch):
     import pytest
 
     from mrc.errors import FabricError
-    from mrc.fabric import apply, nl, srv6bpf
+    from mrc.fabric import executor, nl, srv6bpf
     from mrc.fabric.plan import Op
 
     attached, ports, segments = [], [], []
@@ -124,7 +124,7 @@ def test_a_kernel_without_srv6_gets_the_same_behaviours_in_tc_bpf(monkeypatch):
                 raise OSError(self.code, "refused")
             self.plain.append((dst, k))
 
-    class Refusing(apply.Executor):
+    class Refusing(executor.Executor):
         def __init__(self, t, code):  # no netlink: every SRv6 route is refused with code
             self.t, self.srv6_bpf, self._segs, self._raw = t, False, {}, Raw(code)
 

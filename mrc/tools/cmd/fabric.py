@@ -9,6 +9,7 @@ import sys
 
 from mrc.errors import UsageError
 from mrc.tools import args
+from mrc.units import parse_rate
 
 
 def add_parser(sub) -> None:
@@ -137,10 +138,10 @@ def _queue_args(p: argparse.ArgumentParser) -> None:
 
 
 def _port_qos(rate: str, a: argparse.Namespace):
-    from mrc.fabric import apply
+    """The switch queues ``--rate`` and the threshold options ask for (rate 0 or off: none)."""
     from mrc.fabric.qos import PortQoS
 
-    bps = 0 if rate.strip() in ("0", "off") else apply.parse_rate(rate)
+    bps = 0 if rate.strip() in ("0", "off") else parse_rate(rate)
     return PortQoS(bps, a.ecn_kb, a.trim_kb, a.buffer_kb).check()
 
 
