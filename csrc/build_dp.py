@@ -18,7 +18,7 @@ HEADERS = [os.path.join(HERE, "include", h)
            for h in ("mrc_wire.h", "mrc/mrc.h", "mrc_manual.h", "mrc_sim.h", "mrc_bench.h")]
 # the core (sans-I/O), lowest layer first; then the in-memory link; then the
 # I/O side and the engine thread; then benchmark support (csrc/core.h, io.h)
-SOURCES = ["wire.c", "crc32c.c", "ep.c", "ev.c", "cc_nscc.c", "qp.c", "requester.c", "completer.c", "responder.c",
+SOURCES = ["wire.c", "crc32c.c", "ep.c", "rings.c", "ev.c", "cc_nscc.c", "qp.c", "requester.c", "completer.c", "responder.c",
            "evprobe.c", "dispatch.c", "simlink.c", "io_packet.c", "link_watch.c", "engine.c", "verbs.c",
            "simfab.c", "simfab_setup.c", "bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c"]
 

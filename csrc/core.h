@@ -3,7 +3,7 @@
  * The core's files, lowest first; each may call only the files below it
  * (architecture.md; docs/architecture.md has a paragraph per file):
  *   wire.c crc32c.c hdr.h   packet layouts, accessors, PSN compare, ICRC
- *   ep.c                    object tables (MRs, QPs, CQs) and rings; posting
+ *   ep.c rings.c            object tables (MRs, QPs, CQs); their rings and posting
  *   ev.c                    EV sets and the EV state machine; cc_nscc.c: NSCC
  *   qp.c                    QP lifecycle and the QP state machine
  *   requester.c completer.c responder.c evprobe.c    the roles
@@ -11,7 +11,7 @@
  * The drivers, simlink.c (the in-memory link) and the engine thread
  * (engine.c, io_packet.c, link_watch.c), drive the core through dispatch.c's
  * entry points only. The API calls (verbs.c) reach the objects' owners
- * (ep.c, qp.c, ev.c) and dispatch.c's named accessors of the endpoint's
+ * (ep.c, rings.c, qp.c, ev.c) and dispatch.c's named accessors of the endpoint's
  * shared state, each call under the context's locks; a context's creation
  * and end (engine.c) make and free the endpoint (ep.c, qp.c).
  *
@@ -400,7 +400,15 @@ static inline int qp_send_blocked(const struct mrc_ep *ep, const struct qp *q)
     return !(qp_usable_ports(ep, q) & planes) && (q->sq_cur != LOAD_ACQ(q->sq_tail) || q->cur_off);
 }
 
-/* ep.c: tables, rings and posting. Calls nothing but wire.c. */
+/* How many completions wait in a CQ. */
+static inline uint32_t cq_used(const struct cq *cq)
+{
+    uint32_t t = LOAD_ACQ(cq->tail), h = LOAD_ACQ(cq->head);
+    return (t + cq->size - h) % cq->size;
+}
+
+/* ep.c: tables; rings.c: rings and posting. Call nothing but wire.c (and
+ * rings.c ep.c). */
 int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_ep **out);
 uint64_t ep_prf(const struct mrc_ep *ep, uint64_t domain, uint64_t x);
 int ep_pd_alloc(struct mrc_ep *ep, uint32_t *pdn);

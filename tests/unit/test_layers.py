@@ -19,6 +19,7 @@ MAX_LINES = 700
 C_LAYERS = [
     ["crc32c.c", "wire.c"],
     ["ep.c"],
+    ["rings.c"],  # the endpoint's rings and posting, over its tables
     ["ev.c", "cc_nscc.c"],
     ["qp.c"],
     ["requester.c", "completer.c", "responder.c", "evprobe.c"],
