@@ -1,6 +1,6 @@
 """The layout's rules, checked on the source (docs/architecture.md): no call
 cycle among the C files and none among the Python modules, the C layers in
-their order, the stack never importing the fabric, no source file over 700
+their order, the stack never importing the fabric, no source file over 600
 lines, and documentation that points only inside the repository."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
-MAX_LINES = 700
+MAX_LINES = 600
 
 # lowest first: a file may call only files of its own layer or below
 C_LAYERS = [
@@ -188,9 +188,10 @@ def test_only_the_web_server_imports_aiohttp():
     assert set(users) == {"mrc/dash/server.py"}
 
 
-def test_no_source_file_is_over_700_lines():
+def test_no_source_file_is_over_600_lines():
     long = []
-    for p in list((ROOT / "mrc").rglob("*.py")) + list(CSRC.rglob("*.[ch]")) + list((ROOT / "bench").glob("*.py")):
+    for p in [*(ROOT / "mrc").rglob("*.py"), *CSRC.rglob("*.[ch]"), *(ROOT / "bench").glob("*.py"),
+              *(ROOT / "tools").glob("*.py"), *(ROOT / "tests").rglob("*.py")]:
         n = len(p.read_text().splitlines())
         if n > MAX_LINES:
             long.append((p.relative_to(ROOT).as_posix(), n))
