@@ -90,6 +90,7 @@ class Connection:
         self.addr = ""             # the other end's address (listener side)
 
     def send(self, obj: dict) -> None:
+        """Send one JSON message."""
         self.sock.sendall((json.dumps(obj) + "\n").encode())
 
     def recv(self, timeout: float | None = SETUP_TIMEOUT) -> dict:
@@ -126,6 +127,7 @@ class Connection:
         return msg
 
     def reply(self, info: RemoteInfo, **extra) -> None:
+        """Answer a request with our QP's description (signed when a key is set)."""
         ans = {"info": info_to_json(info), **extra}
         if self._key is not None:
             ans["auth"] = _proof(*self._key, ans, b"answer")
@@ -151,10 +153,12 @@ class Connection:
         self.close()
 
     def close(self) -> None:
+        """Close the setup connection."""
         self.sock.close()
 
 
 def info_to_json(info: RemoteInfo) -> dict:
+    """A RemoteInfo as a JSON-ready dict (the exchange's format)."""
     d = asdict(info)
     d["ports"] = {str(k): v for k, v in info.ports.items()}
     d["paths"] = {str(k): v for k, v in info.paths.items()}
@@ -270,10 +274,12 @@ class Listener:
             raise ErrnoError(getattr(e, "errno", None) or errno.EPROTO, f"client [{c.addr}]: {why}") from None
 
     def close(self) -> None:
+        """Stop listening."""
         self.sock.close()
 
 
 def listen(addr: str = "::", port: int = DEFAULT_PORT, psk: bytes | None = None) -> Listener:
+    """Listen for connection setups on ``addr``:``port`` (with ``psk``: only clients holding the key)."""
     return Listener(addr, port, psk)
 
 

@@ -76,6 +76,7 @@ class QPAttr:
     cc: dict = field(default_factory=dict)
 
     def to_c(self):
+        """The attributes as a ``struct mrc_qp_attr`` (the engine's defaults where unset)."""
         a = ffi.new("struct mrc_qp_attr *")
         lib.mrc_qp_attr_default(a)
         for f in fields(self):
@@ -106,6 +107,7 @@ class AsyncEvent:
 
     @property
     def status_name(self) -> str | None:
+        """For a QP_FATAL event, the status the QP failed with."""
         return WC_STATUS.get(self.info) if self.type == "QP_FATAL" else None
 
 
@@ -120,10 +122,12 @@ class WorkCompletion:
 
     @property
     def status_name(self) -> str:
+        """The status's name (SUCCESS, RETRY_EXC_ERR, ...)."""
         return WC_STATUS.get(self.status, str(self.status))
 
     @property
     def ok(self) -> bool:
+        """Whether the work request succeeded."""
         return self.status == lib.MRC_WC_SUCCESS
 
 
@@ -166,6 +170,7 @@ class MemoryRegion:
         self.lkey, self.rkey = lkey[0], rkey[0]
 
     def close(self) -> None:
+        """Deregister the region (refused while a queued work request reads from it)."""
         if self._cbuf is not None and dev_open(self.dev):
             check(lib.mrc_mr_dereg(self.dev.handle(), self.lkey), "close a memory region",
                   "a queued work request still reads from it: poll its completion first")
@@ -188,6 +193,7 @@ class CompletionQueue:
         return check(lib.mrc_cq_fd(self.dev.handle(), self.cqn), f"completion channel of CQ {self.cqn}")
 
     def poll(self, max_entries: int = POLL_BATCH) -> list[WorkCompletion]:
+        """Up to ``max_entries`` completions, oldest first."""
         w = self.dev.wc_buffer()
         n = check(lib.mrc_poll_cq(self.dev.handle(), self.cqn, w, min(max_entries, POLL_BATCH)),
                   f"poll CQ {self.cqn}")
@@ -203,6 +209,7 @@ class CompletionQueue:
 
     @property
     def overflow(self) -> int:
+        """Completions that found the CQ full (they waited; none was lost)."""
         return self.stats()["overflow"]
 
     def get_event(self, timeout: float | None = None) -> bool:
@@ -231,6 +238,7 @@ class CompletionQueue:
         return out
 
     def destroy(self) -> None:
+        """Destroy the CQ (refused while a QP uses it)."""
         check(lib.mrc_cq_destroy(self.dev.handle(), self.cqn), f"destroy CQ {self.cqn}")
         self.destroyed = True
 
@@ -293,12 +301,14 @@ class QueuePair:
         check(lib.mrc_post_write(self.dev.handle(), self.qpn, wr, 1), f"post WRITE on QP {self.qpn}")
 
     def post_recv(self, wr_ids: list[int]) -> None:
+        """Post receives for WRITE_IMMs, one per work request id."""
         arr = ffi.new("uint64_t[]", wr_ids)
         n = check(lib.mrc_post_recv(self.dev.handle(), self.qpn, arr, len(wr_ids)), f"post receives on QP {self.qpn}")
         if n != len(wr_ids):
             raise ErrnoError(errno.ENOSPC, f"only {n} of {len(wr_ids)} receives fit the receive queue")
 
     def stats(self) -> dict:
+        """The QP's counters, state and window (``struct mrc_qp_stats``)."""
         st = ffi.new("struct mrc_qp_stats *")
         check(lib.mrc_qp_query(self.dev.handle(), self.qpn, st), f"query QP {self.qpn}")
         d = _as_dict(st, "struct mrc_qp_stats")
@@ -308,6 +318,7 @@ class QueuePair:
 
     @property
     def state(self) -> str:
+        """RESET, INIT, RTR, RTS or ERROR."""
         return self.stats()["state_name"]
 
     @property
@@ -323,6 +334,7 @@ class QueuePair:
                  "state": EV_STATES[out[i].state], "active": bool(out[i].in_slot)} for i in range(n)]
 
     def set_ev_state(self, ev: int, state: int) -> None:
+        """Set an EV GOOD or DENIED (the controller's allow and deny)."""
         check(lib.mrc_ev_set_state(self.dev.handle(), self.qpn, ev, state), f"set EV {ev:#x} state")
 
     def set_ev_paths(self, npaths: list[int]) -> None:
@@ -332,11 +344,13 @@ class QueuePair:
         check(lib.mrc_ev_set_paths(self.dev.handle(), self.qpn, arr, len(npaths)), f"set QP {self.qpn} paths")
 
     def destroy(self) -> None:
+        """Destroy the QP."""
         check(lib.mrc_qp_destroy(self.dev.handle(), self.qpn), f"destroy QP {self.qpn}")
         self.destroyed = True
 
 
 def dev_open(dev: Device) -> bool:
+    """Whether ``dev``'s context is still open."""
     return dev._h is not None
 
 
@@ -401,6 +415,7 @@ class Device:
         return buf
 
     def random_psn(self) -> int:
+        """A random initial PSN (24 bits)."""
         return self._rng.getrandbits(24)
 
     # objects -------------------------------------------------------------
@@ -411,6 +426,7 @@ class Device:
         return ProtectionDomain(self, pdn[0])
 
     def reg_mr(self, buf, remote_write: bool = False, pd: ProtectionDomain | None = None) -> MemoryRegion:
+        """Register ``buf`` (remote-writable if asked) in ``pd``, or the device's PD."""
         mr = MemoryRegion(self, buf, remote_write, pd or self.pd)
         self._mrs.append(mr)
         return mr
@@ -428,6 +444,7 @@ class Device:
 
     def create_qp(self, attr: QPAttr | None = None, send_cq: CompletionQueue | None = None,
                   recv_cq: CompletionQueue | None = None, pd: ProtectionDomain | None = None) -> QueuePair:
+        """A queue pair on these CQs and PD (the device's by default)."""
         return self.qp_class(self, attr or QPAttr(), send_cq or self.cq, recv_cq or send_cq or self.cq,
                              pd or self.pd)
 
@@ -437,6 +454,7 @@ class Device:
 
     # state and counters --------------------------------------------------
     def drops(self) -> dict:
+        """Received packets dropped, by reason (never a crash: a counter)."""
         arr = ffi.new("uint64_t[]", len(DROP_REASONS))
         check(lib.mrc_ctx_drops(self.handle(), arr, len(DROP_REASONS)), "read drop counters")
         return {name: arr[i] for i, name in enumerate(DROP_REASONS)}
@@ -455,6 +473,7 @@ class Device:
         return _as_dict(a, "struct mrc_device_attr")
 
     def ev_events(self) -> list[dict]:
+        """EV state changes since the last call, oldest first."""
         cap = 4096
         out = ffi.new("struct mrc_ev_event[]", cap)
         n = check(lib.mrc_ev_poll_events(self.handle(), out, cap), "poll EV events")
@@ -474,6 +493,7 @@ class Device:
 
     # lifetime ------------------------------------------------------------
     def close(self) -> None:
+        """Destroy every QP, CQ, region and PD, then the context."""
         calls = getattr(self, "_calls", None)
         if calls is None:  # __init__ failed early
             return

@@ -62,6 +62,7 @@ class ICRC(Packet):
     fields_desc = [XIntField("icrc", None)]
 
     def extract_padding(self, s):
+        """The ICRC ends the packet: nothing follows it."""
         return b"", s
 
 
@@ -89,6 +90,7 @@ class BTH(Packet):
         return isinstance(ip, IPv6) and (ip.tc >> 2) == wire.DSCP_TRIMMED
 
     def dissect(self, s):
+        """Dissect, keeping the last four bytes for the ICRC layer."""
         s = self.pre_dissect(s)
         s = self.do_dissect(s)
         s = self.post_dissect(s)
@@ -102,12 +104,14 @@ class BTH(Packet):
             self.add_payload(ICRC(crc, _internal=1, _underlayer=self))
 
     def guess_payload_class(self, payload):
+        """The extension header that follows, by opcode."""
         if self.opcode in DATA_OPCODES:
             return METH
         return {wire.OP_SACK: SETH, wire.OP_NACK: NETH, wire.OP_RELIABILITY_PROBE: PETH,
                 wire.OP_ENDPOINT_REQUEST: ERTH, wire.OP_ENDPOINT_RESPONSE: EETH}.get(self.opcode, Raw)
 
     def post_build(self, pkt, pay):
+        """Fill in the ICRC when it was left as None."""
         last = self.lastlayer()
         if isinstance(last, ICRC) and last.icrc is None and len(pay) >= wire.ICRC_LEN:
             body = pkt + pay[: -wire.ICRC_LEN]
@@ -115,6 +119,7 @@ class BTH(Packet):
         return pkt + pay
 
     def mysummary(self):
+        """One line: opcode, destination QP, PSN."""
         return self.sprintf("MRC %BTH.opcode% qp=%BTH.dest_qp% psn=%BTH.psn%")
 
 
@@ -129,6 +134,7 @@ class METH(Packet):
     fields_desc = [ShortField("rq_msn", 0), ShortField("msn", 0)]
 
     def guess_payload_class(self, payload):
+        """TSETH when the BTH says a timestamp follows, else RETH."""
         b = _bth(self)
         return TSETH if b is not None and b.ts else RETH
 
@@ -138,6 +144,7 @@ class TSETH(Packet):
     fields_desc = [IntField("timestamp", 0)]
 
     def guess_payload_class(self, payload):
+        """RETH follows the timestamp."""
         return RETH
 
 
@@ -146,6 +153,7 @@ class RETH(Packet):
     fields_desc = [XLongField("va", 0), XIntField("rkey", 0), IntField("dma_len", 0)]
 
     def guess_payload_class(self, payload):
+        """ImmDt for a WRITE with immediate, else the payload."""
         b = _bth(self)
         return ImmDt if b is not None and b.opcode in IMM_OPCODES else Raw
 
@@ -155,6 +163,7 @@ class ImmDt(Packet):
     fields_desc = [XIntField("imm", 0)]
 
     def guess_payload_class(self, payload):
+        """The payload follows the immediate."""
         return Raw
 
 
@@ -180,6 +189,7 @@ class SETH(Packet):
     ]
 
     def guess_payload_class(self, payload):
+        """CCSTATE follows the SACK header."""
         return CCSTATE
 
     def acked(self) -> list[int]:

@@ -81,4 +81,5 @@ class ManualContext(Device):
         return {"id": r.id, "ev": r.ev, "peer": r.peer, "port": r.port, "rtt_ns": r.rtt_ns}
 
     def probe_cancel(self, probe_id: int) -> None:
+        """Forget a probe: a late answer is dropped as STALE_PROBE."""
         check(lib.mrc_ep_probe_cancel(self._ep(), probe_id), f"cancel probe {probe_id}")

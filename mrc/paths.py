@@ -189,6 +189,7 @@ class TopologyResolver(PathResolver):
         return r
 
     def hosts(self) -> list[str]:
+        """Every host the topology names."""
         return sorted(self._ports)
 
     def find_me(self) -> str | None:
@@ -202,6 +203,7 @@ class TopologyResolver(PathResolver):
         return found.pop() if len(found) == 1 else None
 
     def local_ports(self) -> list[tuple[str, int]] | None:
+        """This host's ports as (interface, plane), or None when it is unknown."""
         if self.host is None:
             return None
         ports = self._ports[self.host]
@@ -212,13 +214,16 @@ class TopologyResolver(PathResolver):
         return [(v["ifname"], p) for p, v in sorted(ports.items())]
 
     def mgmt_address(self, host: str) -> str | None:
+        """``host``'s management address, if the topology gives one."""
         return self._mgmt.get(host)
 
     def port_address(self, host: str, plane: int) -> str | None:
+        """The address of ``host``'s port on ``plane``."""
         port = self._ports.get(host, {}).get(plane)
         return port["address"] if port else None
 
     def paths(self, dst: str, plane: int) -> list[str] | None:
+        """The destination addresses of this host's paths to ``dst`` on ``plane``."""
         if self.host is None or dst not in self._ports:
             return None
         explicit = self._paths.get((self.host, dst, plane))
@@ -228,6 +233,7 @@ class TopologyResolver(PathResolver):
         return [final] if final else None
 
     def host_of(self, address: str) -> str | None:
+        """The host that owns ``address``, or None."""
         a = str(ipaddress.IPv6Address(address))
         if a in self._owner:
             return self._owner[a][0]
@@ -239,6 +245,7 @@ class TopologyResolver(PathResolver):
         return None
 
     def describe(self, address: str) -> dict:
+        """What ``address`` names: host, plane, and the switches a uSID container lists."""
         hops: list[str] = []
         if self._block_bits and ipaddress.IPv6Address(address) in self._block:
             us = usids(address, self._block_bits)

@@ -43,6 +43,7 @@ class Sim:
         return idx
 
     def index(self, ep: ManualContext) -> int:
+        """``ep``'s index on the link (its peer number)."""
         for i, e in enumerate(self.eps):
             if e is ep:
                 return i
@@ -58,9 +59,11 @@ class Sim:
         return qa, qb
 
     def path(self, plane: int, index: int) -> int:
+        """The path number of ``plane``'s path ``index``."""
         return plane * self.per_plane + index
 
     def set_path(self, path: int, **kw) -> None:
+        """Change a path's delay, loss, rate, queues or down time (``struct mrc_sim_path`` fields)."""
         p = ffi.new("struct mrc_sim_path *")
         check(lib.mrc_sim_get_path(self._sim, path, p), f"path {path}")
         for k, v in kw.items():
@@ -74,14 +77,17 @@ class Sim:
             check(lib.mrc_sim_set_port_rate(self._sim, p, rate_bps), f"port rate of plane {p}")
 
     def set_all(self, **kw) -> None:
+        """The same change on every path."""
         for i in range(self.planes * self.per_plane):
             self.set_path(i, **kw)
 
     @property
     def now(self) -> int:
+        """Virtual time, ns."""
         return self.stats()["now_ns"]
 
     def stats(self) -> dict:
+        """What the link did: packets delivered, dropped, duplicated, trimmed, marked, per path."""
         st = ffi.new("struct mrc_sim_stats *")
         lib.mrc_sim_stats(self._sim, st)
         d = {name: getattr(st, name) for name, _ in ffi.typeof("struct mrc_sim_stats").fields}
@@ -129,6 +135,7 @@ class Sim:
         return out
 
     def close(self) -> None:
+        """Free the link (its endpoints stay)."""
         if self._sim is not None:
             lib.mrc_sim_record(self._sim, ffi.NULL, 0)
             lib.mrc_sim_destroy(self._sim)

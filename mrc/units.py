@@ -16,6 +16,7 @@ from mrc.errors import UsageError
 
 
 def parse_size(s: str) -> int:
+    """Bytes from ``64``, ``4K``, ``1M``, ``2G``."""
     s = s.strip().upper()
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     try:
@@ -39,6 +40,7 @@ def parse_rate(rate: str) -> int:
 
 
 def percentile(xs: list[float], q: float) -> float:
+    """The ``q`` quantile of ``xs`` (nearest rank; 0 for none)."""
     if not xs:
         return 0.0
     xs = sorted(xs)

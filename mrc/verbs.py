@@ -198,6 +198,7 @@ class EngineThread:
         self.ports = ports
 
     def start(self) -> None:
+        """Start the engine thread."""
         check(lib.mrc_ctx_start(self._dev.handle()), "start the engine thread")
 
     def set_spin(self, spin_us: float) -> None:
@@ -226,15 +227,19 @@ class EngineThread:
         lib.mrc_ctx_progress_done(self._dev.handle())
 
     def add_peer(self, cfg) -> int:
+        """Add a peer's paths; returns its index."""
         return check(lib.mrc_ctx_add_peer(self._dev.handle(), cfg), "add peer")
 
     def del_peer(self, peer: int) -> None:
+        """Forget a peer (refused while a QP uses it)."""
         check(lib.mrc_ctx_del_peer(self._dev.handle(), peer), f"forget peer {peer}")
 
     def port_admin(self, plane: int, up: bool) -> None:
+        """Set a port's admin state."""
         check(lib.mrc_ctx_port_admin(self._dev.handle(), plane, int(up)), f"set port {plane} admin state")
 
     def port_stats(self) -> list[dict]:
+        """Every port's counters and state."""
         out = []
         st = ffi.new("struct mrc_port_stats *")
         for i, p in enumerate(self.ports):
@@ -246,10 +251,12 @@ class EngineThread:
 
     @property
     def async_fd(self) -> int:
+        """An eventfd that is readable when asynchronous events wait."""
         return check(lib.mrc_ctx_async_fd(self._dev.handle()), "asynchronous event channel")
 
     def probe(self, req, n: int, timeout_ns: int, out) -> int:
         # cffi drops the interpreter lock for the call: other threads run while it waits
+        """Send EV probes and wait for their answers (``mrc_ctx_ep_batch_send_wait``)."""
         with self._dev.waiting_call() as h:
             return check(lib.mrc_ctx_ep_batch_send_wait(h, req, n, timeout_ns, out), "probe")
 
@@ -323,6 +330,7 @@ class Context(Device):
             self.engine.start()
 
     def reg_mr(self, buf, remote_write: bool = False, pd: ProtectionDomain | None = None) -> MemoryRegion:
+        """Register ``buf``; a remote-writable one is faulted in now, as a NIC pins it."""
         mr = super().reg_mr(buf, remote_write, pd)
         if remote_write:
             # fault the pages in now, as a NIC's registration pins them: else the
@@ -527,9 +535,11 @@ class Context(Device):
         self.engine.port_admin(plane, up)
 
     def port_stats(self) -> list[dict]:
+        """Every port's counters and state."""
         return self.engine.port_stats()
 
     def close(self) -> None:
+        """Release every QP's profiles, then close the context."""
         if self._h is not None:
             for qp in list(self._qps.values()):
                 qp.release_profiles()
@@ -543,6 +553,7 @@ class ConnectedQP(QueuePair):
     ev_profile = None
 
     def connect(self, remote: RemoteInfo) -> None:  # type: ignore[override]
+        """Connect to ``remote`` (its paths from the EV profile when the QP has one)."""
         prof = self.ev_profile
         if prof is not None:
             # the profile's paths (its denied ones too: allow brings them back) replace the peer's own
@@ -585,6 +596,7 @@ class ConnectedQP(QueuePair):
             prof.watchers.append(follow)
 
     def destroy(self) -> None:
+        """Destroy the QP, release its profiles and forget its peer."""
         super().destroy()
         self.release_profiles()
         peer, self.peer = getattr(self, "peer", None), None

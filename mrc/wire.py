@@ -37,18 +37,22 @@ def ev_make(plane: int, entropy: int) -> int:
 
 
 def ev_plane(ev: int) -> int:
+    """The plane an EV travels on."""
     return ev >> lib.MRC_EV_PLANE_SHIFT
 
 
 def ev_entropy(ev: int) -> int:
+    """An EV's entropy (which path of the plane)."""
     return ev & lib.MRC_EV_ENTROPY_MASK
 
 
 def ev_flow_label(ev: int) -> int:
+    """The IPv6 flow label an EV sets."""
     return ev & lib.MRC_EV_FLOW_MASK
 
 
 def ev_udp_sport(ev: int) -> int:
+    """The UDP source port an EV sets."""
     return lib.MRC_EV_SPORT_BASE | ((ev >> lib.MRC_EV_SPORT_SHIFT) & lib.MRC_EV_SPORT_MASK)
 
 
@@ -73,6 +77,7 @@ def psn_cmp(a: int, b: int) -> int:
 
 
 def crc32c(data: bytes, crc: int = 0) -> int:
+    """CRC32C of ``data`` (continuing ``crc``)."""
     return lib.mrc_crc32c(crc, data, len(data))
 
 

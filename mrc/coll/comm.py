@@ -101,6 +101,7 @@ class Handle:
         self._comm, self._run, self._result = comm, run, result
 
     def test(self) -> bool:
+        """Whether the collective has finished (progresses it once; raises what it failed with)."""
         if self._run is None:
             return True
         if self._comm._step(self._run):

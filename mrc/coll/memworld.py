@@ -35,9 +35,11 @@ class MemWorld:
 
     # the net's side of a communicator ------------------------------------
     def attach(self, comm: Communicator) -> None:
+        """Join the world (every rank is here already)."""
         pass
 
     def reg_mr(self, comm: Communicator, buf, remote_write: bool):
+        """Register ``buf`` in this rank's context."""
         return self.ctxs[comm.rank].reg_mr(buf, remote_write=remote_write)
 
     def ensure(self, comm: Communicator, peers: list[int]) -> None:
@@ -60,25 +62,32 @@ class MemWorld:
                     qp.post_recv([0] * (2 * c.slots + 4))
 
     def poll(self, comm: Communicator):
+        """This rank's completions."""
         return self.ctxs[comm.rank].poll_cq()
 
     def wait(self, comm: Communicator, timeout: float) -> None:
+        """Advance the in-memory link one step (the world's only clock)."""
         self.step()
 
     def aborted(self, comm: Communicator, starting: bool = False):
+        """(rank, cause) once the world aborted, else None."""
         return self.abort_info
 
     def gone(self) -> set[int]:
+        """Ranks that left: none in one process."""
         return set()
 
     def settle(self, comm: Communicator, timeout: float):
+        """The abort, if any: a death is known at once in one process."""
         return self.abort_info  # one process: a death is known at once
 
     def abort(self, comm: Communicator, rank: int | None, cause: str) -> None:
+        """Abort every rank with ``cause`` (the first abort wins)."""
         if self.abort_info is None:
             self.abort_info = (rank, cause)
 
     def detach(self, comm: Communicator) -> None:
+        """Leave the world (nothing to release per rank)."""
         pass
 
     # driving ---------------------------------------------------------------
@@ -132,6 +141,7 @@ class MemWorld:
         return out
 
     def close(self) -> None:
+        """Drop every rank's links and the in-memory link."""
         for c in self.comms:
             c.links.clear()
         self.sim.close()

@@ -144,6 +144,7 @@ class FabricNet:
         self._start_watch()
 
     def reg_mr(self, comm: Communicator, buf, remote_write: bool):
+        """Register ``buf`` in this rank's context."""
         return self.ctx.reg_mr(buf, remote_write=remote_write)
 
     def ensure(self, comm: Communicator, peers: list[int]) -> None:
@@ -175,9 +176,11 @@ class FabricNet:
         return len(peers) == self.nranks - 1 and len(comm.links) < (self.nranks - 1) * comm.channels
 
     def poll(self, comm: Communicator):
+        """This rank's completions."""
         return self.cq.poll()
 
     def wait(self, comm: Communicator, timeout: float) -> None:
+        """Sleep until a completion, a control message or ``timeout`` seconds."""
         try:
             r, _, _ = select.select([self.cq.fd, self._wake_r], [], [], timeout)
         except (OSError, ValueError):
@@ -189,6 +192,7 @@ class FabricNet:
                 pass
 
     def aborted(self, comm: Communicator, starting: bool = False):
+        """(rank, cause) once the job aborted (or, when ``starting``, a rank left), else None."""
         if self.abort_info is None and starting and self.departed:
             gone = min(self.departed)
             return gone, f"rank {gone} closed its communicator"
@@ -214,6 +218,7 @@ class FabricNet:
         return set(self.departed)
 
     def detach(self, comm: Communicator) -> None:
+        """Leave the job: close the QPs, the listener and the control connections."""
         self.close()
 
     # ------------------------------------------------------------ QPs

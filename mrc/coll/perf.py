@@ -33,6 +33,7 @@ def sizes(begin: int, end: int, factor: int = 2, step: int = 0) -> list[int]:
 
 
 def data(rank: int, n: int, dtype: str, seed: int) -> np.ndarray:
+    """Rank ``rank``'s input: small integers, the same for a seed on every machine."""
     rng = np.random.default_rng([seed, rank])
     return rng.integers(-4, 5, n).astype(dtype)
 
@@ -65,6 +66,7 @@ class Case:
             self.size = int(self.cv[rank].sum()) * isz
 
     def start(self, comm: Communicator):
+        """Start the case's collective on ``comm``; returns its handle."""
         if self.coll in ("all_reduce", "reduce_scatter"):
             return getattr(comm, self.coll)(self.x, self.op, async_op=True)
         if self.coll == "broadcast":
@@ -74,6 +76,7 @@ class Case:
         return getattr(comm, self.coll)(self.x, async_op=True)
 
     def expected(self) -> np.ndarray:
+        """What this rank must hold afterwards, computed with numpy."""
         n, c = self.n, self.coll
         if c == "all_gather":
             return np.concatenate([data(r, self.count // n, self.dtype, self.seed) for r in range(n)])
@@ -132,6 +135,7 @@ def run(comm: Communicator, coll: str, size_list: list[int], dtype: str = "float
 
 
 def header(coll: str, n: int, out=sys.stdout) -> None:
+    """nccl-tests' header lines for ``coll`` on ``n`` ranks."""
     print(f"# mrc coll {coll}: {n} ranks; busbw = algbw x {schedule.bus_factor(coll, n):.4g} "
           f"({_factor_text(coll)})", file=out)
     print(f"#{'size':>11} {'count':>13} {'type':>9} {'redop':>7} {'root':>7} {'time':>10} {'algbw':>8} {'busbw':>8} "
@@ -144,6 +148,7 @@ def _factor_text(coll: str) -> str:
 
 
 def line(r: dict) -> str:
+    """One size's row in nccl-tests' columns."""
     wrong = "N/A" if r["wrong"] is None else str(r["wrong"])
     return (f"{r['size']:>12} {r['count']:>13} {TYPE_NAMES.get(r['type'], r['type']):>9} {r['redop']:>7} "
             f"{r['root']:>7} {r['time_us']:>10.2f} {r['algbw_GBps']:>8.3f} {r['busbw_GBps']:>8.3f} {wrong:>7}")

@@ -34,6 +34,7 @@ def imm_pack(kind: int, seq: int, tag: int, slot: int) -> int:
 
 
 def imm_unpack(imm: int) -> tuple[int, int, int, int]:
+    """An immediate's (kind, sequence, tag, slot)."""
     return imm >> 30, (imm >> 26) & 0xF, (imm >> 14) & 0xFFF, imm & 0x3FFF
 
 
@@ -52,11 +53,13 @@ class Desc:
     rank: int
 
     def pack(self) -> bytes:
+        """The description as the bytes a grant carries."""
         return DESC_STRUCT.pack(_MAGIC, self.seq, self.coll, self.dtype, self.op, 0, self.root, self.count, self.pair,
                           self.nranks, self.rank)
 
     @classmethod
     def unpack(cls, b: bytes) -> Desc | None:
+        """A description from a grant's bytes, or None when they are not one."""
         try:
             magic, seq, coll, dt, op, _, root, count, pair, n, rank = DESC_STRUCT.unpack_from(b)
         except struct.error:
@@ -64,6 +67,7 @@ class Desc:
         return cls(seq, coll, dt, op, root, count, pair, n, rank) if magic == _MAGIC else None
 
     def text(self) -> str:
+        """The call in words, for an error that names two calls that differ."""
         coll = schedule.COLLECTIVES[self.coll] if self.coll < len(schedule.COLLECTIVES) else f"collective {self.coll}"
         op = f" {OP_NAMES.get(self.op, self.op)}" if coll in ("all_reduce", "reduce_scatter") else ""
         root = f" root {self.root}" if coll == "broadcast" else ""

@@ -58,6 +58,7 @@ class Plan:
         return sum(x.count for x in self.xfers if x.send and x.peer == peer)
 
     def received_from(self, peer: int) -> int:
+        """Elements this rank receives from ``peer`` in the plan."""
         return sum(x.count for x in self.xfers if not x.send and x.peer == peer)
 
 

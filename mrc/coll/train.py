@@ -173,6 +173,7 @@ def rank_main(comm, a) -> int:
 
 
 def report(res: dict, out=sys.stdout) -> None:
+    """Print the phases' step and collective times to ``out``."""
     for name in ("all", "no_fault", "with_faults"):
         if name in res:
             s = res[name]

@@ -30,6 +30,7 @@ from mrc.wire import ev_entropy, ev_make, ev_name, ev_plane
 
 
 def parse_ev(text: str) -> int:
+    """An EV from ``0x20005`` or ``plane/entropy`` (``2/5``)."""
     try:
         if "/" in text:
             plane, entropy = (int(x, 0) for x in text.split("/", 1))
@@ -116,6 +117,7 @@ def _out(a, obj, text: str) -> None:
 
 
 def run(a) -> int:
+    """``mrc ctl`` and its subcommands."""
     if a.ccmd == "list":
         rows = []
         for path in endpoints():

@@ -59,6 +59,7 @@ _SOCK_NAME = re.compile(rf"(\d+)(?:-{_TAG.pattern})?\.sock")
 
 
 def ctl_dir() -> str:
+    """Where control sockets live ($MRC_CTL_DIR, else /run/mrc/ctl)."""
     return os.environ.get("MRC_CTL_DIR", CTL_DIR)
 
 
@@ -258,6 +259,7 @@ class ControlServer:
             return {"ok": False, "errno": errno.EIO, "error": f"EIO: internal error: {type(e).__name__}: {e}"}
 
     def handle(self, req: dict, privileged: bool = True) -> dict:
+        """Answer one request; a modification needs ``privileged``."""
         op = req.get("op")
         if op in MODIFY and not privileged:
             raise ErrnoError(errno.EPERM, f"{op} changes the device: only root or CAP_NET_ADMIN may do it")
@@ -280,6 +282,7 @@ class ControlServer:
         return qps[int(qpn)]
 
     def op_info(self, req: dict) -> dict:
+        """The process, its ports and their state, its QPs."""
         st = self.ctx.port_stats()
         return {"pid": os.getpid(), "ports": [{"ifname": p.ifname, "plane": p.plane, "address": p.address,
                                               "admin": "ENABLED" if s["admin_up"] else "DISABLED",
@@ -302,6 +305,7 @@ class ControlServer:
         return {"qps": out}
 
     def op_ev_list(self, req: dict) -> dict:
+        """Every EV of a QP with its state and slot."""
         qp = self._qp(req)
         out = []
         for e in qp.evs():
@@ -310,6 +314,7 @@ class ControlServer:
         return {"qpn": qp.qpn, "evs": out}
 
     def op_ev_set(self, req: dict) -> dict:
+        """Deny or allow an EV (or every EV of a plane or path)."""
         qp = self._qp(req)
         state = req.get("state")
         if state not in (GOOD, DENIED):
@@ -340,6 +345,7 @@ class ControlServer:
         return self.ctx.ev_address(ref, ev["ev"]) if ref is not None else None
 
     def op_events(self, req: dict) -> dict:
+        """EV and port events after a sequence number."""
         self._drain()
         after = int(req.get("after", 0))
         with self._lock:
@@ -365,6 +371,7 @@ class ControlServer:
                                      f"({', '.join(str(p['host'] or f'#{i}') for i, p in peers.items()) or 'none'})")
 
     def op_probe(self, req: dict) -> dict:
+        """Probe a peer's EVs; each answer's port and RTT."""
         idx, peer = self._peer(req.get("dst"))
         timeout_ms = float(req.get("timeout_ms", 100))
         if not 0 < timeout_ms <= 10_000:
@@ -381,6 +388,7 @@ class ControlServer:
         return {"peer": idx, "host": peer["host"], "timeout_ms": timeout_ms, "probes": res}
 
     def op_port(self, req: dict) -> dict:
+        """Set a port's admin state."""
         plane, up = int(req["plane"]), bool(req["up"])
         if plane not in {p.plane for p in self.ctx.ports}:
             raise ErrnoError(errno.ENOENT, f"no port on plane {plane}")
@@ -388,9 +396,11 @@ class ControlServer:
         return {"plane": plane, "admin": "ENABLED" if up else "DISABLED"}
 
     def op_cc_show(self, req: dict) -> dict:
+        """The CC profile and what each QP runs."""
         return {"profile": self.cc.query(), "effective": self.ctx.cc_config()}
 
     def op_cc_set(self, req: dict) -> dict:
+        """Change the CC profile's configuration (taken offline and back)."""
         cfg = dict(req.get("config") or {})
         if self.cc.state == "ONLINE":
             self.cc.offline()
@@ -401,6 +411,7 @@ class ControlServer:
 
     # ------------------------------------------------------------ closing
     def close(self) -> None:
+        """Stop serving and remove the socket."""
         self._stop = True
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
@@ -477,6 +488,7 @@ class ControlClient:
         return ans
 
     def close(self) -> None:
+        """Close the connection."""
         self.f.close()
         self.sock.close()
 

@@ -124,6 +124,7 @@ class EVFormatProfile(_Profile):
             self.modify(mode, widths or [])
 
     def modify(self, mode: str, widths: list[int]) -> None:
+        """Set the format's mode and field widths (refused while an EV profile uses it)."""
         self._modifiable()
         if self.users:
             raise ErrnoError(errno.EBUSY, f"EV format profile {self.id} is used by an EV profile")
@@ -141,9 +142,11 @@ class EVFormatProfile(_Profile):
 
     @property
     def width(self) -> int:
+        """The EV's width in bits, all fields together."""
         return sum(self.widths)
 
     def query(self) -> dict:
+        """The profile as a dict."""
         return {"id": self.id, "state": self.state, "mode": self.mode, "widths": list(self.widths)}
 
 
@@ -159,14 +162,17 @@ class EVField:
 
     @property
     def bits(self) -> int:
+        """The field's width in bits."""
         return bin(self.mask).count("1")
 
     @property
     def hi(self) -> int:
+        """The field's largest value."""
         return (1 << self.bits) - 1 if self.max_val is None else self.max_val
 
     @property
     def count(self) -> int:
+        """How many values the field takes."""
         return self.hi - self.min_val + 1
 
     def value(self, v: int) -> int:
@@ -190,6 +196,7 @@ class EVEntry:
     state: str = GOOD
 
     def as_dict(self, fmt: EVFormatProfile) -> dict:
+        """The entry as a dict (with its SRv6 address in SRv6 mode)."""
         d = {"value": self.value, "port": self.port, "state": self.state}
         if fmt.mode == SRV6:
             d["address"] = srv6_address(self.value, fmt.width)
@@ -238,6 +245,7 @@ class EVProfile(_Profile):
     def modify(self, mode: str, fmt: EVFormatProfile | None, *, ev_count: int | None = None,
                fields: list[EVField] | None = None, port: int = 1, ev_min_active: int = 1,
                event_mask: tuple = (GOOD, ASSUMED_BAD)) -> None:
+        """Set the profile's mode, format and EVs (refused while online)."""
         self._modifiable()
         if mode not in (AUTO, EXPLICIT, GENERATED):
             raise _bad(f"unknown EV profile mode {mode!r}: use AUTO, EXPLICIT or GENERATED")
@@ -327,11 +335,13 @@ class EVProfile(_Profile):
             raise _bad(f"EV profile {self.id} has {missing} of {self.ev_count} EVs unpopulated: replace them all")
 
     def online(self) -> None:
+        """Bring the profile online; its format is then in use."""
         super().online()
         if self.fmt is not None:
             self.fmt.users += 1
 
     def offline(self) -> None:
+        """Take the profile offline; its format is free again."""
         was = self.state
         super().offline()
         if was == ONLINE and self.fmt is not None:
@@ -387,15 +397,18 @@ class EVProfile(_Profile):
                 fn(srv6_address(value, self.fmt.width), state)
 
     def ev_state(self, value: int) -> str:
+        """The state of the EV with this value."""
         return self._find(value)[0].state
 
     def query_array(self, max_entries: int) -> list[dict | None]:
+        """Every EV entry, in an array of ``max_entries`` (E2BIG when too small)."""
         if max_entries < self.ev_count:
             raise ErrnoError(errno.E2BIG, f"the array holds {self.ev_count} EVs; room for {max_entries} given",
                            needed=self.ev_count)
         return [None if e is None else e.as_dict(self.fmt) for e in self.entries]
 
     def query(self) -> dict:
+        """The profile as a dict."""
         return {"id": self.id, "state": self.state, "mode": self.mode, "fmt": self.fmt.id if self.fmt else None,
                 "ev_count": self.ev_count, "ev_min_active": self.ev_min_active, "event_mask": list(self.event_mask),
                 "fields": [dict(vars(f)) for f in self.fields],
@@ -435,6 +448,7 @@ class CCProfile(_Profile):
             self.modify(algorithm, config or {})
 
     def modify(self, algorithm: str, config: dict) -> None:
+        """Set the algorithm and its configuration (checked against the device's limits)."""
         self._modifiable()
         if algorithm not in LIMITS.cc_algorithms:
             raise _bad(f"unknown CC algorithm {algorithm!r}: this device has {', '.join(LIMITS.cc_algorithms)}")
@@ -452,6 +466,7 @@ class CCProfile(_Profile):
         self.state = OFFLINE
 
     def query(self) -> dict:
+        """The profile as a dict."""
         return {"id": self.id, "state": self.state, "algorithm": self.algorithm, "config": dict(self.config)}
 
 
@@ -489,6 +504,7 @@ class Registry:
         return profile
 
     def get(self, kind: str, pid: int):
+        """The profile of ``kind`` with id ``pid`` (ENOENT otherwise)."""
         prof = getattr(self, kind).get(pid)
         if prof is None:
             name = self.KINDS[kind][0].kind
@@ -506,6 +522,7 @@ class Registry:
 
     @staticmethod
     def release(prof) -> None:
+        """A QP stops using ``prof``."""
         prof.users = max(0, prof.users - 1)
 
 

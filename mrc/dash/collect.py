@@ -93,10 +93,12 @@ class Collector:
 
     # ----------------------------------------------------------- lifetime
     def start_thread(self) -> Collector:
+        """Start sampling in a thread; returns the collector."""
         self._thread.start()
         return self
 
     def close(self) -> None:
+        """Stop sampling and wait for the thread."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(5)

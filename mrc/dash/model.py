@@ -128,6 +128,7 @@ QP_NUMBERS = ("qpn", "cwnd", "inflight", "srtt_ns", "min_rtt_ns", "base_rtt_ns",
 
 
 def check_int(x) -> int:
+    """``x`` if it is an integer (not a bool), else ValueError."""
     if isinstance(x, bool) or not isinstance(x, int):
         raise ValueError(f"{x!r} is not an integer")
     return x

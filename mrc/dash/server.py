@@ -74,6 +74,7 @@ class Dash:
 
     # --------------------------------------------------------------- checks
     def host_ok(self, request) -> bool:
+        """Whether the request's Host header names this server (no DNS rebinding)."""
         return host_allowed(request.headers.get("Host", ""), self.bind, self.port)
 
     def origin_ok(self, request) -> bool:
@@ -82,11 +83,13 @@ class Dash:
         return origin is None or origin == f"http://{request.headers.get('Host', '')}"
 
     def token_ok(self, request) -> bool:
+        """Whether the request carries the token that allows changes."""
         given = request.headers.get(TOKEN_HEADER, "")
         return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
 
 
 def make_app(dash: Dash):
+    """The aiohttp application: the page, the state API and the fault actions."""
     web = _web()
 
     @web.middleware

@@ -49,6 +49,7 @@ def exit_cleanly_on_sigterm() -> None:
 
 
 def require_root(what: str) -> None:
+    """Raise PrivilegeError, naming ``what``, unless running as root."""
     if os.geteuid() != 0:
         raise PrivilegeError(
             f"{what} needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN to create namespaces); run it with sudo"
@@ -57,6 +58,7 @@ def require_root(what: str) -> None:
 
 # --------------------------------------------------------------------- state
 def state_path(name: str) -> str:
+    """The state file of fabric ``name``."""
     return os.path.join(STATE_DIR, f"{name}.json")
 
 
@@ -137,6 +139,7 @@ def srv6(name: str) -> str:
 
 
 def load_state(name: str) -> dict:
+    """Fabric ``name``'s state: topology, faults and queues in force (FabricError if it is not up)."""
     try:
         with open(state_path(name)) as f:
             return json.load(f)
@@ -147,10 +150,12 @@ def load_state(name: str) -> dict:
 
 
 def load_topology(name: str) -> Topology:
+    """The topology fabric ``name`` was built with."""
     return Topology.from_dict(load_state(name)["topology"])
 
 
 def list_fabrics() -> list[str]:
+    """The names of the fabrics that are up (state files or namespaces)."""
     names = set()
     with suppress(FileNotFoundError):
         names.update(f[:-5] for f in os.listdir(STATE_DIR) if f.endswith(".json"))

@@ -38,6 +38,7 @@ class Capture:
 
     def argv(self) -> list[str]:
         # -B: a 64 MiB kernel buffer, so a burst at line rate is not dropped
+        """The tcpdump command line."""
         a = ["tcpdump", "-n", "-B", "65536", "-i", self.interface or "any", "-w", self.out]
         if self.snaplen:
             a += ["-s", str(self.snaplen)]
@@ -46,6 +47,7 @@ class Capture:
         return a + ["udp", "port", str(wire.UDP_PORT)]
 
     def start(self, timeout: float = 10.0) -> Capture:
+        """Start tcpdump in the node's namespace; returns once it listens."""
         if not shutil.which("tcpdump"):
             raise MrcError("tcpdump is not installed: apt-get install tcpdump")
         apply.require_root("mrc capture")
@@ -102,6 +104,7 @@ class Capture:
 
 def capture_main(fabric: str, node: str, out: str, port: int | None, interface: str | None, seconds: float | None,
                  count: int | None, snaplen: int, quiet: bool = False) -> int:
+    """``mrc capture``: capture until Ctrl-C, SIGTERM, ``seconds`` or ``count``."""
     iface = interface or (f"p{port}" if port is not None else None)
     say = (lambda *x: None) if quiet else (lambda *x: print(*x, file=sys.stderr, flush=True))
 

@@ -44,17 +44,20 @@ class Executor:
         self._segs: dict[tuple[str, str], int] = {}  # a host port -> its encap program's segs map
 
     def ipr(self, node: str):
+        """pyroute2's IPRoute inside ``node``'s namespace (one per node)."""
         if node not in self._ipr:
             self._ipr[node] = self.IPRoute(netns=self.t.ns(node))
         return self._ipr[node]
 
     def raw(self, node: str) -> nl.NetlinkRoute:
+        """Our netlink socket inside ``node``'s namespace, for the routes pyroute2 mangles."""
         if node not in self._nl:
             sock = ns.run_in(self.t.ns(node), lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
             self._nl[node] = nl.NetlinkRoute(sock)
         return self._nl[node]
 
     def index(self, node: str, ifname: str) -> int:
+        """The interface index of ``ifname`` in ``node``."""
         key = (node, ifname)
         if key not in self._idx:
             found = self.ipr(node).link_lookup(ifname=ifname)
@@ -64,6 +67,7 @@ class Executor:
         return self._idx[key]
 
     def close(self) -> None:
+        """Close every netlink socket and BPF map this executor opened."""
         for i in self._ipr.values():
             with suppress(Exception):
                 i.close()
@@ -76,6 +80,7 @@ class Executor:
         self._segs.clear()
 
     def run(self, ops: list[Op], exist_ok: bool = False) -> None:
+        """Run ``ops`` in order (``exist_ok``: what exists already is not an error)."""
         for op in ops:
             try:
                 getattr(self, "op_" + op.kind)(op.node, **op.args)
@@ -88,25 +93,32 @@ class Executor:
 
     # one method per op kind ----------------------------------------------
     def op_netns(self, node: str) -> None:
+        """Create the node's namespace."""
         self.netns.create(self.t.ns(node))
 
     def op_sysctl(self, node: str, values: dict) -> None:
+        """Write sysctls inside the node."""
         ns.write_sysctls(self.t.ns(node), values)
 
     def op_up(self, node: str, ifname: str) -> None:
+        """Set an interface up."""
         self.ipr(node).link("set", index=self.index(node, ifname), state="up")
 
     def op_down(self, node: str, ifname: str) -> None:
+        """Set an interface down."""
         self.ipr(node).link("set", index=self.index(node, ifname), state="down")
 
     def op_mtu(self, node: str, ifname: str, mtu: int) -> None:
+        """Set an interface's MTU."""
         self.ipr(node).link("set", index=self.index(node, ifname), mtu=mtu)
 
     def op_bridge(self, node: str, ifname: str) -> None:
+        """Create a bridge."""
         self.ipr(node).link("add", ifname=ifname, kind="bridge")
 
     def op_veth(self, node: str, ifname: str, peer_node: str, peer_ifname: str,
                 address: str | None = None, peer_address: str | None = None) -> None:
+        """Create a veth pair between two nodes."""
         peer = {"ifname": peer_ifname, "net_ns_fd": self.t.ns(peer_node)}
         extra = {}
         if address:
@@ -116,28 +128,35 @@ class Executor:
 
     def op_neigh(self, node: str, ifname: str, address: str, lladdr: str) -> None:
         # NUD_PERMANENT (0x80); "replace" so that a heal simply rewrites it
+        """A static neighbour entry."""
         self.ipr(node).neigh("replace", dst=address, lladdr=lladdr, ifindex=self.index(node, ifname),
                              state=0x80, family=socket.AF_INET6)
 
     def op_master(self, node: str, ifname: str, master: str) -> None:
+        """Enslave an interface to a bridge."""
         self.ipr(node).link("set", index=self.index(node, ifname), master=self.index(node, master))
 
     def op_addr(self, node: str, ifname: str, address: str, prefixlen: int) -> None:
         # IFA_F_NODAD: the address is usable at once (no duplicate detection wait)
+        """Add an address to an interface."""
         self.ipr(node).addr("add", index=self.index(node, ifname), address=address,
                             prefixlen=prefixlen, flags=0x02)
 
     def op_route(self, node: str, dst: str, gateway: str, ifname: str) -> None:
+        """Add a route through a gateway."""
         self.ipr(node).route("add", dst=dst, gateway=gateway, oif=self.index(node, ifname))
 
     def op_rule(self, node: str, src: str, table: int, priority: int) -> None:
+        """Add a policy routing rule for a source address."""
         self.ipr(node).rule("add", family=socket.AF_INET6, src=src, src_len=128,
                             table=table, priority=priority)
 
     def op_nft(self, node: str, script: str) -> None:
+        """Load an nftables script."""
         nft(self.t, node, script)
 
     def op_end(self, node: str, prefix: str, ifname: str) -> None:
+        """A switch's End with NEXT-C-SID for its uSID (tc BPF on a kernel without SRv6)."""
         try:
             self.raw(node).add(prefix, self.index(node, ifname), nl.end_next_csid(32, 16))
         except OSError as e:
@@ -147,6 +166,7 @@ class Executor:
             self.srv6_bpf = True
 
     def op_dt6(self, node: str, prefix: str, ifname: str, table: int) -> None:
+        """A host's End.DT6 for kernel traffic (tc BPF on a kernel without SRv6)."""
         try:
             self.raw(node).add(prefix, self.index(node, ifname), nl.end_dt6(table))
         except OSError as e:
@@ -157,6 +177,7 @@ class Executor:
 
     def op_encap(self, node: str, dst: str, segment: str, ifname: str, prefsrc: str | None = None,
                  table: int = nl.RT_TABLE_MAIN) -> None:
+        """A host's seg6 encap.red route to a peer (tc BPF on a kernel without SRv6)."""
         oif = self.index(node, ifname)
         try:
             self.raw(node).add(dst, oif, nl.encap_red(segment), table=table, prefsrc=prefsrc)

@@ -204,6 +204,7 @@ class FaultScheduler:
                 return list(self.events)
 
     def close(self) -> None:
+        """End the fault process once its plan is done (it heals nothing: the caller does)."""
         if self.proc.poll() is None:
             self.proc.stdin.close()
             try:

@@ -266,4 +266,5 @@ class NetlinkRoute:
         return out
 
     def close(self) -> None:
+        """Close the netlink socket."""
         self.sock.close()

@@ -24,10 +24,12 @@ T = TypeVar("T")
 
 
 def netns_path(name: str) -> str:
+    """The bind-mount path of namespace ``name``."""
     return os.path.join(NETNS_RUN_DIR, name)
 
 
 def list_netns() -> list[str]:
+    """The named network namespaces on this machine."""
     try:
         return sorted(os.listdir(NETNS_RUN_DIR))
     except FileNotFoundError:
@@ -83,6 +85,7 @@ def command(name: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
 
 
 def popen(name: str, argv: list[str], **kw) -> subprocess.Popen:
+    """Start ``argv`` inside namespace ``name``."""
     return subprocess.Popen(argv, preexec_fn=lambda: _enter(name), **kw)
 
 

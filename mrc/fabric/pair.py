@@ -50,6 +50,7 @@ class QPPair:
         return hashlib.sha256(memoryview(self.dst)[:n]).digest() == hashlib.sha256(memoryview(self.src)[:n]).digest()
 
     def close(self) -> None:
+        """Destroy the QPs (and the contexts, when the pair made them)."""
         if self.owns_contexts:
             self.ca.close()
             self.cb.close()

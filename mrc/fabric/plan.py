@@ -44,11 +44,13 @@ class Op:
     links: tuple[str, ...] = ()
 
     def describe(self) -> str:
+        """The operation in one line."""
         args = " ".join(f"{k}={v}" for k, v in self.args.items())
         return f"{self.node}: {self.kind} {args}".rstrip()
 
 
 def plan(t: Topology) -> list[Op]:
+    """Every netlink operation that builds ``t``, in order."""
     ops: list[Op] = []
     hosts = range(t.hosts)
     planes = range(t.planes)

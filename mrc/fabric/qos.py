@@ -49,6 +49,7 @@ class PortQoS:
     buffer_kb: int = 0
 
     def check(self) -> PortQoS:
+        """The settings, or UsageError when one is out of range."""
         if self.rate_bps and not 1000 <= self.rate_bps <= 400_000_000_000 or self.rate_bps < 0:
             raise UsageError(f"link rate {self.rate_bps} b/s is out of range (1 kbit to 400 gbit)")
         for what, v in (("--ecn-kb", self.ecn_kb), ("--trim-kb", self.trim_kb), ("--buffer-kb", self.buffer_kb)):
@@ -244,9 +245,11 @@ class PortReader:
                 self.fds.append(maps)
 
     def read(self) -> dict[str, dict]:
+        """Every port's counters now."""
         return {name: _counters(maps["st"]) for name, maps in zip(self.ports, self.fds, strict=True)}
 
     def close(self) -> None:
+        """Close the ports' BPF maps."""
         for maps in self.fds:
             for fd in maps.values():
                 os.close(fd)

@@ -11,6 +11,7 @@ SRV6_TEXT = {
 
 
 def status_text(t, state: dict, present: list[str]) -> tuple[dict, str]:
+    """The fabric's status: a dict and its text (nodes present, faults in force)."""
     faults = state.get("faults", {})
     expected = [t.ns(n) for n in t.nodes()]
     missing = [n for n in expected if n not in present]

@@ -126,6 +126,7 @@ class Topology:
 
     # ---------------------------------------------------------------- checks
     def validate(self) -> None:
+        """UsageError when the name or a dimension is out of range."""
         if not NAME_RE.match(self.name):
             raise UsageError(
                 f"fabric name {self.name!r} is not valid: use 1-10 lower-case letters or digits"
@@ -162,15 +163,19 @@ class Topology:
         return f"{NS_PREFIX}{self.name}-"
 
     def ns(self, node: str) -> str:
+        """The namespace of ``node``."""
         return f"{self.prefix}{node}"
 
     def host(self, h: int) -> str:
+        """Host ``h``'s node name."""
         return f"h{h}"
 
     def leaf(self, p: int, leaf: int) -> str:
+        """The node name of plane ``p``'s leaf ``leaf``."""
         return f"p{p}l{leaf}"
 
     def spine(self, p: int, s: int) -> str:
+        """The node name of plane ``p``'s spine ``s``."""
         return f"p{p}s{s}"
 
     def host_leaf(self, h: int) -> int:
@@ -178,12 +183,15 @@ class Topology:
         return h * self.leaves // self.hosts
 
     def hosts_of_leaf(self, leaf: int) -> list[int]:
+        """The hosts under leaf ``leaf`` (the same in every plane)."""
         return [h for h in range(self.hosts) if self.host_leaf(h) == leaf]
 
     def host_nodes(self) -> list[str]:
+        """Every host's node name."""
         return [self.host(h) for h in range(self.hosts)]
 
     def switch_nodes(self) -> list[str]:
+        """Every switch's node name, plane by plane."""
         out = []
         for p in range(self.planes):
             out += [self.leaf(p, leaf) for leaf in range(self.leaves)]
@@ -191,6 +199,7 @@ class Topology:
         return out
 
     def nodes(self) -> list[str]:
+        """Every node: hosts, switches and the management network."""
         return self.host_nodes() + self.switch_nodes() + ["mgmt"]
 
     def host_index(self, host: int | str) -> int:
@@ -206,12 +215,15 @@ class Topology:
 
     # ----------------------------------------------------------------- uSIDs
     def leaf_usid(self, p: int, leaf: int) -> int:
+        """The uSID of plane ``p``'s leaf ``leaf``."""
         return usid(KIND_T0, p, leaf)
 
     def spine_usid(self, p: int, s: int) -> int:
+        """The uSID of plane ``p``'s spine ``s``."""
         return usid(KIND_T1, p, s)
 
     def port_usid(self, h: int, p: int) -> int:
+        """The uSID of host ``h``'s port on plane ``p``."""
         return host_usid(h, p)
 
     def port_address(self, h: int, p: int) -> str:
@@ -219,9 +231,11 @@ class Topology:
         return container([self.port_usid(h, p)])
 
     def port_ifname(self, p: int) -> str:
+        """The interface name of a host's port on plane ``p``."""
         return f"p{p}"
 
     def path_usids(self, src: int, dst: int, plane: int, spine: int) -> list[int]:
+        """The uSIDs of the path from ``src`` to ``dst`` over ``plane`` and ``spine``."""
         return [
             self.leaf_usid(plane, self.host_leaf(src)),
             self.spine_usid(plane, spine),
@@ -249,6 +263,7 @@ class Topology:
         return container([*self.path_usids(src, dst, plane, spine), DT6_FUNC])
 
     def dt6_prefix(self, h: int, p: int) -> str:
+        """The End.DT6 prefix of host ``h``'s port on plane ``p``."""
         return f"{BLOCK}:{self.port_usid(h, p):x}:{DT6_FUNC:x}::/64"
 
     def inner_address(self, h: int, p: int) -> str:
@@ -256,9 +271,11 @@ class Topology:
         return f"{INNER_PREFIX}:{h:x}:{p:x}::1"
 
     def inner_host_prefix(self, h: int) -> str:
+        """The prefix of host ``h``'s kernel-traffic addresses."""
         return f"{INNER_PREFIX}:{h:x}::/32"
 
     def mgmt_address(self, h: int) -> str:
+        """Host ``h``'s management address."""
         return f"{MGMT_PREFIX}{h + 1:x}"
 
     def paths(self) -> list[dict]:
@@ -323,6 +340,7 @@ class Topology:
         return out
 
     def link(self, name: str) -> Link:
+        """The link named ``name`` (UsageError if there is none)."""
         for link in self.links():
             if link.name == name:
                 return link
@@ -333,9 +351,11 @@ class Topology:
         )
 
     def links_of(self, node: str) -> list[Link]:
+        """The links of ``node``."""
         return [link for link in self.links() if node in (link.a_node, link.b_node)]
 
     def all_ifnames(self) -> list[str]:
+        """Every interface name any node has."""
         names = {"mgmt", "usid0", "usid1", "br0"}
         for p in range(self.planes):
             names.add(self.port_ifname(p))
@@ -346,6 +366,7 @@ class Topology:
         return sorted(names)
 
     def to_dict(self) -> dict:
+        """The topology as the state file keeps it."""
         return {
             "name": self.name,
             "planes": self.planes,
@@ -356,6 +377,7 @@ class Topology:
 
     @classmethod
     def from_dict(cls, d: dict) -> Topology:
+        """A topology from its state-file dict."""
         return cls(
             planes=d["planes"], spines=d["spines"], leaves=d["leaves"], hosts=d["hosts"], name=d["name"]
         )

@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``mrc`` command; returns its exit status."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # everything after the first "--" is the command of `mrc fabric exec`,

@@ -35,6 +35,7 @@ class QPSummary:
     max_psn: int | None = None
 
     def as_dict(self) -> dict:
+        """The QP's summary as a dict."""
         return {"qp": self.key, "packets": self.packets, "bytes": self.bytes, "data_packets": self.data_packets,
                 "retransmissions": self.retransmissions, "sacks": self.sacks, "probes": self.probes,
                 "nacks": dict(self.nacks), "icrc_failures": self.icrc_failures,
@@ -156,6 +157,7 @@ def decode(path: str, resolver: PathResolver | None = None) -> dict:
 
 
 def decode_text(r: dict) -> str:
+    """A decode result as text, QP by QP."""
     out = [f"{r['file']}: {r['packets']} MRC packets, {r['malformed']} malformed, {r['truncated']} truncated, "
            f"{r['icrc_failures']} ICRC failures",
            "packets per plane: " + "  ".join(f"p{k}:{v}" for k, v in r["planes"].items())]

@@ -27,6 +27,7 @@ from mrc.tools.perf import stream
 
 
 def transfer(t: Topology, total: int = 3 << 30, out=sys.stdout, serve_ctl: bool = False) -> dict:
+    """The demo's transfer: one QP h0 -> h3 over every plane, a link cut and a plane cut in it."""
     src_h, dst_h = 0, t.hosts - 1
     window = 64 << 20
     link = f"{t.leaf(3, t.host_leaf(src_h))}-{t.spine(3, 1)}"
@@ -86,6 +87,7 @@ class DashProcess:
                                f"(pip install 'mrc[dash]') and port {port} free?")
 
     def pages(self) -> int:
+        """Pages open on the web view now."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/state", timeout=2) as r:
                 return json.load(r).get("pages", 0)
@@ -93,6 +95,7 @@ class DashProcess:
             return 0
 
     def wait_for_page(self, timeout: float) -> bool:
+        """Wait until a page opens the web view, or ``timeout``."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.pages():
@@ -101,6 +104,7 @@ class DashProcess:
         return False
 
     def close(self) -> None:
+        """Stop the web view."""
         self.proc.terminate()
         try:
             self.proc.wait(10)

@@ -273,6 +273,7 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
            depth: int = 16, port: int = cm.DEFAULT_PORT, progress: bool = True, qps: int = 1,
            resolver: PathResolver | None = None, ports=None, psk: bytes | None = None,
            spin_us: float | None = None) -> list[dict]:
+    """``mrc perf client``: write each size ``iters`` times to a server and measure."""
     resolver = resolver or from_environment()
     addr = cm.setup_address(server_host, resolver)
     ctx, ctl = _open(ports, resolver, spin_us)
@@ -415,6 +416,7 @@ def _sum_stats(qps: list) -> dict:
 
 
 def print_table(results: list[dict]) -> None:
+    """Bandwidth results as a table."""
     print(f"{'size':>10} {'Gb/s':>9} {'msg/s':>10} {'p50 us':>8} {'p99 us':>8} {'p99.9 us':>9} {'rtx':>6} verified")
     for r in results:
         print(f"{r['size']:>10} {r['gbps']:>9.3f} {r['msg_rate']:>10.1f} {r['p50_us']:>8} {r['p99_us']:>8} "
@@ -422,6 +424,7 @@ def print_table(results: list[dict]) -> None:
 
 
 def print_latency(results: list[dict]) -> None:
+    """Latency results as a table."""
     print(f"{'size':>10} {'p50 us':>8} {'p99 us':>8} {'min us':>8} {'mean us':>8} {'rtx':>5} verified")
     for r in results:
         print(f"{r['size']:>10} {r['p50_us']:>8} {r['p99_us']:>8} {r['min_us']:>8} {r['mean_us']:>8} "
@@ -429,6 +432,7 @@ def print_latency(results: list[dict]) -> None:
 
 
 def main_json(results: list[dict]) -> None:
+    """Results as JSON."""
     print(json.dumps(results, indent=1))
 
 

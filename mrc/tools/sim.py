@@ -64,6 +64,7 @@ class FabricSim:
         self.faults: list[Fault] = []
 
     def add_flows(self, flows: list[tuple[int, int, int]], msg: int, depth: int = 8, start_ns: int = 0) -> None:
+        """Add flows of ``msg``-byte WRITEs, ``depth`` in flight, from ``start_ns``."""
         for src, dst, nbytes in flows:
             fl = ffi.new("struct mrc_fab_flow *", {"src": src, "dst": dst, "bytes": nbytes, "msg": min(msg, nbytes),
                                                    "depth": depth, "start_ns": start_ns,
@@ -72,6 +73,7 @@ class FabricSim:
             self.flows.append((src, dst, nbytes))
 
     def add_fault(self, fault: Fault) -> None:
+        """Schedule a fault's link changes."""
         for at, link, up in fault.events():
             check(lib.mrc_fab_link_at(self._f, link, int(up), at), f"schedule {fault.what}")
         self.faults.append(fault)
@@ -117,6 +119,7 @@ class FabricSim:
                      "fewer hosts, or more memory")
 
     def report(self, done: bool, wall: float) -> dict:
+        """The run's figures: completion times, utilisation, drops, gaps, errors, speed."""
         fab = self.fab
         st = ffi.new("struct mrc_fab_stats *")
         lib.mrc_fab_stats(self._f, st)
@@ -199,6 +202,7 @@ class FabricSim:
         return f.hosts * f.planes if tier in ("nic", "leaf_down") else f.planes * f.leaves * f.spines
 
     def close(self) -> None:
+        """Free the simulator."""
         if self._f is not None:
             lib.mrc_fab_destroy(self._f)
             self._f = None
@@ -290,12 +294,14 @@ class Progress:
         self.stream.flush()
 
     def close(self) -> None:
+        """Clear the progress line."""
         if self.tty and self.shown_at:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
 
 
 def parse_args_to_fabric(a) -> Fabric:
+    """The fabric ``mrc sim``'s options describe."""
     return Fabric(hosts=a.hosts, planes=a.planes, leaves=a.leaves, spines=a.spines, rate_bps=parse_rate(a.rate),
                   hop_ns=parse_time(a.hop_delay), buffer_bytes=parse_size(a.buffer), ecn_bytes=parse_size(a.ecn),
                   trim_bytes=0 if a.trim in ("0", "off") else parse_size(a.trim), seed=a.seed,

@@ -73,6 +73,7 @@ class Fabric:
             raise UsageError(f"--mtu {self.mtu!r}: payload bytes per packet, {lib.MRC_MIN_MTU} to {lib.MRC_MAX_MTU}")
 
     def host_leaf(self, h: int) -> int:
+        """Host ``h``'s leaf (as mrc.fabric.topology places hosts)."""
         return h * self.leaves // self.hosts  # as mrc.fabric.topology places hosts
 
     def ser_ns(self) -> float:
@@ -98,6 +99,7 @@ class Fabric:
         return n
 
     def nic_bps(self) -> int:
+        """A NIC's rate, every plane together."""
         return self.rate_bps * self.planes
 
     def qp_attr(self, single_path: bool = False, flow_bytes: int | None = None) -> QPAttr:
@@ -124,9 +126,11 @@ class Fabric:
                           "qa_threshold": 4 * base})
 
     def link_host(self, h: int, p: int) -> int:
+        """The link number of host ``h``'s port on plane ``p``."""
         return p * self.hosts + h
 
     def link_fabric(self, p: int, leaf: int, s: int) -> int:
+        """The link number of plane ``p``'s leaf ``leaf`` to spine ``s``."""
         return self.planes * self.hosts + (p * self.leaves + leaf) * self.spines + s
 
 
@@ -141,6 +145,7 @@ class Fault:
     period_ns: int = 0       # flapping: down half of every period between at and until
 
     def events(self) -> list[tuple[int, int, bool]]:
+        """The fault's link changes: (time, link, up)."""
         if not self.period_ns:
             out = [(self.at_ns, link, False) for link in self.links]
             return out + ([(self.until_ns, link, True) for link in self.links] if self.until_ns < NEVER else [])

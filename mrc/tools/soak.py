@@ -167,9 +167,11 @@ class Soak:
         return bad
 
     def packets(self) -> int:
+        """Packets sent so far, every path."""
         return sum(self.sim.stats()["per_path_tx"])
 
     def run(self, seconds: float | None, packets: int | None, progress=None) -> dict:
+        """Run until ``seconds`` pass or ``packets`` are sent; returns the result."""
         t0 = time.monotonic()
         last = t0
         while True:
@@ -190,6 +192,7 @@ class Soak:
         return self.result(time.monotonic() - t0)
 
     def result(self, wall: float) -> dict:
+        """The soak's figures and errors."""
         st = self.sim.stats()
         rtx = sum(f.qp.stats()["rtx_packets"] for f in self.flows)
         c = dict(self.counts)
@@ -203,6 +206,7 @@ class Soak:
                 "packets_per_second": round(sum(st["per_path_tx"]) / wall) if wall else 0}
 
     def close(self) -> None:
+        """Free the link and both contexts."""
         self.sim.close()
         self.a.close()
         self.b.close()
@@ -213,6 +217,7 @@ class SoakFailed(Exception):
 
 
 def main(seconds: float | None, packets: int | None, seed: int, as_json: bool, out=sys.stdout, err=sys.stderr) -> int:
+    """``mrc soak``: returns 1 on any error."""
     if seconds is None and packets is None:
         seconds = 10.0
     s = Soak(seed)

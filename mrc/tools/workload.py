@@ -121,6 +121,7 @@ class Worker:
 
     # ------------------------------------------------------------ setup
     def setup(self) -> dict:
+        """Make this host's endpoints for its flows; returns what peers need to connect."""
         infos = {}
         if self.transport == "mrc":
             from mrc.cm import info_to_json
@@ -156,6 +157,7 @@ class Worker:
         return {"infos": infos}
 
     def connect(self, peers: dict) -> dict:
+        """Connect the flows to their peers."""
         if self.transport == "mrc":
             from mrc.cm import info_from_json
 
@@ -235,6 +237,7 @@ class Worker:
             i += 1
 
     def start(self, at_ns: int, seconds: float) -> dict:
+        """Run the flows from ``at_ns`` for ``seconds``; returns their figures."""
         t0 = at_ns / 1e9
         end = t0 + seconds
         threads, sending = [], []
@@ -288,6 +291,7 @@ class Worker:
             f.error = f"{type(e).__name__}: {e}"
 
     def hashes(self, want: dict) -> dict:
+        """SHA-256 of what each flow's region received."""
         if not isinstance(want, dict):
             raise ValueError("hash takes {flow id: bytes}")
         out = {}
@@ -298,6 +302,7 @@ class Worker:
         return {"hashes": out}
 
     def close(self) -> None:
+        """Close every socket, QP and context."""
         for s in self.socks:
             try:
                 s.close()
@@ -308,6 +313,7 @@ class Worker:
 
 
 def main() -> int:
+    """Serve requests, one JSON object per line on stdin, until EOF."""
     w = None
     try:
         while True:

@@ -281,3 +281,18 @@ def test_the_public_header_stands_alone():
                        "{ struct mrc_ctx *c = 0; return c ? mrc_ctx_start(c) : MRC_MAX_PLANES > 0 ? 0 : 1; }\n",
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+
+
+def test_every_public_function_says_what_it_does():
+    """A one-line docstring on every public function and method of mrc/ (CONTRIBUTING.md)."""
+    bare = []
+    for p in sorted((ROOT / "mrc").rglob("*.py")):
+        def walk(node, prefix, p=p):
+            for n in ast.iter_child_nodes(node):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and not n.name.startswith("_"):
+                    if not ast.get_docstring(n):
+                        bare.append(f"{p.relative_to(ROOT).as_posix()}:{n.lineno} {prefix}{n.name}")
+                elif isinstance(n, ast.ClassDef) and not n.name.startswith("_"):
+                    walk(n, prefix + n.name + ".")
+        walk(ast.parse(p.read_text()), "")
+    assert not bare, bare
