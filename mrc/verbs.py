@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import ipaddress
 import os
 import select
 import socket
@@ -45,6 +44,7 @@ from mrc.core import (  # noqa: F401 (re-exported: the verbs nouns)
 from mrc.ctl.profiles import SRV6, Registry
 from mrc.errors import ErrnoError, MrcError, check
 from mrc.paths import PathResolver, from_environment
+from mrc.ports import Port, discover_ports, port_cfgs
 from mrc.wire import ev_entropy, ev_plane
 
 ACCESS_LOCAL_WRITE = lib.MRC_ACCESS_LOCAL_WRITE
@@ -96,19 +96,6 @@ class DeviceAttr:
 
 
 @dataclass
-class Port:
-    """One NIC port: an interface on one plane."""
-
-    ifname: str
-    plane: int
-    ifindex: int
-    mac: str
-    address: str
-    next_hop_mac: str
-    mtu: int = 1500
-
-
-@dataclass
 class RemoteInfo:
     """What a peer tells us out of band (``mrc.cm`` exchanges it). ``paths``
     (per plane, the destination addresses to use) may be left empty: the
@@ -123,69 +110,6 @@ class RemoteInfo:
     length: int = 0
     topology: str | None = None                 # the name of the topology the peer's host is part of
     host: str | None = None                     # the peer's host name in it
-
-
-def _mac_bytes(mac: str) -> bytes:
-    return bytes(int(x, 16) for x in mac.split(":"))
-
-
-def _next_hop_mac(ipr, idx: int, ifname: str, timeout: float = 1.0) -> str:
-    """The MAC of the gateway of the interface's routes, from the kernel's
-    neighbour table; when the kernel does not know it yet, a datagram toward
-    the gateway makes it ask (neighbour discovery), and it is read again."""
-    gws = sorted({r.get("RTA_GATEWAY") for r in ipr.get_routes(family=socket.AF_INET6, oif=idx)
-                  if r.get("RTA_GATEWAY")})
-    if not gws:
-        raise MrcError(f"port {ifname} has no route through a gateway: MRC sends every packet to the next hop "
-                       f"of its port (add a route via the switch, e.g. `ip -6 route add 2001:db8::/32 via fe80::1 "
-                       f"dev {ifname}`)")
-    deadline = time.monotonic() + timeout
-    asked = False
-    while True:
-        for n in ipr.get_neighbours(family=socket.AF_INET6, ifindex=idx):
-            if n.get("NDA_DST") in gws and n.get("NDA_LLADDR"):
-                return n.get("NDA_LLADDR")
-        if time.monotonic() >= deadline:
-            raise MrcError(f"no neighbour entry for the next hop of {ifname} (gateways {', '.join(gws)}): is the "
-                           f"gateway up? (`ping -c1 -I {ifname} {gws[0]}` shows it)")
-        if not asked:
-            asked = True
-            for gw in gws:  # any datagram makes the kernel resolve the gateway
-                with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
-                    try:
-                        s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
-                        s.sendto(b"", (gw, 9, 0, idx if ipaddress.IPv6Address(gw).is_link_local else 0))
-                    except OSError:
-                        pass
-        time.sleep(0.01)
-
-
-def discover_ports(ports: list[tuple[str, int]] | list[str]) -> list[Port]:
-    """Read this host's MRC ports from the kernel (current network namespace):
-    each interface's index, MAC, global IPv6 address, MTU and next-hop MAC.
-    ``ports`` is a list of (interface, plane), or of interface names (planes
-    0, 1, ... in that order)."""
-    from pyroute2 import IPRoute
-
-    spec = [(p, i) if isinstance(p, str) else (str(p[0]), int(p[1])) for i, p in enumerate(ports)]
-    if not spec:
-        raise MrcError("no MRC ports given")
-    out = []
-    with IPRoute() as ipr:
-        links = {link.get("ifname"): link for link in ipr.get_links()}
-        for name, plane in spec:
-            if name not in links:
-                raise MrcError(f"no interface named {name!r} in this network namespace "
-                               f"(it has {', '.join(sorted(n for n in links if n)) or 'none'})")
-            link = links[name]
-            idx = link["index"]
-            addrs = [a.get("IFA_ADDRESS") for a in ipr.get_addr(family=socket.AF_INET6, index=idx)]
-            glob = [a for a in addrs if a and not ipaddress.IPv6Address(a).is_link_local]
-            if not glob:
-                raise MrcError(f"port {name} has no global IPv6 address")
-            mac = _next_hop_mac(ipr, idx, name)
-            out.append(Port(name, plane, idx, link.get("IFLA_ADDRESS"), glob[0], mac, link.get("IFLA_MTU") or 1500))
-    return out
 
 
 class EngineThread:
@@ -267,17 +191,6 @@ class EngineThread:
         return check(lib.mrc_bench_blast(self._dev.handle(), peer, payload, int(seconds * 1e9)), "raw blast")
 
 
-def _port_cfgs(ports: list[Port]):
-    arr = ffi.new("struct mrc_port_cfg[]", len(ports))
-    for i, p in enumerate(ports):
-        arr[i].ifindex = p.ifindex
-        arr[i].plane = p.plane
-        arr[i].src_mac = list(_mac_bytes(p.mac))
-        arr[i].dst_mac = list(_mac_bytes(p.next_hop_mac))
-        arr[i].src_addr = list(socket.inet_pton(socket.AF_INET6, p.address))
-    return arr
-
-
 class Context(Device):
     """A device over a list of ports, progressed by its engine thread.
 
@@ -308,7 +221,7 @@ class Context(Device):
         #: payload bytes per packet for this context's QPs (the largest the ports carry)
         self.payload_size = fits[0]
         super().__init__(planes=max(p.plane for p in self.ports) + 1, max_qps=max_qps, cq_depth=cq_depth,
-                         ports=_port_cfgs(self.ports), nports=len(self.ports), what="open the MRC device",
+                         ports=port_cfgs(self.ports), nports=len(self.ports), what="open the MRC device",
                          hint="opening raw sockets needs CAP_NET_RAW: run as root (or inside `mrc fabric exec`)")
         self._pending_async: list = []
         self._peers: dict[tuple, int] = {}
