@@ -145,10 +145,9 @@ static uint64_t reo_allowance(const struct qp *q) { return q->reo_ns > q->srtt /
  * smoothed RTTs and the allowance have passed since it left (one RTT
  * called a packet that sat behind a deeper queue lost: tests/dp/
  * test_transfer.py's ECN test). Without it a lost packet
- * that every later one overtook by less than the allowance waited for the
- * retransmit timer whenever nothing more was sent (an application with all
- * its WRITEs behind that packet: mrc sim, a link cut under a permutation of
- * 64 KiB WRITEs, 17 timer expiries). MRC_INF_NS: none. */
+ * that every later one overtook by less than the allowance would wait for
+ * the retransmit timer whenever nothing more is sent (an application with
+ * all its WRITEs behind that packet). MRC_INF_NS: none. */
 static uint64_t reorder_deadline(struct qp *q)
 {
     if (q->una_psn == q->next_psn)

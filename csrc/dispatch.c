@@ -190,12 +190,11 @@ static uint32_t tx_ctrl(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
 
 /* Data of every active QP in turn, at most EP_TX_QUANTUM packets each per
  * round, rounds until nothing more goes; the next call starts after the
- * last QP that sent (from d[n] on). The next call used to start one QP
- * further whoever had sent: while it walked QPs with nothing to send (an
- * all-to-all's receiving QPs), the first QP with data after them was
- * served first every time and took every free port (mrc sim, all-to-all
- * at 128 NICs: a QP sent its first packet, then nothing for 105 us, and
- * the retransmit timer fired before its SACK came). */
+ * last QP that sent (from d[n] on), not one QP further whoever had sent:
+ * that way the first QP with data after a run of QPs with nothing to send
+ * (an all-to-all's receiving QPs) would be served first every time and
+ * take every free port, and the others' packets would wait past their
+ * retransmit timers. */
 enum { EP_TX_QUANTUM = 4 };
 static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t buflen, uint32_t *used,
                         struct mrc_txdesc *d, uint32_t n, uint32_t max)
@@ -226,11 +225,10 @@ static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
 }
 
 /* Every active QP's delayed SACK and retransmit timer, whatever goes out
- * in this call. They ran as the data loop visited each QP, and a batch
+ * in this call, not only those of the QPs the data loop visits: a batch
  * filled by control packets (a receiver of many flows sends a SACK for
- * every few packets) visited none: mrc sim, all-to-all at 256 NICs, a
- * receiver's delayed SACK went 17 us late, after its sender's retransmit
- * timer had fired. */
+ * every few packets) visits none, and a delayed SACK must not wait until
+ * its sender's retransmit timer fires. */
 static void run_timers(struct mrc_ep *ep, uint64_t now)
 {
     for (uint32_t i = 0; i < ep->nact;) {

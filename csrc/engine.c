@@ -270,8 +270,9 @@ static void ring_cqs(struct mrc_ctx *c)
  * application thread (app set, mrc_ctx_progress) a pass that completed
  * something returns before sending (*app = 0): the caller's answer then
  * leaves ahead of the ACKs, as it does in a pass that sends, data first.
- * Each send forwards its packet through the fabric on this CPU: an ACK ahead
- * of the answer cost a 64 B round trip 4 of its 10 us. Lock: lock held. */
+ * Each send forwards its packet through the fabric on this CPU, so an ACK
+ * ahead of the answer would delay it by that packet's whole trip. Lock:
+ * lock held. */
 static int engine_pass(struct mrc_ctx *c, uint64_t now, int *app)
 {
     int work = 0;

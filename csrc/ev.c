@@ -58,10 +58,10 @@ int ev_init(struct qp *q)
  * span a multiple of base (the rotation's EVs per plane) and at least
  * ev_backup, off from seed (a hash of the QP's number, qp.c). A path is an
  * entropy mod the plane's paths, which divide base when the rotation covers
- * them equally: so each QP's first spare takes another path. With every
+ * them equally: so each QP's first spare takes another path. Were every
  * QP's first spare at entropy base, the EVs a dead spine took from every
- * QP were all replaced on the one spine of that entropy, which then carried
- * twice its share (mrc sim, one T1 failed: 0.81 of the goodput before). */
+ * QP would all be replaced on the one spine of that entropy, which would
+ * then carry twice its share. */
 void ev_place_spares(struct qp *q, uint32_t seed)
 {
     uint32_t P = q->a.planes, base = per_plane(q), B = q->a.ev_backup;
@@ -136,9 +136,8 @@ static int spare_fits(const struct qp *q, const struct ev_entry *c, const struct
 /* Put a GOOD spare of the same plane into the slot of a retired EV. When
  * the plane's paths are known, only a spare on a path the rotation does not
  * use yet: one on a path it uses would double that path's share of the QP,
- * and a spine whose EVs every QP replaced that way carried far more than
- * the others (mrc sim, a T1 down: marks, and the last completion 60 us
- * late). Without such a spare the slot is passed over, and the plane's
+ * and a spine whose EVs every QP replaced that way would carry far more
+ * than the others. Without such a spare the slot is passed over, and the plane's
  * other EVs, spread over its live paths, carry the QP's share of the plane
  * that its capacity still allows. */
 static void replace_in_slot(struct qp *q, struct ev_entry *bad)
@@ -241,10 +240,10 @@ void ev_set_rotation(struct qp *q, uint32_t start)
 
 /* q's cursor on plane: the port's when another QP sent on that plane last.
  * A NIC serving many QPs a few packets each, every QP from a cursor of its
- * own, sprayed at random over the plane's paths, and its leaf's uplinks
- * queued into trimming (mrc sim, all-to-all at 128 NICs: 1,552 trims and
- * 0.72 of line rate; with the port's cursor 55 trims and 0.83). A QP alone
- * on its NIC keeps its own, in step with its rotation (below). */
+ * own, would spray at random over the plane's paths and queue its leaf's
+ * uplinks into trimming; from the port's cursor the NIC's packets go over
+ * the paths in turn. A QP alone on its NIC keeps its own, in step with its
+ * rotation (below). */
 static inline uint32_t plane_cursor(struct mrc_ep *ep, struct qp *q, uint32_t plane)
 {
     if (ep->path_qpn[plane] != q->qpn && ep->path_qpn[plane] != UINT32_MAX)
@@ -264,8 +263,7 @@ static inline void plane_cursor_set(struct mrc_ep *ep, struct qp *q, uint32_t pl
  * the rotation jumped to another plane, taking the slot it landed on would
  * skip EVs, and a plane's paths then carried unequal shares at random,
  * where in turn every path of a leaf gets its share from every sender and
- * queues stay bounded (mrc sim, permutation at 64 NICs with paced ports:
- * 0.68 of line rate, 0.85 in turn). */
+ * queues stay bounded. */
 static int plane_pick(struct mrc_ep *ep, struct qp *q, uint32_t plane, uint64_t now, uint32_t avoid_ev,
                       int allow_avoid, uint32_t *out)
 {
@@ -358,9 +356,7 @@ static int pick_owed(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t rea
 {
     /* the planes from owed_next up, then those below it (the mask rotated
      * right by owed_next): lowest first, a NIC of many QPs whose ports free
-     * together fed its low planes and left its high ones idle (mrc sim,
-     * all-to-all at 256 NICs: plane 0 carried 0.855 of line rate, plane 7
-     * 0.825) */
+     * together would feed its low planes and leave its high ones idle */
     uint32_t owed = q->owed_mask & ready, r = q->owed_next % 32;
     for (uint32_t m = r ? owed >> r | owed << (32 - r) : owed; m; m &= m - 1) {
         uint32_t plane = ((uint32_t)__builtin_ctz(m) + r) % 32;
@@ -383,9 +379,8 @@ static int pick_owed(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t rea
  * that plane is owed the turn (taken first when its port is free): at most
  * EV_OWED turns, then the rotation waits for that port. So a plane gets its
  * share of the rotation whatever the ports' timing, and never more: a free
- * port whose plane has had its turns waits (mrc sim, a T1 down under a
- * permutation: the plane with the dead spine kept its port busy and carried
- * a full share over fewer spines, 0.68 of the no-fault goodput). */
+ * port whose plane has had its turns waits (else a plane with a dead spine
+ * keeps its port busy and carries a full share over fewer spines). */
 int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, uint32_t *out)
 {
     uint32_t up = qp_usable_ports(ep, q), ready = up & ep_ports_ready(ep, now); /* a paced port that is busy waits */

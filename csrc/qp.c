@@ -31,13 +31,13 @@ void mrc_qp_attr_default(struct mrc_qp_attr *a)
     *a = (struct mrc_qp_attr){
         .mpr = 8, /* 1024 PSNs */
         .max_wimm = 64,
-        /* 1.024 us x 2^11 = 2.1 ms: a backstop for tail loss (losses are
-         * found by SACKs), well clear of a software fabric's normal round
-         * trips; at 2^9 = 524 us, 2.6 x the fabric's RTT, this VM's
-         * scheduling stalls fired it dozens of times a run, each resending a
-         * window that had arrived (bench/fault_campaign.py --timeout 9 / 11:
-         * 30-149 vs 3-12 expiries, 5-27 vs 0.5-2 MB resent). A NIC on a
-         * fabric with 8 us RTTs sets it lower (bench/failover_sim.py: 7). */
+        /* 1.024 us x 2^11 = 2.1 ms: a backstop for a QP that hears nothing
+         * (losses are found by SACKs and the tail loss probe), well clear
+         * of a software fabric's normal round
+         * trips, and above the scheduling stalls of a loaded host, which
+         * would otherwise fire it and resend a window that had arrived
+         * (bench/fault_campaign.py --timeout N compares). A NIC on a
+         * fabric with microsecond RTTs sets it lower (bench/failover_sim.py). */
         .timeout = 11,
         .linear_cnt = 7,
         .exp_cnt = 7,
@@ -89,8 +89,7 @@ static int attr_ok(const struct mrc_ep *ep, const struct mrc_qp_attr *a)
 /* Where a QP's EV rotation starts: a hash of its number. QPs that all
  * started at slot 0 would spray in step (every sender's first packet on the
  * same plane and spine, then every second one on the next...) and collide
- * at the switch ports the paths share (mrc sim: an all-to-all at 16 NICs ran
- * its leaf uplinks into trimming). */
+ * at the switch ports the paths share. */
 static uint32_t rotation_start(const struct qp *q)
 {
     return q->nslots ? (uint32_t)(((uint64_t)q->qpn * 0x9E3779B97F4A7C15ull) >> 40) % q->nslots : 0;

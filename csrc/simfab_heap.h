@@ -13,8 +13,7 @@ static inline int ev_before(const struct fev *a, const struct fev *b) { return e
 
 /* Every entry moves through here: a host's wake event keeps its place in
  * hosts[].hpos, so a wake that is moved or dropped leaves no stale entry
- * behind (one per packet a host took in: 0.59 M of 3 M pops in a 64-NIC
- * permutation, and the heap a quarter bigger). */
+ * behind (else one per packet a host took in, popped for nothing). */
 static inline void heap_put(struct mrc_fab *f, uint64_t i, const struct fev *e)
 {
     f->heap[i] = *e;
