@@ -24,7 +24,7 @@ import time
 import urllib.request
 
 
-def browser(width: int, height: int):
+def browser(width: int, height: int, profile: str):
     os.environ["SE_OFFLINE"] = "true"  # never fetch a browser or a driver
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -35,7 +35,7 @@ def browser(width: int, height: int):
     opts = webdriver.ChromeOptions()
     opts.binary_location = chromium
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              f"--window-size={width},{height}", "--user-data-dir=" + tempfile.mkdtemp(prefix="mrc-chromium-")):
+              f"--window-size={width},{height}", "--user-data-dir=" + profile):
         opts.add_argument(a)
     return webdriver.Chrome(options=opts, service=Service(driver))
 
@@ -78,10 +78,11 @@ def main() -> int:
 
     threading.Thread(target=relay, daemon=True).start()
     drv = None
+    profile = tempfile.mkdtemp(prefix="mrc-chromium-")
     try:
         if not seen.wait(120) or not url:
             raise SystemExit("the demo printed no web view URL")
-        drv = browser(w, h)
+        drv = browser(w, h, profile)
         drv.get(url[0])
         deadline = time.monotonic() + 300
         while not plane_cut(a.port):
@@ -95,6 +96,7 @@ def main() -> int:
     finally:
         if drv is not None:
             drv.quit()
+        shutil.rmtree(profile, ignore_errors=True)
         rc = demo.wait(600)
     return rc
 

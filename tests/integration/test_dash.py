@@ -25,7 +25,8 @@ pytestmark = pytest.mark.root
 MRC = [sys.executable, "-m", "mrc"]
 TOKEN = "test-token-" + os.urandom(6).hex()
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-ARTIFACTS = os.environ.get("MRC_TEST_ARTIFACTS", os.path.join(tempfile.gettempdir(), "mrc-test-artifacts"))
+#: where the browser test leaves its screenshot (none is kept unless this is set)
+ARTIFACTS = os.environ.get("MRC_TEST_ARTIFACTS")
 
 
 def wait_for(condition, timeout, what):
@@ -184,13 +185,16 @@ def browser():
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--window-size=1600,1300", "--user-data-dir=" + tempfile.mkdtemp(prefix="mrc-chromium-")):
+              "--window-size=1600,1300", "--user-data-dir=" + (profile := tempfile.mkdtemp(prefix="mrc-chromium-"))):
         opts.add_argument(a)
-    drv = webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
     try:
-        yield drv
+        drv = webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
+        try:
+            yield drv
+        finally:
+            drv.quit()
     finally:
-        drv.quit()
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 def test_a_real_browser_fails_a_link_and_sees_it_go_down_and_ev_events_arrive(lab, browser):
@@ -254,10 +258,12 @@ def test_a_real_browser_fails_a_link_and_sees_it_go_down_and_ev_events_arrive(la
     assert not seen["others"], seen  # only the selected link's paths
     assert css(By.CSS_SELECTOR, '#evgrid .ev[data-state="ASSUMED_BAD"]')
     assert any(link in f for f in texts("#faults li"))
-    os.makedirs(ARTIFACTS, exist_ok=True)
-    shot = os.path.join(ARTIFACTS, "dash-link-failed.png")
-    browser.save_screenshot(shot)
-    assert os.path.getsize(shot) > 10_000
+    with tempfile.TemporaryDirectory(prefix="mrc-shot-") as tmp:
+        shot = os.path.join(ARTIFACTS or tmp, "dash-link-failed.png")
+        if ARTIFACTS:
+            os.makedirs(ARTIFACTS, exist_ok=True)
+        browser.save_screenshot(shot)
+        assert os.path.getsize(shot) > 10_000
     # and heal it from the page
     browser.find_element(By.ID, "btn-heal").click()
     wait_for(lambda: browser.find_element(By.CSS_SELECTOR, f'#fabric .link[data-link="{link}"]')

@@ -3,6 +3,7 @@ endpoint does (another program on the path, or one that lies): a clear
 ErrnoError every time, never a crash or an unbounded read."""
 import errno
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -14,9 +15,18 @@ from mrc.ctl.endpoint import ControlClient, endpoints
 from mrc.errors import ErrnoError
 
 
-def fake_endpoint(answer: bytes):
-    """A UNIX socket that reads one request and answers ``answer``."""
-    d = tempfile.mkdtemp(prefix="ctl-fake-")
+@pytest.fixture
+def sockdir():
+    """A short directory for UNIX sockets (a socket path holds at most 107 bytes), removed after."""
+    d = tempfile.mkdtemp(prefix="ctl-test-")
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def fake_endpoint(answer: bytes, d: str):
+    """A UNIX socket in ``d`` that reads one request and answers ``answer``."""
     path = os.path.join(d, "1.sock")
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(path)
@@ -47,9 +57,9 @@ def fake_endpoint(answer: bytes):
     (b"", errno.EIO),                                    # closed without a word
     (b'{"ok": true, "x": "' + b"a" * 5000, errno.EMSGSIZE),  # no end of line within the bound
 ])
-def test_a_socket_that_is_not_a_control_endpoint_gets_a_clear_error(answer, code, monkeypatch):
+def test_a_socket_that_is_not_a_control_endpoint_gets_a_clear_error(answer, code, monkeypatch, sockdir):
     monkeypatch.setattr(endpoint, "MAX_ANSWER", 4096)
-    path, srv = fake_endpoint(answer)
+    path, srv = fake_endpoint(answer, sockdir)
     try:
         with ControlClient(path, timeout=5) as c, pytest.raises(ErrnoError) as e:
             c.call("info")
@@ -58,11 +68,11 @@ def test_a_socket_that_is_not_a_control_endpoint_gets_a_clear_error(answer, code
         srv.close()
 
 
-def test_a_silent_endpoint_times_out():
+def test_a_silent_endpoint_times_out(sockdir):
     # (it borrowed a fake endpoint's directory, whose server thread then waited in accept() until
     # the socket closed under it: an unhandled-thread warning in some runs)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # accepts, never answers
-    path = os.path.join(tempfile.mkdtemp(prefix="ctl-silent-"), "2.sock")
+    path = os.path.join(sockdir, "2.sock")
     srv.bind(path)
     srv.listen(1)
     try:
@@ -72,8 +82,8 @@ def test_a_silent_endpoint_times_out():
         srv.close()
 
 
-def test_endpoints_lists_only_live_pid_sockets(monkeypatch):
-    d = tempfile.mkdtemp(prefix="ctl-names-")
+def test_endpoints_lists_only_live_pid_sockets(monkeypatch, sockdir):
+    d = sockdir
     monkeypatch.setenv("MRC_CTL_DIR", d)
     me = os.getpid()
     names = [f"{me}.sock", f"{me}-h0.sock", f"{me}-a.b_c.sock", "999999999.sock", f"{me}-../x.sock",
