@@ -10,7 +10,7 @@ setup(
     package_data={"mrc.dash": ["static/*.html", "static/*.js", "static/*.css", "static/vendor/*"]},
     setup_requires=["cffi>=1.15"],
     cffi_modules=["csrc/build_dp.py:ffibuilder"],
-    install_requires=["cffi>=1.15", "pyroute2==0.9.7", "numpy>=1.24"],
+    install_requires=["cffi>=1.15", "pyroute2==0.9.7", "numpy>=1.24", "prometheus-client>=0.17"],
     extras_require={
         # scapy is GPL: only the dissector, the tools and the tests use it
         "dissect": ["scapy>=2.5"],

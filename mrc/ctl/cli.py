@@ -8,6 +8,7 @@
     mrc ctl probe [DST] [--all-paths]   EV probes to a peer: RTT per plane or per path
     mrc ctl port down|up PLANE          a port's admin state
     mrc ctl cc show | cc set K=V ...    the NSCC profile new QPs get
+    mrc ctl metrics [--listen A:P]      every context's counters for Prometheus (/metrics)
 
 An EV is written PLANE/ENTROPY (2/5) or as its number (0x20005). With one
 endpoint running, it is used; otherwise pick one with --pid or --endpoint.
@@ -92,6 +93,18 @@ def add_parser(sub) -> None:
     p.add_argument("state", choices=["down", "up"])
     p.add_argument("plane", type=int)
     cs.add_parser("qp", help="each QP's NSCC window, in flight, RTTs (smoothed, lowest, base) and counters")
+    p = cs.add_parser("metrics", help="serve every MRC context's counters to Prometheus (/metrics)",
+                      description="Serve, at http://ADDR:PORT/metrics, the counters of every MRC context on this "
+                                  "machine that has a control endpoint: each QP's packets, bytes, retransmissions, "
+                                  "losses, timer expiries, tail loss probes, ECN marks and trims, its window, "
+                                  "RTTs, state and EVs by plane and state; drops by reason; each port's counters "
+                                  "and state; CQ overflows. Each scrape asks every endpoint afresh. Example: "
+                                  "`mrc ctl metrics --listen 127.0.0.1:9464`, then scrape "
+                                  "http://127.0.0.1:9464/metrics (`mrc dash` serves the same with the fabric's "
+                                  "switch ports at /metrics).")
+    p.add_argument("--listen", default="127.0.0.1:9464", metavar="ADDR:PORT",
+                   help="where to serve (default 127.0.0.1:9464: this machine only)")
+    p.add_argument("--once", action="store_true", help="print one scrape on stdout and exit")
     cc = cs.add_parser("cc", help="show or set the NSCC profile new QPs get")
     ccs = cc.add_subparsers(dest="cccmd")
     ccs.add_parser("show")
@@ -116,8 +129,29 @@ def _out(a, obj, text: str) -> None:
     print(json.dumps(obj, indent=1) if a.json else text)
 
 
+def _metrics(a) -> int:
+    from mrc.ctl import metrics
+
+    collector = metrics.ContextCollector()
+    if a.once:
+        sys.stdout.write(metrics.exposition(collector).decode())
+        return 0
+    server, thread = metrics.serve(a.listen, collector)
+    addr, port = metrics.parse_listen(a.listen)
+    host = f"[{addr}]" if ":" in addr else addr
+    print(f"serving every MRC context's counters at http://{host}:{port}/metrics (Ctrl-C stops)", flush=True)
+    try:
+        while thread.is_alive():
+            thread.join(1.0)
+    finally:
+        server.shutdown()
+    return 0
+
+
 def run(a) -> int:
     """``mrc ctl`` and its subcommands."""
+    if a.ccmd == "metrics":
+        return _metrics(a)
     if a.ccmd == "list":
         rows = []
         for path in endpoints():

@@ -304,6 +304,23 @@ class ControlServer:
             out.append({"qpn": qpn, **{k: st[k] for k in keys}})
         return {"qps": out}
 
+    def op_metrics(self, req: dict) -> dict:
+        """Everything mrc.ctl.metrics exports: each QP's counters, window, RTTs,
+        state and EVs by plane and state; drops by reason; the ports; CQ overflows."""
+        qps = []
+        for qpn, qp in sorted(self.ctx.live_qps().items()):
+            st = qp.stats()
+            evs: dict[str, dict[str, int]] = {}
+            for e in qp.evs():
+                by = evs.setdefault(str(e["plane"]), {})
+                by[e["state"]] = by.get(e["state"], 0) + 1
+            qps.append({"qpn": qpn, "state": st["state_name"], "evs": evs,
+                        **{k: v for k, v in st.items() if isinstance(v, int) and k != "state"}})
+        ports = [{"ifname": p.ifname, "plane": p.plane, **s} for p, s in zip(self.ctx.ports, self.ctx.port_stats(),
+                                                                              strict=True)]
+        return {"pid": os.getpid(), "host": self.ctx.resolver.host, "qps": qps, "drops": self.ctx.drops(),
+                "ports": ports, "cq_overflow": self.ctx.stats()["cq_overflow"]}
+
     def op_ev_list(self, req: dict) -> dict:
         """Every EV of a QP with its state and slot."""
         qp = self._qp(req)

@@ -175,7 +175,19 @@ def make_app(dash: Dash):
         dash.c.note({"op": op, "target": target or "all", "arg": req.get("arg"), "by": "dash"})
         return web.json_response({"ok": True, **req})
 
+    from mrc.ctl.metrics import ContextCollector
+    from mrc.dash.metrics import SwitchCollector
+
+    collectors = (ContextCollector(), SwitchCollector(dash.c.t))
+
+    async def prometheus(request):
+        from mrc.ctl.metrics import exposition
+
+        body = await asyncio.get_running_loop().run_in_executor(None, exposition, *collectors)
+        return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
     app.router.add_get("/", index)
+    app.router.add_get("/metrics", prometheus)
     app.router.add_get("/api/state", state)
     app.router.add_get("/api/stream", stream)
     app.router.add_post("/api/fault", fault)

@@ -103,6 +103,45 @@ def test_qp_shows_the_window_and_the_rtts_nscc_works_with(ctl):
     assert plain.returncode == 0 and str(qa.qpn) in plain.stdout and "base us" in plain.stdout
 
 
+def test_metrics_are_scraped_over_http_and_parse_with_prometheus_clients_parser(ctl):
+    """`mrc ctl metrics --listen` serves every context's counters; a scrape
+    reads the QP's packets and losses, its EVs by plane, the ports and drops."""
+    import socket as socketlib
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    t, ca, cb, qa, ms, ib, srv, *_ = ctl
+    write(ca, qa, ms, ib, 8 << 20)
+    with socketlib.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "mrc", "ctl", "metrics", "--listen", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert f"http://127.0.0.1:{port}/metrics" in proc.stdout.readline()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    got = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            got.setdefault(smp.name, []).append((smp.labels, smp.value))
+    st = qa.stats()
+    mine = [(lab, v) for lab, v in got["mrc_qp_sent_packets_total"] if lab["qpn"] == str(qa.qpn)
+            and lab["pid"] == str(os.getpid())]
+    assert len(mine) == 1 and st["tx_packets"] <= mine[0][1] + 16 and mine[0][1] > 0
+    assert {lab["host"] for lab, _ in mine} == {"h0"}
+    planes = {lab["plane"] for lab, v in got["mrc_qp_evs"] if lab["qpn"] == str(qa.qpn) and v > 0}
+    assert planes == {str(p) for p in range(t.planes)}
+    assert {lab["port"] for lab, v in got["mrc_port_up"] if lab["pid"] == str(os.getpid()) and v == 1} == \
+        {f"p{p}" for p in range(t.planes)}
+    assert {lab["reason"] for lab, _ in got["mrc_dropped_packets_total"]} >= {"icrc", "rkey"}
+    assert got["mrc_scrape_errors_total"] == [({}, 0.0)]
+
+
 def test_a_denied_path_is_never_used_and_allow_restores_it(ctl):
     t, ca, cb, qa, ms, ib, srv, *_ = ctl
     bad = t.path_address(0, 1, 1, 0)  # plane 1 through spine p1s0

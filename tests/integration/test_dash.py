@@ -39,12 +39,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def request(port, method, path, body=None, headers=None):
+def request(port, method, path, body=None, headers=None, raw=False):
+    """(status, the JSON answer) of one request to the dash (``raw``: the bytes)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
         c.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers or {})
         r = c.getresponse()
-        return r.status, json.loads(r.read() or b"null")
+        data = r.read()
+        return r.status, data if raw else json.loads(data or b"null")
     finally:
         c.close()
 
@@ -325,6 +327,19 @@ def test_switch_queues_show_when_the_fabric_has_them(lab):
                  "packets through the queues")
         link = state(port)["tick"]["links"][f"h0-{t.leaf(0, 0)}"]
         assert link["capacity_bps"] == 2_000_000_000 and link["load"] is not None
+        # the same counters, and the contexts', at /metrics for Prometheus
+        from prometheus_client.parser import text_string_to_metric_families
+
+        status, body = request(port, "GET", "/metrics", raw=True)
+        assert status == 200
+        got = {}
+        for fam in text_string_to_metric_families(body.decode()):
+            for smp in fam.samples:
+                got.setdefault(smp.name, []).append((smp.labels, smp.value))
+        sent = {(lab["node"], lab["port"]): v for lab, v in got["mrc_switch_port_sent_packets_total"]}
+        assert {(node, ifname) for node, ifname, _ in qos.switch_ports(t)} <= set(sent)
+        assert sum(sent.values()) > 0 and "mrc_switch_port_queue_high_water_bytes" in got
+        assert any(v > 0 for _, v in got["mrc_qp_sent_packets_total"])   # the transfer's contexts
     finally:
         apply.set_queues(t.name, None, qos.PortQoS(0))
 
