@@ -1,8 +1,19 @@
 import os
+import shutil
 import sys
 import tempfile
 
 import pytest
+
+
+@pytest.fixture
+def sockdir():
+    """A short directory for UNIX sockets (a socket path holds at most 107 bytes), removed after."""
+    d = tempfile.mkdtemp(prefix="ctl-test-")
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

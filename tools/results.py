@@ -231,7 +231,9 @@ def failover(runs: list[dict]) -> tuple[list[str], list[list]]:
         if name == "all":
             rows.append([x.get("desc", name), f"{x.get('error')} {fmt(x.get('error_after_last_progress_us'), 0)} us "
                          f"after the last completion (budget {fmt(x.get('retry_budget_us'), 0)} us)", "-",
-                         fmt(x.get("timeouts")), "-", f"{x.get('qp_errors')} / {x.get('corrupt_messages')}"])
+                         fmt(x.get("timeouts")), "-",
+                         ("the expected error" if x.get("error") == "RETRY_EXC_ERR" else f"{x.get('qp_errors')}")
+                         + f" / {x.get('corrupt_messages')}"])
             continue
         rows.append([x.get("desc", name),
                      f"{fmt(x.get('max_gap_us'), 1)} us (no fault {fmt(x.get('nofault_max_gap_us'), 1)})",

@@ -3,9 +3,7 @@ endpoint does (another program on the path, or one that lies): a clear
 ErrnoError every time, never a crash or an unbounded read."""
 import errno
 import os
-import shutil
 import socket
-import tempfile
 import threading
 
 import pytest
@@ -13,16 +11,6 @@ import pytest
 from mrc.ctl import endpoint
 from mrc.ctl.endpoint import ControlClient, endpoints
 from mrc.errors import ErrnoError
-
-
-@pytest.fixture
-def sockdir():
-    """A short directory for UNIX sockets (a socket path holds at most 107 bytes), removed after."""
-    d = tempfile.mkdtemp(prefix="ctl-test-")
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def fake_endpoint(answer: bytes, d: str):

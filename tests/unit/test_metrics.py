@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
-import tempfile
 import threading
 import urllib.request
 
@@ -26,15 +24,6 @@ SNAP = {"pid": 4242, "host": "h0", "cq_overflow": 3,
         "drops": {"icrc": 2, "rkey": 0},
         "ports": [{"ifname": "p0", "plane": 0, "tx_packets": 600, "tx_bytes": 5000000, "admin_up": 1, "carrier": 1},
                   {"ifname": "p1", "plane": 1, "tx_packets": 400, "admin_up": 1, "carrier": 0}]}
-
-
-@pytest.fixture
-def endpoint_dir():
-    d = tempfile.mkdtemp(prefix="ctl-test-")
-    try:
-        yield d
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def serve_answers(path: str, answer: bytes, n: int = 1) -> socket.socket:
@@ -64,8 +53,8 @@ def samples(text: str) -> dict:
     return out
 
 
-def test_an_endpoints_answer_becomes_labelled_metrics(endpoint_dir):
-    good = os.path.join(endpoint_dir, "1.sock")
+def test_an_endpoints_answer_becomes_labelled_metrics(sockdir):
+    good = os.path.join(sockdir, "1.sock")
     srv = serve_answers(good, (json.dumps({"ok": True, **SNAP}) + "\n").encode())
     try:
         s = samples(metrics.exposition(metrics.ContextCollector(where=lambda: [good])).decode())
@@ -87,11 +76,11 @@ def test_an_endpoints_answer_becomes_labelled_metrics(endpoint_dir):
     assert s[("mrc_scrape_errors_total", ())] == 0
 
 
-def test_an_endpoint_that_does_not_answer_is_counted_not_fatal(endpoint_dir):
-    bad = os.path.join(endpoint_dir, "2.sock")
+def test_an_endpoint_that_does_not_answer_is_counted_not_fatal(sockdir):
+    bad = os.path.join(sockdir, "2.sock")
     srv = serve_answers(bad, b"not json\n")
     try:
-        c = metrics.ContextCollector(where=lambda: [bad, os.path.join(endpoint_dir, "gone.sock")])
+        c = metrics.ContextCollector(where=lambda: [bad, os.path.join(sockdir, "gone.sock")])
         s = samples(metrics.exposition(c).decode())
     finally:
         srv.close()
@@ -99,8 +88,8 @@ def test_an_endpoint_that_does_not_answer_is_counted_not_fatal(endpoint_dir):
     assert not [k for k in s if k[0].startswith("mrc_qp_")]
 
 
-def test_served_over_http_on_localhost(endpoint_dir):
-    good = os.path.join(endpoint_dir, "1.sock")
+def test_served_over_http_on_localhost(sockdir):
+    good = os.path.join(sockdir, "1.sock")
     srv = serve_answers(good, (json.dumps({"ok": True, **SNAP}) + "\n").encode())
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
