@@ -35,7 +35,7 @@ def run_info(srv6: str | None = None) -> dict:
 
     argv = [os.path.relpath(sys.argv[0], ROOT) if os.path.isabs(sys.argv[0]) else sys.argv[0], *sys.argv[1:]]
     info = {"commit": git("rev-parse", "--short", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--", "mrc", "csrc", "bench")),
+            "dirty": bool(git("status", "--porcelain", "--", "mrc", "csrc", "bench", ":!bench/results")),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": {"cores": os.cpu_count(), "kernel": os.uname().release},
             "command": "python " + shlex.join(argv)}
