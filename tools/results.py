@@ -62,7 +62,8 @@ def fmt(x, nd: int = 3) -> str:
     if isinstance(x, int):
         return f"{x:,}"
     if isinstance(x, float):
-        return f"{x:,.{nd}f}".rstrip("0").rstrip(".") if abs(x) < 1e6 else f"{x:,.0f}"
+        text = f"{x:,.{nd}f}" if abs(x) < 1e6 else f"{x:,.0f}"
+        return text.rstrip("0").rstrip(".") if "." in text else text
     return str(x)
 
 
@@ -81,7 +82,8 @@ def spread(runs: list[dict], path: str, nd: int = 3) -> str:
 def where(run: dict) -> str:
     """Commit, date and machine of a run, in one line."""
     m = run.get("machine") or {"cores": run.get("cores"), "kernel": run.get("kernel"), "srv6": run.get("srv6")}
-    bits = [f"commit {run.get('commit', '?')}" + (" (tree differed)" if run.get("dirty") else ""),
+    bits = [f"commit {run.get('commit', '?')}" + (" (tree differed)" if run.get("dirty") else "")
+            + (f", ended on {run['ended_on_commit']}" if run.get("ended_on_commit") else ""),
             run.get("date", "?")[:16].replace("T", " ") + " UTC", f"{m.get('cores', '?')} cores",
             f"Linux {m.get('kernel', '?')}"]
     if m.get("srv6"):
@@ -243,7 +245,7 @@ def failover(runs: list[dict]) -> tuple[list[str], list[list]]:
                     "goodput vs no fault", "QP errors / corrupt"], rows)
     gaps = [x.get("max_gap_rtts") for k, x in (r.get("scenarios") or {}).items() if k != "all"]
     head = [["failover in virtual time (8 x 100 Gb/s): longest gap after a path, plane or flap fault",
-             f"{fmt(max(g for g in gaps if g is not None), 2)} base RTTs" if gaps else "-", "a few RTTs"]]
+             f"{fmt(max(g for g in gaps if g is not None), 2)} base RTTs" if gaps else "-", "<= 4 base RTTs"]]
     return lines, head
 
 
@@ -358,6 +360,7 @@ def _run_block(bench: str, title: str, runs: list[dict], lines: list[str]) -> li
     out = [f"`{command(bench, last)}`", "",
            f"{where(last)}; " + (f"{len(runs)} runs, " if len(runs) > 1 else "")
            + "stored as " + ", ".join(f"`bench/results/{r['_stem']}.json`" for r in runs) + ".", ""]
+    out += [f"Note: {r['note']}." for r in runs if r.get("note")] + [""] * any(r.get("note") for r in runs)
     out += lines + [""]
     imgs = images(last)
     out += [f"![{title}](../bench/results/{img})" for img in imgs] + ([""] if imgs else [])
