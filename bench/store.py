@@ -30,7 +30,10 @@ def add_argument(ap) -> None:
 def run_info(srv6: str | None = None) -> dict:
     """Where a run was made: the commit (and whether the tree differed from it), date, machine, command."""
     def git(*args: str) -> str:
-        p = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        try:
+            p = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        except OSError:  # no git here: the run is still kept, its commit unknown
+            return ""
         return p.stdout.strip()
 
     argv = [os.path.relpath(sys.argv[0], ROOT) if os.path.isabs(sys.argv[0]) else sys.argv[0], *sys.argv[1:]]
@@ -44,10 +47,19 @@ def run_info(srv6: str | None = None) -> dict:
     return info
 
 
+#: the tree as the run found it: a bench imports this module as it starts, and the tree may move on
+#: while a long run goes (the commit and the state of the code are the start's)
+START = run_info()
+
+
 def save(name: str, out: dict, where: str, srv6: str | None = None, files: dict[str, str] | None = None) -> str:
     """Write ``out`` with :func:`run_info` to ``where``; returns the path. ``files``:
-    {label: path} of what the run drew (PNGs), copied beside it as ``NAME-DATE-COMMIT-label.png``."""
+    {label: path} of what the run drew (PNGs), copied beside it as ``NAME-DATE-COMMIT-label.png``.
+    The commit and ``dirty`` are the tree's when the run started; ``date`` is when it ended."""
     info = run_info(srv6)
+    if START["commit"] != info["commit"] or START["dirty"] != info["dirty"]:
+        info["ended_on_commit"] = info["commit"] + (" (tree differed)" if info["dirty"] else "")
+    info["commit"], info["dirty"] = START["commit"], START["dirty"]
     os.makedirs(where, exist_ok=True)
     stem = os.path.join(where, f"{name}-{info['date'][:10]}-{info['commit']}")
     for label, src in (files or {}).items():
