@@ -37,6 +37,10 @@ from mrc.errors import ErrnoError, MrcError, UsageError
 from mrc.verbs import Context, QPAttr
 
 JOIN_TIMEOUT = 60.0      # seconds for every rank to join, and for a connect round
+#: a QP's doubling retries: some 4 s of silence before it fails (the engine's default, 0.55 s, is
+#: shorter than a loaded 2-core host can keep a rank from running); a rank that dies is found
+#: sooner, by its control connection
+QP_EXP_CNT = 10
 MAX_JOB = 64
 
 
@@ -229,8 +233,9 @@ class FabricNet:
         for peer in peers:
             infos = []
             for ch in range(comm.channels):
-                qp = self.ctx.create_qp(cq=self.cq, attr=QPAttr(**{**self.qp_attr, "rq_depth": depth,
-                                                                   "sq_depth": depth, "max_wimm": min(256, depth)}))
+                qp = self.ctx.create_qp(cq=self.cq, attr=QPAttr(**{"exp_cnt": QP_EXP_CNT, **self.qp_attr,
+                                                                   "rq_depth": depth, "sq_depth": depth,
+                                                                   "max_wimm": min(256, depth)}))
                 region = self.ctx.reg_mr(bytearray(comm.region_bytes()), remote_write=True)
                 link = Link(peer, ch, qp, region, 0, 0)
                 comm.links[(peer, ch)] = link
