@@ -62,6 +62,11 @@ def save(name: str, out: dict, where: str, srv6: str | None = None, files: dict[
     info["commit"], info["dirty"] = START["commit"], START["dirty"]
     os.makedirs(where, exist_ok=True)
     stem = os.path.join(where, f"{name}-{info['date'][:10]}-{info['commit']}")
+    k = 1
+    while os.path.exists(f"{stem}.json" if k == 1 else f"{stem}-r{k}.json"):  # another run, same day and commit
+        k += 1
+    if k > 1:
+        stem = f"{stem}-r{k}"
     for label, src in (files or {}).items():
         if src and os.path.exists(src):
             shutil.copyfile(src, f"{stem}-{label}{os.path.splitext(src)[1]}")

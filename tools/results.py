@@ -38,7 +38,9 @@ def load(where: Path = RESULTS) -> dict[str, list[dict]]:
         if not m:
             continue
         run = json.loads(p.read_text())
-        run["_stem"], run["_tag"] = p.stem, (m["tag"] or "").lstrip("-")
+        tag = (m["tag"] or "").lstrip("-")
+        # -r2, -r3: another run of the same day and commit (bench/store.py), not a variant
+        run["_stem"], run["_tag"] = p.stem, "" if re.fullmatch(r"r\d+", tag) else tag
         out.setdefault(run.get("bench", m["bench"]), []).append(run)
     for runs in out.values():
         runs.sort(key=lambda r: (r.get("date", ""), r["_stem"]))
