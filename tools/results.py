@@ -289,7 +289,8 @@ def congestion(runs: list[dict]) -> tuple[list[str], list[list]]:
     wls = r.get("workloads") or {}
     head = [[f"congestion: {wl}, MRC p99 over the ideal / over TCP cubic's",
              f"{fmt(x['p99_ms'] / x['ideal_p99_ms'], 2) if x.get('ideal_p99_ms') else '-'} / "
-             f"{fmt(x.get('p99_vs_tcp_cubic'), 2)}", "-"] for wl, x in wls.items() if wl.startswith("incast")]
+             f"{fmt(x.get('p99_vs_tcp_cubic'), 2)}", "<= 2 / <= 0.5"]
+            for wl, x in wls.items() if wl.startswith("incast")]
     return lines, head
 
 
@@ -310,7 +311,8 @@ def campaign(runs: list[dict]) -> tuple[list[str], list[list]]:
            if get(x, "mrc.stall_excess_ms") is not None]
     errs = sum(get(x, "mrc.qp_errors", 0) for run in runs for x in run.get("scenarios", {}).values())
     bad = sum(get(x, "mrc.corrupt_bytes", 0) for run in runs for x in run.get("scenarios", {}).values())
-    head = [["fault campaign (a)-(i): QP errors / corrupt bytes / largest median stall excess",
+    head = [["fault campaign (a)-(i): QP errors / corrupt bytes / largest stall excess over the no-fault run"
+             + (f" ({len(runs)} runs)" if len(runs) > 1 else " (one run; the controls are beside it)"),
              f"{errs} / {bad} / " + (f"{fmt(max(exc), 2)} ms" if exc else "-"), "0 / 0 / <= 2 ms"]]
     return lines, head
 
