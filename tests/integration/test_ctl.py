@@ -182,12 +182,15 @@ def test_events_follow_a_cut_and_a_heal(ctl):
              10, 0.001, what="the cut being felt")
     apply.heal(t.name, link)
     assert qa.send_cq.wait(1, timeout=60)[0].ok
-    # keep traffic going so probes see the path answer again
-    for i in range(20):
+    # keep traffic going so probes see the path answer again (a probe that failed while the link
+    # was down backs off, so give it seconds, not a count of writes that may all end sooner)
+    deadline, i = time.monotonic() + 15, 0
+    while time.monotonic() < deadline:
         evs = [e for e in qa.evs() if ca.ev_address(qa, e["ev"]) == via]
         if all(e["state"] == "GOOD" for e in evs):
             break
         write(ca, qa, ms, ib, 8 << 20, wr_id=10 + i)
+        i += 1
     lines = mrc_ctl(srv, "events").stdout.splitlines()
     events = [json.loads(x) for x in lines if '"seq"' in x]
     on_path = [e for e in events if e["address"] == via]
