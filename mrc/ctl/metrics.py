@@ -96,33 +96,42 @@ class ContextCollector:
         cq = counter("mrc_cq_overflows", "Completions that found their CQ full (they waited; none was lost)",
                      labels=ctx)
         for s in snaps:
-            lab = [str(s.get("pid", "")), str(s.get("host") or "")]
-            for q in s.get("qps", []):
-                ql = [*lab, str(q["qpn"])]
-                for key, name, _ in QP_COUNTERS:
-                    qc[name].add_metric(ql, float(q.get(key, 0)))
-                for key, name, _, scale in QP_GAUGES:
-                    qg[name].add_metric(ql, float(q.get(key, 0)) * scale)
-                state.add_metric([*ql, str(q.get("state", "?"))], 1.0)
-                for plane, counts in sorted(q.get("evs", {}).items()):
-                    for st, n in sorted(counts.items()):
-                        evs.add_metric([*ql, str(plane), st], float(n))
-            for reason, n in sorted(s.get("drops", {}).items()):
-                drops.add_metric([*lab, reason], float(n))
-            for p in s.get("ports", []):
-                pl = [*lab, str(p["ifname"]), str(p["plane"])]
-                for key, name, _ in PORT_COUNTERS:
-                    pc[name].add_metric(pl, float(p.get(key, 0)))
-                up.add_metric(pl, 1.0 if p.get("admin_up") and p.get("carrier") else 0.0)
-            cq.add_metric(lab, float(s.get("cq_overflow", 0)))
+            try:
+                self._add(s, qc, qg, state, evs, drops, pc, up, cq)
+            except (AttributeError, KeyError, TypeError, ValueError):  # an answer of the wrong shape: skipped
+                with self._lock:
+                    self.errors += 1
         yield from qc.values()
         yield from qg.values()
         yield from (state, evs, drops)
         yield from pc.values()
         yield from (up, cq)
-        errors = counter("mrc_scrape_errors", "Control endpoints that did not answer a scrape")
+        errors = counter("mrc_scrape_errors", "Control endpoints that did not answer a scrape, or answered nonsense")
         errors.add_metric([], float(self.errors))
         yield errors
+
+    @staticmethod
+    def _add(s: dict, qc, qg, state, evs, drops, pc, up, cq) -> None:
+        """One endpoint's answer into the families; raises on an answer of the wrong shape. Everything is
+        checked before any sample is added, so a bad answer adds nothing."""
+        num = float
+        lab = [str(s.get("pid", "")), str(s.get("host") or "")]
+        qps = [(q, [*lab, str(int(q["qpn"]))]) for q in s.get("qps", [])]
+        rows = []
+        for q, ql in qps:
+            rows += [(qc[name], ql, num(q.get(key, 0))) for key, name, _ in QP_COUNTERS]
+            rows += [(qg[name], ql, num(q.get(key, 0)) * scale) for key, name, _, scale in QP_GAUGES]
+            rows.append((state, [*ql, str(q.get("state", "?"))], 1.0))
+            rows += [(evs, [*ql, str(int(plane)), str(st)], num(n))
+                     for plane, counts in sorted(q.get("evs", {}).items()) for st, n in sorted(counts.items())]
+        rows += [(drops, [*lab, str(reason)], num(n)) for reason, n in sorted(s.get("drops", {}).items())]
+        for p in s.get("ports", []):
+            pl = [*lab, str(p["ifname"]), str(int(p["plane"]))]
+            rows += [(pc[name], pl, num(p.get(key, 0))) for key, name, _ in PORT_COUNTERS]
+            rows.append((up, pl, 1.0 if p.get("admin_up") and p.get("carrier") else 0.0))
+        rows.append((cq, lab, num(s.get("cq_overflow", 0))))
+        for fam, labels, value in rows:
+            fam.add_metric(labels, value)
 
 
 def registry(*collectors):

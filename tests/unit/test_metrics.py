@@ -111,3 +111,27 @@ def test_a_listen_address_that_is_not_one_gets_a_clear_error(bad):
     with pytest.raises(ErrnoError, match="ADDR:PORT"):
         metrics.parse_listen(bad)
     assert metrics.parse_listen("[::1]:9464") == ("::1", 9464)
+
+
+@pytest.mark.parametrize("answer", [
+    {"qps": "x"},                                           # not a list
+    {"qps": [{"state": "RTS"}]},                            # no qpn
+    {"qps": [{"qpn": 7, "tx_packets": "many"}]},            # a counter that is not a number
+    {"qps": [{"qpn": 7, "evs": {"zero": {"GOOD": 1}}}]},    # a plane that is not a number
+    {"ports": [{"ifname": "p0"}]},                          # a port without its plane
+    {"drops": ["icrc"]},                                    # not a mapping
+])
+def test_an_answer_of_the_wrong_shape_adds_nothing_and_is_counted(sockdir, answer):
+    """A lying endpoint cannot break the scrape or half-fill it: its answer is dropped and counted,
+    and the honest endpoint beside it is still exported in full."""
+    bad, good = os.path.join(sockdir, "1.sock"), os.path.join(sockdir, "2.sock")
+    srvs = [serve_answers(bad, (json.dumps({"ok": True, "pid": 1, **answer}) + "\n").encode()),
+            serve_answers(good, (json.dumps({"ok": True, **SNAP}) + "\n").encode())]
+    try:
+        s = samples(metrics.exposition(metrics.ContextCollector(where=lambda: [bad, good])).decode())
+    finally:
+        for srv in srvs:
+            srv.close()
+    assert s[("mrc_scrape_errors_total", ())] == 1
+    assert not [k for k in s if ("pid", "1") in k[1]]
+    assert s[("mrc_qp_sent_packets_total", (("host", "h0"), ("pid", "4242"), ("qpn", "7")))] == 1000
