@@ -37,7 +37,12 @@ def load(where: Path = RESULTS) -> dict[str, list[dict]]:
         m = STEM.match(p.stem)
         if not m:
             continue
-        run = json.loads(p.read_text())
+        try:
+            run = json.loads(p.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise SystemExit(f"results: {p} is not a stored run ({e}): remove it or save the bench again") from None
+        if not isinstance(run, dict):
+            raise SystemExit(f"results: {p} is not a stored run (a JSON object): remove it or save the bench again")
         tag = (m["tag"] or "").lstrip("-")
         # -r2, -r3: another run of the same day and commit (bench/store.py), not a variant
         run["_stem"], run["_tag"] = p.stem, "" if re.fullmatch(r"r\d+", tag) else tag
@@ -351,11 +356,12 @@ def render(runs_by_bench: dict[str, list[dict]]) -> tuple[str, str]:
         lines, head = fn(runs)
         page += _run_block(bench, title, runs, lines)
         for h in head:
-            head_rows.append([h[0], h[1], h[2], f"[{bench}](docs/results.md#{anchor})"])
+            head_rows.append([h[0], h[1], h[2], f"`{command(bench, runs[-1])}`",
+                              f"[{bench}](docs/results.md#{anchor})"])
         for tag in sorted({r["_tag"] for r in stored if r["_tag"]}):
             var = [r for r in stored if r["_tag"] == tag][-1:]
             page += [f"### {title}: {tag}", ""] + _run_block(bench, f"{title}: {tag}", var, fn(var)[0])
-    readme = table(["what", "measured", "target", "where"], head_rows)
+    readme = table(["what", "measured", "target", "command", "where"], head_rows)
     return "\n".join(page).rstrip() + "\n", "\n".join(readme) + "\n"
 
 

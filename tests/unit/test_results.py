@@ -59,3 +59,18 @@ def test_runs_group_by_bench_and_the_latest_commit_gives_the_figures(tmp_path):
     page, table = r.render({"engine_bench": runs})
     assert "## The engine" in page and "No stored run yet" in page   # every other bench says so
     assert "1,100,000" in table and "900,000" not in table
+
+
+def test_a_stored_file_that_is_not_a_run_gets_a_clear_error(tmp_path):
+    r = _results()
+    for name, text in (("engine_bench-2026-12-01-aaaaaaa.json", "{not json"),
+                       ("engine_bench-2026-12-02-bbbbbbb.json", "[1, 2]")):
+        for f in tmp_path.glob("*.json"):
+            f.unlink()
+        (tmp_path / name).write_text(text)
+        try:
+            r.load(tmp_path)
+        except SystemExit as e:
+            assert name in str(e) and "not a stored run" in str(e)
+        else:
+            raise AssertionError(f"{name}: no error")
