@@ -159,3 +159,13 @@ def test_plane_cut_takes_every_spine_of_one_plane():
     (at, op, target, _), (at2, op2, target2, _) = plan
     assert (at, op, at2, op2) == (5.0, "fail", 8.0, "heal") and target == target2 and len(target) == 4
     assert len({s[:2] for s in target}) == 1
+
+
+@pytest.mark.parametrize("pairs", ["0", "101", "-3"])
+def test_a_pairs_count_out_of_range_is_refused_before_anything_starts(pairs):
+    from mrc.coll.cli import check_args
+
+    a = cli.build_parser().parse_args(["train", "--seconds", "5", "--faults", "flap/1s", "--pairs", pairs,
+                                       "--rank", "0", "--nranks", "2", "--root-addr", "::1", "--job", "j"])
+    with pytest.raises(UsageError, match="--pairs is 1 to 100"):
+        check_args(a, "train", 2)
