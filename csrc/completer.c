@@ -7,7 +7,8 @@
  * the newest packet again when nothing came back for two RTTs; the
  * retransmit timer resends what nothing acknowledged for an RTO and ends a
  * QP whose retry budget is spent; WRs complete in order once the
- * cumulative ACK covers them. What is lost goes back to the requester (PE_LOST) to be resent.
+ * cumulative ACK covers them. What is lost goes back to the requester
+ * (PE_LOST) to be resent.
  *
  * Lock: every function here runs with the endpoint lock held. Calls qp.c,
  * ev.c, the CC ops and ep.c. */
