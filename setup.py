@@ -1,4 +1,44 @@
+import os
+
 from setuptools import find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+
+class BuildWithLibrary(build_ext):
+    """Build libmrc.so (csrc/build_dp.py: the one data-path build) beside
+    mrc._dp, which links it, before the module itself; installed (and
+    copied in place) with it."""
+
+    def _library(self) -> tuple[str, str]:
+        """libmrc.so where it is built, and where it goes in the source tree."""
+        pkg = self.get_finalized_command("build_py").get_package_dir("mrc")
+        return os.path.join(self.build_lib, "mrc", "libmrc.so"), os.path.join(pkg, "libmrc.so")
+
+    def copy_extensions_to_source(self):
+        super().copy_extensions_to_source()
+        self.copy_file(*self._library(), level=self.verbose)
+
+    def _get_output_mapping(self):
+        yield from super()._get_output_mapping()
+        if self.inplace:
+            yield self._library()
+
+    def get_outputs(self):
+        outs = super().get_outputs()
+        return outs if self.inplace else sorted([*outs, self._library()[0]])
+
+    def build_extension(self, ext):
+        if ext.name == "mrc._dp":
+            import importlib.util
+
+            spec = importlib.util.spec_from_file_location("build_dp", os.path.join("csrc", "build_dp.py"))
+            build_dp = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(build_dp)
+            out = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
+            build_dp.build_library(out, os.path.join(self.build_temp, "libmrc"), self.compiler)
+            ext.library_dirs = [*ext.library_dirs, out]
+        super().build_extension(ext)
+
 
 setup(
     name="mrc",
@@ -10,6 +50,7 @@ setup(
     package_data={"mrc.dash": ["static/*.html", "static/*.js", "static/*.css", "static/vendor/*"]},
     setup_requires=["cffi>=1.15"],
     cffi_modules=["csrc/build_dp.py:ffibuilder"],
+    cmdclass={"build_ext": BuildWithLibrary},
     install_requires=["cffi>=1.15", "pyroute2==0.9.7", "numpy>=1.24", "prometheus-client>=0.17"],
     extras_require={
         # scapy is GPL: only the dissector, the tools and the tests use it

@@ -1,12 +1,20 @@
-"""cffi API-mode build of ``mrc._dp`` from csrc/.
+"""One build of the C data path: ``libmrc.so``, and the cffi API-mode module
+``mrc._dp`` that links it.
 
-The declarations come from the contract headers in csrc/include/ (``HEADERS``:
-one per audience), between their ``CDEF BEGIN`` and ``CDEF END`` markers, so
-Python sees exactly what C declares and every constant comes from the
-compiler.
+``libmrc.so`` holds every source in ``SOURCES`` and exports only the ``mrc_*``
+names (csrc/libmrc.map); the Python package and C programs
+(``pkg-config --cflags --libs mrc``) load the same library. ``mrc._dp`` compiles
+no data-path source: it wraps the declarations of the contract headers in
+csrc/include/ (``HEADERS``: one per audience), between their ``CDEF BEGIN``
+and ``CDEF END`` markers, so Python sees exactly what C declares and every
+constant comes from the compiler, and finds the library next to itself
+(rpath ``$ORIGIN``).
+
+    python csrc/build_dp.py      # both, into mrc/ (MRC_CFLAGS, MRC_LDFLAGS: e.g. sanitizers)
 """
 
 import os
+import sys
 
 from cffi import FFI
 
@@ -17,10 +25,40 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HEADERS = [os.path.join(HERE, "include", h)
            for h in ("mrc_wire.h", "mrc/mrc.h", "mrc_manual.h", "mrc_sim.h", "mrc_bench.h")]
 # the core (sans-I/O), lowest layer first; then the in-memory link; then the
-# I/O side and the engine thread; then benchmark support (csrc/core.h, io.h)
-SOURCES = ["wire.c", "crc32c.c", "ep.c", "rings.c", "ev.c", "cc_nscc.c", "qp.c", "requester.c", "completer.c", "responder.c",
-           "evprobe.c", "dispatch.c", "simlink.c", "io_packet.c", "link_watch.c", "engine.c", "verbs.c",
-           "simfab.c", "simfab_setup.c", "bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c"]
+# I/O side and the engine thread; the fabric simulator; opening by name and
+# connection setup for C programs (app/); then benchmark support (csrc/core.h, io.h)
+SOURCES = ["wire.c", "crc32c.c", "ep.c", "rings.c", "ev.c", "cc_nscc.c", "qp.c", "requester.c", "completer.c",
+           "responder.c", "evprobe.c", "dispatch.c", "simlink.c", "io_packet.c", "link_watch.c", "engine.c",
+           "verbs.c", "simfab.c", "simfab_setup.c", "app/err.c", "app/sha256.c", "app/json.c", "app/ports.c",
+           "app/topo.c", "app/open.c", "app/cm.c", "bench/blast.c", "bench/verify.c", "bench/udpping.c",
+           "bench/pingpong.c"]
+LIBRARY = "libmrc.so"
+SONAME = LIBRARY  # one version so far: the name is the soname
+CFLAGS = ["-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-std=gnu11", "-fPIC"]
+
+
+def env_flags(name: str) -> list[str]:
+    """Extra compiler or linker flags from the environment (MRC_CFLAGS, MRC_LDFLAGS)."""
+    return os.environ.get(name, "").split()
+
+
+def build_library(out_dir: str, tmp_dir: str, compiler=None) -> str:
+    """Compile ``SOURCES`` into ``out_dir``/libmrc.so (objects in ``tmp_dir``); returns its path."""
+    from setuptools._distutils.ccompiler import new_compiler
+    from setuptools._distutils.sysconfig import customize_compiler
+
+    if compiler is None:
+        compiler = new_compiler()
+        customize_compiler(compiler)
+    srcs = [os.path.join(HERE, s) for s in SOURCES]
+    objs = compiler.compile(srcs, output_dir=tmp_dir, include_dirs=[os.path.join(HERE, "include"), HERE],
+                            extra_postargs=CFLAGS + env_flags("MRC_CFLAGS"))
+    os.makedirs(out_dir, exist_ok=True)
+    compiler.link_shared_object(objs, LIBRARY, output_dir=out_dir, libraries=["pthread"],
+                                extra_postargs=[f"-Wl,-soname,{SONAME}",
+                                                f"-Wl,--version-script={os.path.join(HERE, 'libmrc.map')}"]
+                                + env_flags("MRC_LDFLAGS"))
+    return os.path.join(out_dir, LIBRARY)
 
 
 def cdef_text() -> str:
@@ -32,17 +70,24 @@ def cdef_text() -> str:
     return "\n".join(out)
 
 
+LIBRARY_DIRS: list[str] = []
 ffibuilder = FFI()
 ffibuilder.cdef(cdef_text())
 ffibuilder.set_source(
     "mrc._dp",
     "".join(f'#include "{os.path.relpath(h, os.path.join(HERE, "include"))}"\n' for h in HEADERS),
-    sources=[os.path.relpath(os.path.join(HERE, s)) for s in SOURCES],
-    include_dirs=[os.path.relpath(os.path.join(HERE, "include")), os.path.relpath(HERE)],
+    include_dirs=[os.path.relpath(os.path.join(HERE, "include"))],
+    libraries=["mrc"],
+    # where libmrc.so is built: setup.py's build_ext adds the module's directory, __main__ mrc/
+    library_dirs=LIBRARY_DIRS,
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-std=gnu11"]
-    + os.environ.get("MRC_CFLAGS", "").split(),
-    extra_link_args=os.environ.get("MRC_LDFLAGS", "").split(),
+    + env_flags("MRC_CFLAGS"),
+    extra_link_args=["-Wl,-rpath,$ORIGIN"] + env_flags("MRC_LDFLAGS"),
 )
 
 if __name__ == "__main__":
-    ffibuilder.compile(verbose=True)
+    root = os.path.dirname(HERE)
+    os.chdir(root)
+    build_library(os.path.join(root, "mrc"), os.path.join(root, "build", "libmrc"))
+    LIBRARY_DIRS.append(os.path.join(root, "mrc"))
+    sys.exit(0 if ffibuilder.compile(verbose=True) else 1)
