@@ -30,6 +30,10 @@ struct mrc_ctx {
     uint32_t closing;        /* destroy began: blocked callers return -ECANCELED */
     uint8_t *txbuf;
     struct mrc_txdesc txd[IO_BATCH];
+    /* what a context opened by name keeps (csrc/app/open.c: its ports'
+     * names and addresses, its topology, its peers), freed by destroy */
+    void *app;
+    void (*app_free)(void *app);
 };
 
 /* engine.c: the locks, the doorbell and the ports, for verbs.c. */

@@ -235,6 +235,8 @@ void mrc_ctx_destroy(struct mrc_ctx *c)
         ep_destroy(c->ep);
     }
     free(c->txbuf);
+    if (c->app_free)
+        c->app_free(c->app);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->ulock);
     free(c);

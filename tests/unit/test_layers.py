@@ -28,8 +28,13 @@ C_LAYERS = [
     ["engine.c"],
     ["verbs.c"],  # the API calls: each under the context's locks (engine.c) for one core call
     ["simfab.c", "simfab_setup.c"],  # the fabric simulator drives whole contexts
+    # a C program's side (csrc/app/app.h): the error sentence, digests, JSON, the kernel's
+    # view of a port, topology files; then a context opened by name; then connection setup
+    ["app/err.c", "app/sha256.c", "app/json.c", "app/ports.c", "app/topo.c"],
+    ["app/open.c"],
+    ["app/cm.c"],
     ["bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c",
-     "fuzz/fuzz_parse.c", "fuzz/fuzz_responder.c", "fuzz/fuzz_requester.c"],
+     "fuzz/fuzz_parse.c", "fuzz/fuzz_responder.c", "fuzz/fuzz_requester.c", "fuzz/fuzz_setup.c"],
     ["bpf/port_queue.bpf.c", "bpf/usid_end.bpf.c",  # the switches' queues and End, and the hosts'
      "bpf/host_encap.bpf.c", "bpf/host_decap.bpf.c"],  # encap and End.DT6 (kernel side): call nothing
 ]
@@ -241,7 +246,8 @@ def test_the_code_points_only_at_docs_that_exist():
 HEADERS = CSRC / "include"
 #: header -> the prefixes of the calls it may declare (its audience)
 AUDIENCE = {"mrc/mrc.h": ("mrc_ctx_", "mrc_pd_", "mrc_mr_", "mrc_cq_", "mrc_qp_", "mrc_post_", "mrc_poll_",
-                          "mrc_ev_", "mrc_async_", "mrc_dp_version", "mrc_wc_", "mrc_event_", "mrc_drop_"),
+                          "mrc_ev_", "mrc_async_", "mrc_dp_version", "mrc_wc_", "mrc_event_", "mrc_drop_",
+                          "mrc_last_error", "mrc_cm_", "mrc_sha256_"),
             "mrc_wire.h": ("mrc_pkt_", "mrc_crc32c", "mrc_psn_", "mrc_opcode_", "mrc_nack_"),
             "mrc_manual.h": ("mrc_ep_", "mrc_ctx_ep", "mrc_sim_"),
             "mrc_sim.h": ("mrc_fab_",),

@@ -363,4 +363,99 @@ int mrc_ctx_ep_batch_send_wait(struct mrc_ctx *c, const struct mrc_probe_req *re
                                struct mrc_probe_resp *out);
 /* CDEF END */
 
+/* ------------------------------------- opening by name, and connecting
+ * What a C program uses where Python has mrc.ports, mrc.paths and mrc.cm
+ * (csrc/app/; Python does not wrap these). A failed call here also leaves a
+ * sentence saying what went wrong and what to do in mrc_last_error(). */
+
+/* The sentence of the last failure of a call in this section, in this thread
+ * ("" when there was none). Valid until the thread's next such call. */
+const char *mrc_last_error(void);
+
+/* Which ports a context opens: `ports` names them ("eth1,eth2": planes 0,
+ * 1, ... in that order, or "eth1:0,eth3:2"); when it is NULL the topology
+ * file `topology` (JSON, docs/topology.md; NULL: $MRC_TOPOLOGY) lists them
+ * for host `host` (NULL: $MRC_HOST, else the host whose port addresses this
+ * network namespace has). 0 sizes take the defaults (1024 QPs, CQ 0 of
+ * 65536). */
+struct mrc_open_attr {
+    const char *ports;
+    const char *topology;
+    const char *host;
+    uint32_t max_qps;
+    uint32_t cq_depth;
+};
+/* Read each port's index, MAC, global IPv6 address, MTU and next hop from
+ * the kernel (rtnetlink), open them (raw sockets: CAP_NET_RAW) and start the
+ * engine thread. Destroy the context with mrc_ctx_destroy. */
+int mrc_ctx_open(const struct mrc_open_attr *attr, struct mrc_ctx **out);
+/* mrc_qp_attr_default with what a context opened by name runs: the
+ * software data path's timing and NSCC settings (those of mrc.verbs), its
+ * planes, and the largest payload its ports' MTU carries. */
+int mrc_ctx_qp_attr_default(struct mrc_ctx *c, struct mrc_qp_attr *a);
+
+/* One side of a connection: its QP, the PSN of its first packet (0: the
+ * first call that needs it, mrc_qp_connect or mrc_cm_*, picks one at
+ * random and writes it here) and a region the other side may write (0s:
+ * none). */
+struct mrc_local { uint32_t qpn; uint32_t psn; uint64_t addr; uint32_t rkey; uint64_t length; };
+/* The other side, as the exchange gives it: its QP, first PSN and region,
+ * its host and topology names ("" when it gave none), and how to reach it
+ * (per plane its port address and the paths this host's topology knows
+ * toward it, or the port address alone). */
+struct mrc_remote {
+    uint32_t qpn, psn, rkey;
+    uint64_t addr, length;
+    char host[65], topology[65];
+    struct mrc_peer_cfg reach;
+};
+/* RESET -> INIT -> RTR -> RTS toward `peer`: registers its paths (one peer
+ * slot per distinct peer, kept for the context's life), tells the QP which
+ * EVs share a path, and starts its PSNs at mine->psn and peer->psn. */
+int mrc_qp_connect(struct mrc_ctx *c, struct mrc_local *mine, const struct mrc_remote *peer);
+
+/* Connection setup over TCP (the management network), the exchange of
+ * mrc.cm: JSON lines of at most 64 KiB; the listener greets with a fresh
+ * challenge, the connector sends its QP ("info") and, when the listener
+ * holds a pre-shared key, proves it holds it too (HMAC-SHA256); the
+ * listener connects its QP and answers, proven the same way. Every step
+ * waits at most timeout_ms (0: 10 s). A C program and `mrc perf` interoperate. */
+struct mrc_cm;
+struct mrc_cm_listener;
+#define MRC_CM_PORT 18515
+/* Listen on [addr]:port (NULL: every address); psk_file: only clients that
+ * prove they hold the key in it (NULL: anyone). */
+int mrc_cm_listen(const char *addr, uint16_t port, const char *psk_file, struct mrc_cm_listener **out);
+int mrc_cm_listener_fd(struct mrc_cm_listener *l);
+void mrc_cm_listener_close(struct mrc_cm_listener *l);
+/* The next client whose hello is well formed (and proven): its side in
+ * *peer, its whole hello readable with mrc_cm_get. A bad client is told
+ * why and refused: the call returns -errno and the listener goes on. */
+int mrc_cm_accept(struct mrc_cm_listener *l, struct mrc_ctx *c, int timeout_ms, struct mrc_cm **out,
+                  struct mrc_remote *peer);
+/* Answer an accepted client with our side (connect our QP first: the
+ * client sends as soon as it reads this). `extra`: more members for the
+ * message, JSON text such as "\"job\":7" (NULL: none). */
+int mrc_cm_reply(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, const char *extra);
+/* Connect to the listener at `server` (an IPv6 address, or a host of the
+ * context's topology: its management address), send our side (and
+ * `extra`), wait for its answer: its side in *peer. */
+int mrc_cm_connect(struct mrc_ctx *c, const char *server, uint16_t port, const char *psk_file,
+                   struct mrc_local *mine, const char *extra, int timeout_ms, struct mrc_cm **out,
+                   struct mrc_remote *peer);
+/* After setup the channel carries the application's own JSON objects. */
+int mrc_cm_send(struct mrc_cm *cm, const char *json_object);
+/* The next message (its length), or -errno: -ETIMEDOUT, -ECONNRESET, -EPROTO
+ * (not a JSON object), or the peer's refusal ("error": mrc_last_error). */
+int mrc_cm_recv(struct mrc_cm *cm, int timeout_ms);
+/* A member of the last message received, by dotted path ("params.max_size"):
+ * an unsigned integer, or a boolean as 0 or 1. -ENOENT when it is absent,
+ * -EINVAL when it is something else. */
+int mrc_cm_get(struct mrc_cm *cm, const char *path, uint64_t *value);
+int mrc_cm_fd(struct mrc_cm *cm);
+void mrc_cm_close(struct mrc_cm *cm);
+/* SHA-256 of a buffer as 64 hex digits and a NUL (what `mrc perf server`
+ * checks a written region against: {"check": length, "sha256": ...}). */
+void mrc_sha256_hex(const void *data, size_t len, char out[65]);
+
 #endif

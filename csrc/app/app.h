@@ -1,0 +1,99 @@
+/* The application side of libmrc (csrc/app/): what a C program needs around
+ * the data path to open a context by name and set up a connection, where
+ * Python has mrc.ports, mrc.paths and mrc.cm. Shared by its files, lowest
+ * first: err.c (the error sentence), sha256.c, json.c, ports.c (the kernel's
+ * view of a port), topo.c (a topology file), open.c (a context opened by
+ * name, connecting a QP), cm.c (the exchange). Not part of any contract
+ * with users: mrc/mrc.h declares the calls. */
+#ifndef MRC_APP_H
+#define MRC_APP_H
+#include <netinet/in.h>
+#include <net/if.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mrc/mrc.h"
+
+/* err.c: set this thread's error sentence; returns -err (err > 0). */
+int app_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void app_clear_error(void);
+
+/* sha256.c */
+struct sha256 { uint32_t h[8]; uint64_t len; uint8_t buf[64]; size_t n; };
+void sha256_init(struct sha256 *s);
+void sha256_update(struct sha256 *s, const void *data, size_t len);
+void sha256_final(struct sha256 *s, uint8_t out[32]);
+/* HMAC-SHA256 of the concatenation of `parts` */
+void hmac_sha256(const uint8_t *key, size_t klen, const void *const *parts, const size_t *lens, int nparts,
+                 uint8_t out[32]);
+void hex_encode(const uint8_t *in, size_t n, char *out); /* 2n digits and a NUL */
+
+/* json.c: a growable text buffer, and a JSON document parsed into nodes
+ * (objects, arrays, strings, integers, booleans, null; no fractions). */
+struct text { char *p; size_t n, cap; int oom; };
+void text_put(struct text *b, const char *s, size_t n);
+void text_printf(struct text *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void text_quote(struct text *b, const char *s); /* a JSON string, escaped as Python's json.dumps does */
+void text_free(struct text *b);
+
+enum { J_NULL, J_BOOL, J_INT, J_STR, J_ARR, J_OBJ };
+struct jnode { uint8_t type; int32_t key, val, first, next; }; /* key, val: offsets into strs (-1: none) */
+struct json { struct jnode *n; int count, cap; char *strs; size_t slen, scap; };
+/* Parse `len` bytes; 0, or -EPROTO with the reason as the error sentence
+ * (`what` names the text in it). Node 0 is the root. */
+int json_parse(struct json *d, const char *text, size_t len, const char *what);
+void json_free(struct json *d);
+int json_member(const struct json *d, int node, const char *key); /* the member's node, or -1 */
+int json_item(const struct json *d, int node, int i);              /* an array's i-th node, or -1 */
+int json_len(const struct json *d, int node);                      /* members or items */
+const char *json_str(const struct json *d, int node);             /* a string's text (NULL: not a string) */
+const char *json_key(const struct json *d, int node);             /* a member's key */
+/* An unsigned integer (or a boolean as 0/1) in [0, max]: 0, -ENOENT (node -1), -EINVAL. */
+int json_uint(const struct json *d, int node, uint64_t max, uint64_t *out);
+/* The canonical text Python's json.dumps(sort_keys=True, separators=(",", ":"))
+ * gives, without the top-level member `skip` (NULL: none). */
+void json_canonical(const struct json *d, int node, const char *skip, struct text *out);
+
+/* ports.c: one port as the kernel knows it. */
+struct app_port {
+    char ifname[IF_NAMESIZE];
+    uint32_t plane, ifindex, mtu;
+    uint8_t mac[6], next_hop_mac[6];
+    struct in6_addr addr;
+};
+/* Fill in each port's index, MAC, MTU, global address and next hop's MAC
+ * from ifname (network namespace of the caller). */
+int ports_discover(struct app_port *ports, uint32_t n);
+/* This namespace's IPv6 addresses (at most max): how many. */
+int ports_local_addrs(struct in6_addr *out, int max);
+int parse_addr(const char *text, struct in6_addr *out); /* 0 or -EINVAL */
+
+/* topo.c: a topology file (docs/topology.md), JSON. */
+struct topo { struct json doc; int hosts; char name[65]; char host[65]; char path[256]; };
+int topo_load(struct topo *t, const char *path, const char *host);
+void topo_free(struct topo *t);
+/* This host's ports (ifname and plane): how many, or -errno. */
+int topo_local_ports(const struct topo *t, struct app_port *out, uint32_t max);
+int topo_mgmt(const struct topo *t, const char *host, struct in6_addr *out); /* 0, -ENOENT */
+/* This host's path addresses toward `dst` on `plane` (out: up to
+ * MRC_MAX_PATHS): how many (0: none known). */
+int topo_paths(const struct topo *t, const char *dst, uint32_t plane, uint8_t out[][16]);
+
+/* open.c: what a context opened by name keeps (mrc_ctx.app). */
+struct app_ctx {
+    struct app_port ports[MRC_MAX_PORTS];
+    uint32_t nports, planes, payload;
+    struct topo topo;
+    int has_topo;
+    struct { struct mrc_peer_cfg cfg; int idx; } *peers;
+    int npeers;
+    pthread_mutex_t lock;
+};
+struct app_ctx *app_of(struct mrc_ctx *c); /* NULL: not opened by name (error sentence set) */
+/* Our side as the exchange's "info" object. */
+void app_info_json(struct app_ctx *a, const struct mrc_local *mine, struct text *out);
+/* The other side from an "info" object, every field checked, with its paths. */
+int app_remote(struct app_ctx *a, const struct json *d, int info, struct mrc_remote *out);
+void app_pick_psn(struct mrc_local *mine); /* a random first PSN where it is 0 */
+#endif

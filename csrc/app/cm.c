@@ -1,0 +1,508 @@
+/* Connection setup over TCP, the exchange of mrc.cm (its head comment has
+ * the protocol): JSON lines of at most 64 KiB; a greeting with a fresh
+ * 32-byte challenge; the connector's hello and the listener's answer, each
+ * proven with HMAC-SHA256(key, challenge + role + canonical JSON) when the
+ * listener holds a pre-shared key. Every read is bounded in size and time;
+ * a bad peer is told why, costs one bounded wait and is dropped. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "app.h"
+
+#define PROTOCOL 1
+#define MAX_LINE (64u << 10)
+#define SETUP_MS 10000
+#define MAX_PSK 1024
+
+struct mrc_cm {
+    int fd;
+    char *in;          /* bytes read and not yet a message */
+    size_t n;
+    struct json msg;   /* the last message */
+    int auth;          /* the setup was proven: key and challenge below */
+    uint8_t key[MAX_PSK], challenge[64];
+    size_t klen, clen;
+};
+
+struct mrc_cm_listener { int fd; int has_psk; uint8_t psk[MAX_PSK]; size_t psklen; };
+
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static int read_psk(const char *path, uint8_t *key, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return app_fail(errno, "cannot read the pre-shared key file %s: %s", path, strerror(errno));
+    uint8_t raw[MAX_PSK + 2];
+    size_t n = fread(raw, 1, sizeof(raw), f), s = 0;
+    fclose(f);
+    while (s < n && (raw[s] == ' ' || (raw[s] >= '\t' && raw[s] <= '\r')))
+        s++;
+    while (n > s && (raw[n - 1] == ' ' || (raw[n - 1] >= '\t' && raw[n - 1] <= '\r')))
+        n--;
+    if (n - s > MAX_PSK)
+        return app_fail(EINVAL, "the pre-shared key in %s is over %d bytes", path, MAX_PSK);
+    if (n - s < 16)
+        return app_fail(EINVAL, "the pre-shared key in %s is %zu bytes: use at least 16 (e.g. `head -c 32 "
+                        "/dev/urandom | base64 > %s`)", path, n - s, path);
+    memcpy(key, raw + s, n - s);
+    *len = n - s;
+    return 0;
+}
+
+int mrc_cm_send(struct mrc_cm *cm, const char *json_object)
+{
+    size_t len = strlen(json_object);
+    if (len >= MAX_LINE || memchr(json_object, '\n', len))
+        return app_fail(EINVAL, "a connection-setup message is one line of less than %u bytes", MAX_LINE);
+    struct text b = {0};
+    text_put(&b, json_object, len);
+    text_put(&b, "\n", 1);
+    if (b.oom) {
+        text_free(&b);
+        return app_fail(ENOMEM, "out of memory");
+    }
+    for (size_t off = 0; off < b.n;) {
+        ssize_t k = send(cm->fd, b.p + off, b.n - off, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            int err = errno;
+            text_free(&b);
+            return app_fail(err, "cannot write the connection-setup channel: %s", strerror(err));
+        }
+        off += (size_t)k;
+    }
+    text_free(&b);
+    return 0;
+}
+
+int mrc_cm_recv(struct mrc_cm *cm, int timeout_ms)
+{
+    uint64_t deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : SETUP_MS);
+    char *nl;
+    json_free(&cm->msg);
+    while (!(nl = cm->n ? memchr(cm->in, '\n', cm->n) : NULL)) {
+        if (cm->n > MAX_LINE)
+            return app_fail(EMSGSIZE, "a connection-setup message over %u bytes", MAX_LINE);
+        uint64_t t = now_ms();
+        struct pollfd pf = {.fd = cm->fd, .events = POLLIN};
+        int r = t >= deadline ? 0 : poll(&pf, 1, (int)(deadline - t));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 0)
+            return app_fail(ETIMEDOUT, "the peer sent no complete message within %d ms",
+                            timeout_ms > 0 ? timeout_ms : SETUP_MS);
+        char *grown = realloc(cm->in, cm->n + 65536);
+        if (!grown)
+            return app_fail(ENOMEM, "out of memory");
+        cm->in = grown;
+        ssize_t k = recv(cm->fd, cm->in + cm->n, 65536, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return app_fail(errno, "cannot read the connection-setup channel: %s", strerror(errno));
+        if (k == 0)
+            return app_fail(ECONNRESET, "the peer closed the connection-setup channel");
+        cm->n += (size_t)k;
+    }
+    size_t len = (size_t)(nl - cm->in);
+    if (len > MAX_LINE)
+        return app_fail(EMSGSIZE, "a connection-setup message over %u bytes", MAX_LINE);
+    int rc = json_parse(&cm->msg, cm->in, len, "a connection-setup message");
+    memmove(cm->in, nl + 1, cm->n - len - 1);
+    cm->n -= len + 1;
+    if (rc < 0)
+        return rc;
+    if (cm->msg.n[0].type != J_OBJ) {
+        json_free(&cm->msg);
+        return app_fail(EPROTO, "bad connection-setup message: not a JSON object");
+    }
+    int err = json_member(&cm->msg, 0, "error");
+    if (err >= 0) {
+        uint64_t code = EPROTO;
+        json_uint(&cm->msg, json_member(&cm->msg, 0, "errno"), 4095, &code);
+        const char *why = json_str(&cm->msg, err);
+        app_fail(code ? (int)code : EPROTO, "the peer refused: %.200s", why ? why : "(no reason given)");
+        json_free(&cm->msg);
+        return -(code ? (int)code : EPROTO);
+    }
+    return (int)len;
+}
+
+int mrc_cm_get(struct mrc_cm *cm, const char *path, uint64_t *value)
+{
+    if (!cm->msg.n)
+        return -ENOENT;
+    char part[128];
+    int node = 0;
+    for (const char *p = path; node >= 0;) {
+        size_t k = strcspn(p, ".");
+        if (k >= sizeof(part))
+            return -EINVAL;
+        memcpy(part, p, k);
+        part[k] = 0;
+        node = json_member(&cm->msg, node, part);
+        if (!p[k])
+            break;
+        p += k + 1;
+    }
+    if (node >= 0 && cm->msg.n[node].type == J_BOOL) {
+        *value = (uint64_t)cm->msg.n[node].val;
+        return 0;
+    }
+    return json_uint(&cm->msg, node, UINT64_MAX, value);
+}
+
+int mrc_cm_fd(struct mrc_cm *cm)
+{
+    return cm->fd;
+}
+
+void mrc_cm_close(struct mrc_cm *cm)
+{
+    if (!cm)
+        return;
+    if (cm->fd >= 0)
+        close(cm->fd);
+    json_free(&cm->msg);
+    free(cm->in);
+    memset(cm->key, 0, sizeof(cm->key));
+    free(cm);
+}
+
+static struct mrc_cm *cm_new(int fd)
+{
+    struct mrc_cm *cm = calloc(1, sizeof(*cm));
+    if (!cm) {
+        close(fd);
+        return NULL;
+    }
+    cm->fd = fd;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return cm;
+}
+
+/* hex HMAC-SHA256(key, challenge + role + canonical(msg without "auth")) */
+static int proof(const struct mrc_cm *cm, const struct json *msg, const char *role, char out[65])
+{
+    struct text body = {0};
+    uint8_t mac[32];
+    json_canonical(msg, 0, "auth", &body);
+    if (body.oom) {
+        text_free(&body);
+        return app_fail(ENOMEM, "out of memory");
+    }
+    const void *parts[3] = {cm->challenge, role, body.p};
+    size_t lens[3] = {cm->clen, strlen(role), body.n};
+    hmac_sha256(cm->key, cm->klen, parts, lens, 3, mac);
+    hex_encode(mac, 32, out);
+    text_free(&body);
+    return 0;
+}
+
+static int check_proof(const struct mrc_cm *cm, const char *role, const char *who)
+{
+    char want[65];
+    const char *got = json_str(&cm->msg, json_member(&cm->msg, 0, "auth"));
+    if (proof(cm, &cm->msg, role, want) < 0)
+        return -ENOMEM;
+    unsigned diff = !got || strlen(got) != 64;
+    for (int i = 0; !diff && i < 64; i++)
+        diff |= (unsigned)(got[i] ^ want[i]);
+    return diff ? app_fail(EACCES, "the %s did not prove it holds the pre-shared key", who) : 0;
+}
+
+/* {"info": our side, extra..., "auth": proof (when the setup is proven)} */
+static int send_side(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, const char *extra, const char *role)
+{
+    struct app_ctx *a = app_of(c);
+    if (!a || !mine)
+        return -EINVAL;
+    app_pick_psn(mine);
+    struct text b = {0};
+    text_put(&b, "{\"info\":", 8);
+    app_info_json(a, mine, &b);
+    if (extra && *extra) {
+        text_put(&b, ",", 1);
+        text_put(&b, extra, strlen(extra));
+    }
+    text_put(&b, "}", 1);
+    if (b.oom) {
+        text_free(&b);
+        return app_fail(ENOMEM, "out of memory");
+    }
+    int rc = 0;
+    if (cm->auth) {
+        struct json body;
+        char mac[65];
+        if ((rc = json_parse(&body, b.p, b.n, "our message (check `extra`)")) == 0) {
+            rc = proof(cm, &body, role, mac);
+            json_free(&body);
+        }
+        if (rc == 0) {
+            b.n--; /* the closing brace */
+            text_printf(&b, ",\"auth\":\"%s\"}", mac);
+        }
+    } else {
+        struct json body;
+        if ((rc = json_parse(&body, b.p, b.n, "our message (check `extra`)")) == 0)
+            json_free(&body);
+    }
+    if (rc == 0)
+        rc = b.oom ? app_fail(ENOMEM, "out of memory") : mrc_cm_send(cm, b.p);
+    text_free(&b);
+    return rc;
+}
+
+/* --------------------------------------------------------- the listener */
+int mrc_cm_listen(const char *addr, uint16_t port, const char *psk_file, struct mrc_cm_listener **out)
+{
+    app_clear_error();
+    struct mrc_cm_listener *l = calloc(1, sizeof(*l));
+    if (!l)
+        return app_fail(ENOMEM, "out of memory");
+    int rc = psk_file ? read_psk(psk_file, l->psk, &l->psklen) : 0;
+    l->has_psk = psk_file != NULL;
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_port = htons(port), .sin6_addr = in6addr_any};
+    if (rc == 0 && addr && parse_addr(addr, &sa.sin6_addr) < 0)
+        rc = app_fail(EINVAL, "'%s' is not an IPv6 address to listen on", addr);
+    l->fd = rc ? -1 : socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (rc == 0 && (l->fd < 0 || setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0
+                    || bind(l->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l->fd, 8) < 0))
+        rc = app_fail(errno, "cannot listen on [%s]:%u: %s (another server running? pick another port)",
+                      addr ? addr : "::", port, strerror(errno));
+    if (rc < 0) {
+        mrc_cm_listener_close(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+int mrc_cm_listener_fd(struct mrc_cm_listener *l)
+{
+    return l->fd;
+}
+
+void mrc_cm_listener_close(struct mrc_cm_listener *l)
+{
+    if (!l)
+        return;
+    if (l->fd >= 0)
+        close(l->fd);
+    memset(l->psk, 0, sizeof(l->psk));
+    free(l);
+}
+
+/* Tell the peer why (best effort), then read and drop what it still sends
+ * for a moment, so that closing does not reset the connection first. */
+static void refuse(struct mrc_cm *cm, int err)
+{
+    struct text b = {0};
+    text_put(&b, "{\"error\":", 9);
+    text_quote(&b, mrc_last_error());
+    text_printf(&b, ",\"errno\":%d}", err);
+    if (!b.oom)
+        mrc_cm_send(cm, b.p);
+    text_free(&b);
+    shutdown(cm->fd, SHUT_WR);
+    char sink[4096];
+    uint64_t deadline = now_ms() + 500;
+    for (size_t left = 1u << 20; left > 0;) {
+        uint64_t t = now_ms();
+        struct pollfd pf = {.fd = cm->fd, .events = POLLIN};
+        if (t >= deadline || poll(&pf, 1, (int)(deadline - t)) <= 0)
+            break;
+        ssize_t k = recv(cm->fd, sink, sizeof(sink), 0);
+        if (k <= 0)
+            break;
+        left = (size_t)k > left ? 0 : left - (size_t)k;
+    }
+}
+
+static int greet_and_hear(struct mrc_cm_listener *l, struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_remote *peer)
+{
+    uint8_t ch[32];
+    char hex[65], greeting[160];
+    if (getrandom(ch, sizeof(ch), 0) != sizeof(ch))
+        return app_fail(EIO, "no randomness for the challenge");
+    hex_encode(ch, sizeof(ch), hex);
+    snprintf(greeting, sizeof(greeting), "{\"mrc\":%d,\"challenge\":\"%s\",\"auth\":%s}", PROTOCOL, hex,
+             l->has_psk ? "true" : "false");
+    int rc = mrc_cm_send(cm, greeting);
+    if (rc == 0 && (rc = mrc_cm_recv(cm, SETUP_MS)) > 0)
+        rc = 0;
+    if (rc == 0 && l->has_psk) {
+        memcpy(cm->key, l->psk, l->psklen);
+        cm->klen = l->psklen;
+        memcpy(cm->challenge, ch, sizeof(ch));
+        cm->clen = sizeof(ch);
+        cm->auth = 1;
+        rc = check_proof(cm, "", "client");
+    }
+    struct app_ctx *a = rc == 0 ? app_of(c) : NULL;
+    if (rc == 0)
+        rc = a ? app_remote(a, &cm->msg, json_member(&cm->msg, 0, "info"), peer) : -EINVAL;
+    return rc;
+}
+
+int mrc_cm_accept(struct mrc_cm_listener *l, struct mrc_ctx *c, int timeout_ms, struct mrc_cm **out,
+                  struct mrc_remote *peer)
+{
+    app_clear_error();
+    struct pollfd pf = {.fd = l->fd, .events = POLLIN};
+    int r;
+    while ((r = poll(&pf, 1, timeout_ms < 0 ? -1 : timeout_ms)) < 0 && errno == EINTR)
+        ;
+    if (r == 0)
+        return app_fail(ETIMEDOUT, "no client within %d ms", timeout_ms);
+    struct sockaddr_in6 from;
+    socklen_t flen = sizeof(from);
+    int fd = accept4(l->fd, (struct sockaddr *)&from, &flen, SOCK_CLOEXEC);
+    if (fd < 0)
+        return app_fail(errno, "accept: %s", strerror(errno));
+    struct mrc_cm *cm = cm_new(fd);
+    if (!cm)
+        return app_fail(ENOMEM, "out of memory");
+    int rc = greet_and_hear(l, cm, c, peer);
+    if (rc < 0) {
+        char who[INET6_ADDRSTRLEN], why[512];
+        inet_ntop(AF_INET6, &from.sin6_addr, who, sizeof(who));
+        snprintf(why, sizeof(why), "%s", mrc_last_error());
+        refuse(cm, -rc);
+        mrc_cm_close(cm);
+        return app_fail(-rc, "client [%s]: %s", who, why);
+    }
+    *out = cm;
+    return 0;
+}
+
+int mrc_cm_reply(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, const char *extra)
+{
+    app_clear_error();
+    return send_side(cm, c, mine, extra, "answer");
+}
+
+/* --------------------------------------------------------- the connector */
+static int dial(struct mrc_ctx *c, const char *server, uint16_t port, int timeout_ms)
+{
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
+    if (parse_addr(server, &sa.sin6_addr) < 0) {
+        struct app_ctx *a = app_of(c);
+        if (!a)
+            return -EINVAL;
+        if (!a->has_topo || topo_mgmt(&a->topo, server, &sa.sin6_addr) < 0)
+            return app_fail(EINVAL, "unknown server '%s': not an IPv6 address, and %s%s gives it no management "
+                            "address", server, a->has_topo ? "topology " : "no topology (give one)",
+                            a->has_topo ? a->topo.name : "");
+    }
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return app_fail(errno, "socket: %s", strerror(errno));
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 0 : errno;
+    if (rc == EINPROGRESS) {
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        socklen_t len = sizeof(rc);
+        rc = poll(&pf, 1, timeout_ms) <= 0 ? ETIMEDOUT
+             : getsockopt(fd, SOL_SOCKET, SO_ERROR, &rc, &len) < 0 ? errno : rc;
+    }
+    if (rc) {
+        close(fd);
+        return app_fail(rc, "cannot reach the connection-setup server at [%s]:%u: %s (is the server running "
+                        "there, and the management network up?)", server, port, strerror(rc));
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    return fd;
+}
+
+static int hex_decode(const char *hex, uint8_t *out, size_t max)
+{
+    size_t n = hex ? strlen(hex) : 1;
+    if (n % 2 || n / 2 > max)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdefABCDEF", hex[2 * i + 1])
+            || !strchr("0123456789abcdefABCDEF", hex[2 * i]))
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return (int)(n / 2);
+}
+
+static int exchange(struct mrc_cm *cm, struct mrc_ctx *c, const char *psk_file, struct mrc_local *mine,
+                    const char *extra, int timeout_ms, struct mrc_remote *peer)
+{
+    int rc = mrc_cm_recv(cm, timeout_ms);
+    if (rc < 0)
+        return rc;
+    uint64_t proto = 0, auth = 0;
+    const char *ch = json_str(&cm->msg, json_member(&cm->msg, 0, "challenge"));
+    if (mrc_cm_get(cm, "mrc", &proto) < 0 || proto != PROTOCOL || !ch)
+        return app_fail(EPROTO, "bad connection-setup message: the server does not speak this connection setup");
+    mrc_cm_get(cm, "auth", &auth);
+    if (psk_file && !auth)
+        return app_fail(EACCES, "we hold a pre-shared key but the server does not ask for one: is it the server "
+                        "you meant (started with a key)?");
+    if (auth && !psk_file)
+        return app_fail(EACCES, "the server wants a pre-shared key: give its key file");
+    if (auth) {
+        int n = hex_decode(ch, cm->challenge, sizeof(cm->challenge));
+        if (n < 16)
+            return app_fail(EPROTO, "bad connection-setup message: the greeting's challenge is not hex of at "
+                            "least 16 bytes");
+        cm->clen = (size_t)n;
+        if ((rc = read_psk(psk_file, cm->key, &cm->klen)) < 0)
+            return rc;
+        cm->auth = 1;
+    }
+    if ((rc = send_side(cm, c, mine, extra, "")) < 0)
+        return rc;
+    if ((rc = mrc_cm_recv(cm, timeout_ms)) < 0)
+        return rc;
+    if (auth && (rc = check_proof(cm, "answer", "server")) < 0)
+        return rc;
+    return app_remote(app_of(c), &cm->msg, json_member(&cm->msg, 0, "info"), peer);
+}
+
+int mrc_cm_connect(struct mrc_ctx *c, const char *server, uint16_t port, const char *psk_file,
+                   struct mrc_local *mine, const char *extra, int timeout_ms, struct mrc_cm **out,
+                   struct mrc_remote *peer)
+{
+    app_clear_error();
+    if (!app_of(c) || !server || !mine || !out || !peer)
+        return -EINVAL;
+    timeout_ms = timeout_ms > 0 ? timeout_ms : SETUP_MS;
+    int fd = dial(c, server, port, timeout_ms);
+    if (fd < 0)
+        return fd;
+    struct mrc_cm *cm = cm_new(fd);
+    if (!cm)
+        return app_fail(ENOMEM, "out of memory");
+    int rc = exchange(cm, c, psk_file, mine, extra, timeout_ms, peer);
+    if (rc < 0) {
+        mrc_cm_close(cm);
+        return rc;
+    }
+    *out = cm;
+    return 0;
+}
