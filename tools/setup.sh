@@ -20,7 +20,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 need=()
-for pair in ip:iproute2 nft:nftables tcpdump:tcpdump ping:iputils-ping cc:build-essential; do
+for pair in ip:iproute2 nft:nftables tcpdump:tcpdump ping:iputils-ping cc:build-essential pkg-config:pkgconf; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
 done
 # the tests also read captures with tshark and the Lua dissector (tools/mrc.lua)
@@ -66,6 +66,22 @@ extras="test,dash"
 echo "== pip install -e .[$extras]"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[$extras]"
+echo "== pkg-config mrc: the C library (mrc/libmrc.so) and its header (csrc/include/mrc/mrc.h)"
+pcdir=/usr/local/lib/pkgconfig
+mkdir -p "$pcdir"
+cat > "$pcdir/mrc.pc" <<PC
+# written by $PWD/tools/setup.sh: this checkout's libmrc
+prefix=$PWD
+includedir=\${prefix}/csrc/include
+libdir=\${prefix}/mrc
+
+Name: mrc
+Description: MRC (Multipath Reliable Connection) in user space: the C library
+URL: file://$PWD/docs/c-library.md
+Version: $(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("mrc"))')
+Cflags: -I\${includedir}
+Libs: -L\${libdir} -Wl,-rpath,\${libdir} -lmrc
+PC
 echo "== build the BPF programs (csrc/bpf): the switch queues', and the SRv6 of a kernel without it (End, encap, End.DT6)"
 .venv/bin/python -c 'from mrc.fabric import tcbpf
 for n in ("port_queue", "usid_end", "host_encap", "host_decap"): tcbpf.build(n, "the fabric", force=True)'

@@ -1,0 +1,149 @@
+"""Root test: the C library as a C programmer uses it. The examples
+(examples/c/) are built with ``cc ... $(pkg-config --cflags --libs mrc)``
+and run between two fabric hosts: against each other, and against
+``mrc perf`` (the same connection setup as mrc.cm, pre-shared key
+included). A hostile client costs the C server one refusal, never its
+life."""
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import wait_for_line
+
+pytestmark = pytest.mark.root
+ROOT = Path(__file__).resolve().parents[2]
+MRC = [sys.executable, "-m", "mrc"]
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    """write_bw and pingpong, built through pkg-config as the README says."""
+    libdir = subprocess.run(["pkg-config", "--variable=libdir", "mrc"], capture_output=True, text=True)
+    assert libdir.returncode == 0, "pkg-config does not know mrc: run `bash tools/setup.sh` (it installs mrc.pc)"
+    assert Path(libdir.stdout.strip()) == ROOT / "mrc", (
+        f"pkg-config's mrc is the one of {libdir.stdout.strip()}, not this checkout: run `bash tools/setup.sh` here")
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "mrc"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    out = tmp_path_factory.mktemp("cex")
+    for name in ("write_bw", "pingpong"):
+        cc = subprocess.run(["cc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(out / name),
+                             str(ROOT / "examples" / "c" / f"{name}.c"), *flags], capture_output=True, text=True)
+        assert cc.returncode == 0, cc.stderr
+    return out
+
+
+def on(t, host, *cmd):
+    """``cmd`` inside a fabric host (its topology and host name set)."""
+    return MRC + ["fabric", "exec", host, "--name", t.name, "--", *map(str, cmd)]
+
+
+def start(t, host, *cmd, ready="waiting on"):
+    proc = subprocess.Popen(on(t, host, *cmd), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    wait_for_line(proc, ready)
+    return proc
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    proc.stderr.close()
+
+
+def run(t, host, *cmd, timeout=120):
+    return subprocess.run(on(t, host, *cmd), capture_output=True, text=True, timeout=timeout)
+
+
+def test_pingpong_c_client_and_c_server_round_trips_are_verified(fabric, examples):
+    server = start(fabric, "h1", examples / "pingpong", "--server", "--once")
+    try:
+        out = run(fabric, "h0", examples / "pingpong", "h1", "--size", "4096", "--iters", "500", "--json")
+        assert out.returncode == 0, out.stderr
+        res = json.loads(out.stdout)
+        assert res["verified"] is True and res["iters"] == 500 and res["size"] == 4096
+        assert 0 < res["min_us"] <= res["p50_us"] <= res["p99_us"]
+        assert server.wait(20) == 0
+    finally:
+        stop(server)
+
+
+def test_write_bw_against_mrc_perf_server_with_a_key(fabric, examples, tmp_path):
+    key, wrong = tmp_path / "key", tmp_path / "wrong"
+    key.write_text("k" * 32 + "\n")
+    wrong.write_text("w" * 32 + "\n")
+    server = start(fabric, "h1", *MRC, "perf", "server", "--forever", "--psk-file", key)
+    try:
+        for args, why in (([], "wants a pre-shared key"), (["--psk-file", wrong], "did not prove")):
+            out = run(fabric, "h0", examples / "write_bw", "h1", "--size", "4096", "--iters", "5", *args)
+            assert out.returncode == 1 and why in out.stderr, out.stderr
+        out = run(fabric, "h0", examples / "write_bw", "h1", "--psk-file", key, "--size", "1048576", "--iters",
+                  "50", "--depth", "8", "--json")
+        assert out.returncode == 0, out.stderr
+        res = json.loads(out.stdout)
+        # the server hashed its region and found the bytes the C program wrote
+        assert res["verified"] is True and res["failed"] == 0 and res["gbps"] > 0
+    finally:
+        stop(server)
+
+
+def test_mrc_perf_latency_client_against_the_c_server(fabric, examples):
+    server = start(fabric, "h1", examples / "pingpong", "--server", "--once")
+    try:
+        out = run(fabric, "h0", *MRC, "perf", "client", "h1", "--latency", "--sizes", "64,8K", "--iters", "200",
+                  "--json")
+        assert out.returncode == 0, out.stderr
+        assert [r["verified"] for r in json.loads(out.stdout)] == [True, True]
+        assert server.wait(20) == 0
+    finally:
+        stop(server)
+
+
+def _hostile(addr: str, payload: bytes) -> bytes:
+    """Connect to the setup port, read the greeting, send ``payload``, return what comes back."""
+    with socket.create_connection((addr, 18515), timeout=15) as s:
+        s.settimeout(15)
+        greeting = s.recv(4096)
+        assert json.loads(greeting)["mrc"] == 1
+        try:
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+        return got
+
+
+def test_the_c_server_refuses_hostile_clients_and_goes_on(fabric, examples):
+    server = start(fabric, "h1", examples / "pingpong", "--server")
+    try:
+        mgmt = json.loads(Path(f"/run/mrc/fabrics/{fabric.name}.topology").read_text())["hosts"]["h1"]["mgmt"]
+        hello = {"info": {"qpn": 5, "ports": {"0": "fc00::1"}}, "params": {"max_size": 64,
+                                                                           "echo": {"addr": 1, "rkey": 2}}}
+        cases = [b"not json\n", b"[1, 2]\n", b"{\"info\": 7}\n", (b"{\"a\": \"" + b"x" * 70000 + b"\"}\n"),
+                 b"{" * 100 + b"\n", json.dumps({**hello, "info": {**hello["info"], "qpn": 1 << 30}}).encode() + b"\n",
+                 json.dumps({**hello, "info": {**hello["info"], "ports": {"99": "fc00::1"}}}).encode() + b"\n",
+                 b"{\"info\": {\"qpn\": 1.5, \"ports\": {}}}\n", b"\xff\xfe\n", b"{\"\xe0\x81\x8f\": 1}\n"]
+        prog = ["ip", "netns", "exec", f"mrc-{fabric.name}-h0", sys.executable, "-c",
+                "import sys, json; sys.path.insert(0, sys.argv[1]); from tests.integration.test_c_library import "
+                "_hostile; print(json.dumps([_hostile(sys.argv[2], bytes.fromhex(h)).decode(errors='replace') "
+                "for h in json.load(sys.stdin)]))", str(ROOT), mgmt]
+        out = subprocess.run(prog, input=json.dumps([c.hex() for c in cases]), capture_output=True, text=True,
+                             timeout=120, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        answers = json.loads(out.stdout)
+        assert len(answers) == len(cases)
+        for case, ans in zip(cases, answers, strict=True):
+            assert "\"error\"" in ans, (case[:60], ans)  # told why, one line
+        time.sleep(0.2)
+        assert server.poll() is None, "the server died"
+        ok = run(fabric, "h0", examples / "pingpong", "h1", "--iters", "50", "--json")
+        assert ok.returncode == 0 and json.loads(ok.stdout)["verified"] is True, ok.stderr
+    finally:
+        stop(server)
