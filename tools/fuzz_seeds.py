@@ -3,12 +3,14 @@ in-memory link: the same four writes the requester harness posts, sent
 from one context to another over a clean link, a lossy reordering one that
 trims and duplicates, a link where a plane goes down, and a WRITE_IMM that
 finds no receive. The packets each side received become records in the
-harnesses' format (csrc/fuzz/fuzz.h).
+harnesses' format (csrc/fuzz/fuzz.h). The setup harness starts from the
+messages of the connection-setup exchange (mrc.cm) and a topology file.
 
-    python tools/fuzz_seeds.py OUT_DIR     # writes OUT_DIR/{parse,responder,requester}/*
+    python tools/fuzz_seeds.py OUT_DIR     # writes OUT_DIR/{parse,responder,requester,setup}/*
 """
 from __future__ import annotations
 
+import json
 import os
 import struct
 import sys
@@ -83,14 +85,37 @@ def records(pkts: list[dict], flags: int) -> bytes:
     return bytes(out)
 
 
+def setup_messages() -> dict[str, str]:
+    """The exchange's messages as mrc.cm writes them, and a topology file."""
+    from mrc import cm
+    from mrc.paths import TopologyResolver
+    from mrc.verbs import RemoteInfo
+
+    info = RemoteInfo(qpn=0x123456, ports={0: "fc00:0:b000::", 3: "fc00:0:b300::"}, psn=77,
+                      paths={0: ["fc00:0:1000:2000:1001:b001::"]}, addr=1 << 40, rkey=0xDEADBEEF, length=4096,
+                      topology="lab", host="h0")
+    hello = {"info": cm.info_to_json(info), "params": {"max_size": 1 << 20, "imm": True,
+                                                       "echo": {"addr": 4096, "rkey": 9}}}
+    topo = {"name": "lab", "hosts": {"h0": {"mgmt": "fd00::1", "ports": [{"plane": 0, "ifname": "p0",
+                                                                          "address": "fc00:0:b000::"}]}},
+            "paths": [{"src": "h0", "dst": "h0", "plane": 0, "addresses": ["fc00::1"]}]}
+    assert TopologyResolver(topo).hosts() == ["h0"]
+    return {"greeting": json.dumps({"mrc": cm.PROTOCOL, "challenge": "ab" * 32, "auth": True}),
+            "hello": json.dumps({**hello, "auth": "00" * 32}), "answer": json.dumps({"info": hello["info"]}),
+            "refusal": json.dumps({"error": "no \u00e9 \ud83d\ude00", "errno": 13}), "topology": json.dumps(topo)}
+
+
 def main(out_dir: str) -> int:
     runs = {"clean": scenario("clean"),
             "lossy": scenario("lossy", loss_ppm=80_000, jitter_ns=20_000, dup_ppm=30_000, trim_ppm=40_000),
             "ecn": scenario("ecn", rate_bps=2_000_000_000, ecn_queue_bytes=8_000, trim_queue_bytes=30_000),
             "plane_down": scenario("plane_down", down_plane=1),
             "no_receive": scenario("no_receive", recv=False)}
-    for h in ("parse", "responder", "requester"):
+    for h in ("parse", "responder", "requester", "setup"):
         os.makedirs(os.path.join(out_dir, h), exist_ok=True)
+    for name, msg in setup_messages().items():
+        with open(os.path.join(out_dir, "setup", name), "w") as f:
+            f.write(msg)
     n = 0
     for name, pkts in runs.items():
         resp = [p for p in pkts if p["to_responder"]]
