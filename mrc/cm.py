@@ -3,14 +3,20 @@
 One JSON object per line, each at most ``MAX_LINE`` bytes. The listener
 speaks first: a greeting with a fresh 32-byte challenge and whether it
 wants proof of a pre-shared key. The connecting side sends its ``RemoteInfo``
-(with, under a key, ``auth`` = HMAC-SHA256(key, challenge + the hello's
-canonical JSON)); the listener checks the message and every field, creates
-and connects its QP, then answers with its own (under a key, proven the
-same way with ``b"answer"`` after the challenge, so the connector knows the
-answer comes from a holder too), so by the time the
-connector connects, the listener is already at RTS and no first packet is
-lost. A bad or silent peer gets an error line (or nothing) and costs the
-listener one bounded wait, never more.
+and a fresh 32-byte nonce of its own (with, under a key, ``auth`` =
+HMAC-SHA256(key, challenge + the hello's canonical JSON)); the listener
+checks the message and every field, creates and connects its QP, then
+answers with its own (under a key, proven over the challenge, the
+connector's nonce and ``b"answer"``, so the connector knows the answer
+comes from a holder, now: a recorded greeting and answer do not pass), so
+by the time the connector connects, the listener is already at RTS and no
+first packet is lost. Every number read from a peer is checked by one
+strict reader (an int, not a bool, in range).
+
+The listener runs each handshake in a thread of its own as connections
+arrive (at most ``MAX_HANDSHAKES`` at once, ``MAX_PER_ADDRESS`` from one
+address; more are told EBUSY), so a slow or silent client costs its own
+bounded wait (``setup_timeout``), never another client's.
 
     # server (host b)                       # client (host a)
     lst = cm.listen(port=18515)             addr = cm.setup_address("b", resolver)
@@ -30,7 +36,9 @@ import hmac
 import ipaddress
 import json
 import os
+import queue
 import socket
+import threading
 import time
 from dataclasses import asdict
 
@@ -43,7 +51,10 @@ MAX_LINE = 64 << 10          # bytes in one message
 SETUP_TIMEOUT = 10.0         # seconds a peer has for each step of setup
 MAX_NAME = 64                # characters of a host or topology name
 DRAIN = 1 << 20              # bytes read and dropped from a refused peer before closing
-PROTOCOL = 1
+PROTOCOL = 2                 # 2: the connector's nonce is part of the answer's proof
+MAX_HANDSHAKES = 64          # handshakes in progress (or done and not yet accepted) at once
+MAX_PER_ADDRESS = 4          # of them from one address
+LOOPBACK = ("::1", "127.0.0.1", "localhost")
 
 
 def _bad(what: str) -> ErrnoError:
@@ -58,6 +69,23 @@ def _proof(key: bytes, challenge: bytes, msg: dict, role: bytes = b"") -> str:
     """HMAC-SHA256 of the challenge, the role and the message without its proof."""
     body = _canonical({k: v for k, v in msg.items() if k != "auth"})
     return hmac.new(key, challenge + role + body, hashlib.sha256).hexdigest()
+
+
+def _uint(v, lo: int, hi: int) -> int | None:
+    """``v`` when it is an integer (not a bool) in [lo, hi], else None: the
+    one reader of every number a peer sends."""
+    return v if type(v) is int and lo <= v <= hi else None
+
+
+def _hex(v, lo: int, hi: int, what: str) -> bytes:
+    """Bytes sent as hex (``lo`` to ``hi`` of them), or an EPROTO error naming ``what``."""
+    try:
+        b = bytes.fromhex(v) if isinstance(v, str) and len(v) <= 2 * hi else b""
+    except ValueError:
+        b = b""
+    if not lo <= len(b) <= hi:
+        raise _bad(f"{what} must be {lo} to {hi} bytes as hex")
+    return b
 
 
 def _check_proof(key: bytes, challenge: bytes, msg: dict, role: bytes, who: str) -> None:
@@ -122,8 +150,8 @@ class Connection:
         if not isinstance(msg, dict):
             raise _bad("not a JSON object")
         if "error" in msg:
-            raise ErrnoError(int(msg.get("errno", errno.EPROTO)) if str(msg.get("errno", "")).isdigit()
-                             else errno.EPROTO, f"the peer refused: {str(msg['error'])[:200]}")
+            raise ErrnoError(_uint(msg.get("errno"), 1, 4095) or errno.EPROTO,
+                             f"the peer refused: {str(msg['error'])[:200]}")
         return msg
 
     def reply(self, info: RemoteInfo, **extra) -> None:
@@ -235,10 +263,14 @@ def setup_address(server: str, resolver: PathResolver) -> str:
 
 class Listener:
     """Takes connection setups on [addr]:port. With ``psk``, only peers that
-    prove they hold the key get past the hello."""
+    prove they hold the key get past the hello. Handshakes run in threads as
+    connections arrive; :meth:`accept` hands them out in the order they end."""
 
-    def __init__(self, addr: str = "::", port: int = DEFAULT_PORT, psk: bytes | None = None) -> None:
+    def __init__(self, addr: str = "::", port: int = DEFAULT_PORT, psk: bytes | None = None,
+                 setup_timeout: float = SETUP_TIMEOUT) -> None:
         self.psk = psk
+        #: seconds a client has for its hello (each handshake reads it when it starts)
+        self.setup_timeout = setup_timeout
         self.sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -247,40 +279,108 @@ class Listener:
             self.sock.close()
             raise errno_error(e.errno or errno.EINVAL, f"listen on [{addr}]:{port}",
                               "another server running? pick another --port") from None
-        self.sock.listen(8)
+        self.sock.listen(MAX_HANDSHAKES)
+        #: a sentence for the log when anyone who can reach the port may set up connections
+        self.warning = None if psk is not None or addr in LOOPBACK else (
+            f"no pre-shared key: anyone who reaches [{addr}]:{self.sock.getsockname()[1]} can set up a connection "
+            "(give --psk-file)")
+        self._done: queue.Queue = queue.Queue()
+        self._slots = threading.BoundedSemaphore(MAX_HANDSHAKES)
+        self._per: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread = threading.Thread(target=self._accepting, name="mrc-cm-accept", daemon=True)
+        self._thread.start()
 
-    def accept(self, timeout: float | None = None, setup_timeout: float = SETUP_TIMEOUT) -> Connection:
-        """The next connection whose hello is well formed (and authenticated).
-        A bad one is refused and raises ErrnoError; the listener goes on."""
-        self.sock.settimeout(timeout)
-        s, where = self.sock.accept()
+    def _accepting(self) -> None:
+        while not self._closed:
+            try:
+                s, where = self.sock.accept()
+            except OSError:
+                if self._closed:
+                    return
+                time.sleep(0.01)  # out of descriptors, say: try again
+                continue
+            who = where[0]
+            with self._lock:
+                busy = self._per.get(who, 0) >= MAX_PER_ADDRESS or not self._slots.acquire(blocking=False)
+                if not busy:
+                    self._per[who] = self._per.get(who, 0) + 1
+            if busy:
+                c = Connection(s)
+                threading.Thread(target=c.refuse, daemon=True, args=(ErrnoError(
+                    errno.EBUSY, f"busy: at most {MAX_PER_ADDRESS} setups from one address and {MAX_HANDSHAKES} in "
+                                 "all at once; try again"),)).start()
+                continue
+            threading.Thread(target=self._handshake, args=(s, who), name="mrc-cm-hello", daemon=True).start()
+
+    def _release(self, who: str) -> None:
+        with self._lock:
+            self._per[who] -= 1
+            if not self._per[who]:
+                del self._per[who]
+            self._slots.release()
+
+    def _handshake(self, s: socket.socket, who: str) -> None:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         c = Connection(s)
-        c.addr = where[0]
+        c.addr = who
+        timeout = self.setup_timeout
         try:
             challenge = os.urandom(32)
-            s.settimeout(setup_timeout)
+            s.settimeout(timeout)
             c.send({"mrc": PROTOCOL, "challenge": challenge.hex(), "auth": self.psk is not None})
-            hello = c.recv(setup_timeout)
+            hello = c.recv(timeout)
             if self.psk is not None:
                 _check_proof(self.psk, challenge, hello, b"", "client")
-                c._key = (self.psk, challenge)
+                c._key = (self.psk, challenge + _hex(hello.get("nonce"), 16, 64, "the hello's nonce"))
             c.peer = info_from_json(hello.get("info"))
             c.hello = hello
-            return c
+            self._done.put((who, c))
         except (ErrnoError, OSError) as e:
             c.refuse(e)
             why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            raise ErrnoError(getattr(e, "errno", None) or errno.EPROTO, f"client [{c.addr}]: {why}") from None
+            self._done.put((who, ErrnoError(getattr(e, "errno", None) or errno.EPROTO, f"client [{who}]: {why}")))
+        except BaseException:
+            c.close()
+            self._release(who)
+            raise
+
+    def accept(self, timeout: float | None = None) -> Connection:
+        """The next connection whose hello is well formed (and authenticated).
+        A refused one raises ErrnoError (the client was told why); the
+        listener goes on. TimeoutError when none ends within ``timeout``."""
+        try:
+            who, got = self._done.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no connection setup within {timeout} s") from None
+        self._release(who)
+        if isinstance(got, Exception):
+            raise got
+        return got
 
     def close(self) -> None:
-        """Stop listening."""
+        """Stop listening; handshakes done and not accepted are closed."""
+        self._closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.sock.close()
+        self._thread.join(2)
+        while True:
+            try:
+                _, got = self._done.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(got, Connection):
+                got.close()
 
 
-def listen(addr: str = "::", port: int = DEFAULT_PORT, psk: bytes | None = None) -> Listener:
+def listen(addr: str = "::", port: int = DEFAULT_PORT, psk: bytes | None = None,
+           setup_timeout: float = SETUP_TIMEOUT) -> Listener:
     """Listen for connection setups on ``addr``:``port`` (with ``psk``: only clients holding the key)."""
-    return Listener(addr, port, psk)
+    return Listener(addr, port, psk, setup_timeout)
 
 
 def connect(addr: str, port: int, info: RemoteInfo, timeout: float = SETUP_TIMEOUT, psk: bytes | None = None,
@@ -297,26 +397,23 @@ def connect(addr: str, port: int, info: RemoteInfo, timeout: float = SETUP_TIMEO
     c = Connection(s)
     try:
         greeting = c.recv(timeout)
-        if greeting.get("mrc") != PROTOCOL or not isinstance(greeting.get("challenge"), str):
-            raise _bad("the server does not speak this connection setup (an older mrc?)")
-        hello = {"info": info_to_json(info), **extra}
+        if _uint(greeting.get("mrc"), PROTOCOL, PROTOCOL) is None or not isinstance(greeting.get("challenge"), str):
+            raise _bad(f"the server does not speak this connection setup (version {PROTOCOL}; an older mrc?)")
+        nonce = os.urandom(32)
+        hello = {"info": info_to_json(info), **extra, "nonce": nonce.hex()}
         if psk is not None and not greeting.get("auth"):
             raise ErrnoError(errno.EACCES, "we hold a pre-shared key but the server does not ask for one: is it "
                                            "the server you meant (started with --psk-file)?")
         if greeting.get("auth"):
             if psk is None:
                 raise ErrnoError(errno.EACCES, "the server wants a pre-shared key: give --psk-file")
-            try:
-                challenge = bytes.fromhex(greeting["challenge"])
-            except ValueError:
-                raise _bad("the greeting's challenge is not hex") from None
-            if len(challenge) < 16:
-                raise _bad("the greeting's challenge is too short")
+            challenge = _hex(greeting["challenge"], 16, 64, "the greeting's challenge")
             hello["auth"] = _proof(psk, challenge, hello)
         c.send(hello)
         ans = c.recv(timeout)
         if greeting.get("auth"):
-            _check_proof(psk, challenge, ans, b"answer", "server")
+            # proven over our nonce too: a recorded answer does not pass
+            _check_proof(psk, challenge + nonce, ans, b"answer", "server")
         c.peer = info_from_json(ans.get("info"))
         c.answer = ans
         return c

@@ -1,8 +1,9 @@
 /* Connection setup over TCP, the exchange of mrc.cm (its head comment has
  * the protocol): JSON lines of at most 64 KiB; a greeting with a fresh
- * 32-byte challenge; the connector's hello and the listener's answer, each
- * proven with HMAC-SHA256(key, challenge + role + canonical JSON) when the
- * listener holds a pre-shared key. Every read is bounded in size and time;
+ * 32-byte challenge; the connector's hello (with a fresh nonce of its own)
+ * and the listener's answer, proven when the listener holds a pre-shared
+ * key with HMAC-SHA256(key, challenge + role + canonical JSON), the
+ * answer's over the connector's nonce too (challenge + nonce + "answer"). Every read is bounded in size and time;
  * a bad peer is told why, costs one bounded wait and is dropped. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -20,7 +21,7 @@
 
 #include "app.h"
 
-#define PROTOCOL 1
+#define PROTOCOL 2
 #define MAX_LINE (64u << 10)
 #define SETUP_MS 10000
 #define MAX_PSK 1024
@@ -31,7 +32,7 @@ struct mrc_cm {
     size_t n;
     struct json msg;   /* the last message */
     int auth;          /* the setup was proven: key and challenge below */
-    uint8_t key[MAX_PSK], challenge[64];
+    uint8_t key[MAX_PSK], challenge[128]; /* the greeting's challenge, then the connector's nonce */
     size_t klen, clen;
 };
 
@@ -230,8 +231,9 @@ static int check_proof(const struct mrc_cm *cm, const char *role, const char *wh
     return diff ? app_fail(EACCES, "the %s did not prove it holds the pre-shared key", who) : 0;
 }
 
-/* {"info": our side, extra..., "auth": proof (when the setup is proven)} */
-static int send_side(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, const char *extra, const char *role)
+/* {"info": our side, extra..., "nonce": nonce, "auth": proof (when the setup is proven)} */
+static int send_side(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, const char *extra, const char *role,
+                     const char *nonce)
 {
     struct app_ctx *a = app_of(c);
     if (!a || !mine)
@@ -244,6 +246,8 @@ static int send_side(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *min
         text_put(&b, ",", 1);
         text_put(&b, extra, strlen(extra));
     }
+    if (nonce)
+        text_printf(&b, ",\"nonce\":\"%s\"", nonce);
     text_put(&b, "}", 1);
     if (b.oom) {
         text_free(&b);
@@ -339,6 +343,21 @@ static void refuse(struct mrc_cm *cm, int err)
     }
 }
 
+static int hex_decode(const char *hex, uint8_t *out, size_t max)
+{
+    size_t n = hex ? strlen(hex) : 1;
+    if (n % 2 || n / 2 > max)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdefABCDEF", hex[2 * i + 1])
+            || !strchr("0123456789abcdefABCDEF", hex[2 * i]))
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return (int)(n / 2);
+}
+
 static int greet_and_hear(struct mrc_cm_listener *l, struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_remote *peer)
 {
     uint8_t ch[32];
@@ -358,6 +377,11 @@ static int greet_and_hear(struct mrc_cm_listener *l, struct mrc_cm *cm, struct m
         cm->clen = sizeof(ch);
         cm->auth = 1;
         rc = check_proof(cm, "", "client");
+        /* the answer is proven over the client's nonce too */
+        int n = rc ? 0 : hex_decode(json_str(&cm->msg, json_member(&cm->msg, 0, "nonce")), cm->challenge + cm->clen, 64);
+        if (rc == 0 && n < 16)
+            rc = app_fail(EPROTO, "bad connection-setup message: the hello's nonce must be 16 to 64 bytes as hex");
+        cm->clen += rc ? 0 : (size_t)n;
     }
     struct app_ctx *a = rc == 0 ? app_of(c) : NULL;
     if (rc == 0)
@@ -399,7 +423,7 @@ int mrc_cm_accept(struct mrc_cm_listener *l, struct mrc_ctx *c, int timeout_ms, 
 int mrc_cm_reply(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, const char *extra)
 {
     app_clear_error();
-    return send_side(cm, c, mine, extra, "answer");
+    return send_side(cm, c, mine, extra, "answer", NULL);
 }
 
 /* --------------------------------------------------------- the connector */
@@ -434,21 +458,6 @@ static int dial(struct mrc_ctx *c, const char *server, uint16_t port, int timeou
     return fd;
 }
 
-static int hex_decode(const char *hex, uint8_t *out, size_t max)
-{
-    size_t n = hex ? strlen(hex) : 1;
-    if (n % 2 || n / 2 > max)
-        return -1;
-    for (size_t i = 0; i < n / 2; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdefABCDEF", hex[2 * i + 1])
-            || !strchr("0123456789abcdefABCDEF", hex[2 * i]))
-            return -1;
-        out[i] = (uint8_t)v;
-    }
-    return (int)(n / 2);
-}
-
 static int exchange(struct mrc_cm *cm, struct mrc_ctx *c, const char *psk_file, struct mrc_local *mine,
                     const char *extra, int timeout_ms, struct mrc_remote *peer)
 {
@@ -466,7 +475,7 @@ static int exchange(struct mrc_cm *cm, struct mrc_ctx *c, const char *psk_file, 
     if (auth && !psk_file)
         return app_fail(EACCES, "the server wants a pre-shared key: give its key file");
     if (auth) {
-        int n = hex_decode(ch, cm->challenge, sizeof(cm->challenge));
+        int n = hex_decode(ch, cm->challenge, 64);
         if (n < 16)
             return app_fail(EPROTO, "bad connection-setup message: the greeting's challenge is not hex of at "
                             "least 16 bytes");
@@ -475,8 +484,15 @@ static int exchange(struct mrc_cm *cm, struct mrc_ctx *c, const char *psk_file, 
             return rc;
         cm->auth = 1;
     }
-    if ((rc = send_side(cm, c, mine, extra, "")) < 0)
+    uint8_t nonce[32];
+    char nonce_hex[65];
+    if (getrandom(nonce, sizeof(nonce), 0) != sizeof(nonce))
+        return app_fail(EIO, "no randomness for the nonce");
+    hex_encode(nonce, sizeof(nonce), nonce_hex);
+    if ((rc = send_side(cm, c, mine, extra, "", nonce_hex)) < 0)
         return rc;
+    memcpy(cm->challenge + cm->clen, nonce, sizeof(nonce)); /* the answer's proof covers it */
+    cm->clen += sizeof(nonce);
     if ((rc = mrc_cm_recv(cm, timeout_ms)) < 0)
         return rc;
     if (auth && (rc = check_proof(cm, "answer", "server")) < 0)

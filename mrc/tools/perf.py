@@ -241,6 +241,8 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resol
     print(f"mrc perf server: {len(ctx.ports)} ports, waiting on [{where or '::'}]:{port}{note}"
           f"{'; clients must hold the pre-shared key' if psk else ''}"
           f"{f'; control endpoint {ctl.path}' if ctl else ''}", file=out, flush=True)
+    if lst.warning:
+        print(f"mrc perf server: warning: {lst.warning}", file=out, flush=True)
     try:
         while True:
             try:

@@ -91,11 +91,13 @@ def test_write_bw_against_mrc_perf_server_with_a_key(fabric, examples, tmp_path)
         stop(server)
 
 
-def test_mrc_perf_latency_client_against_the_c_server(fabric, examples):
-    server = start(fabric, "h1", examples / "pingpong", "--server", "--once")
+def test_mrc_perf_latency_client_against_the_c_server_with_a_key(fabric, examples, tmp_path):
+    key = tmp_path / "key"
+    key.write_text("s" * 40)
+    server = start(fabric, "h1", examples / "pingpong", "--server", "--once", "--psk-file", key)
     try:
         out = run(fabric, "h0", *MRC, "perf", "client", "h1", "--latency", "--sizes", "64,8K", "--iters", "200",
-                  "--json")
+                  "--psk-file", key, "--json")
         assert out.returncode == 0, out.stderr
         assert [r["verified"] for r in json.loads(out.stdout)] == [True, True]
         assert server.wait(20) == 0
@@ -108,7 +110,7 @@ def _hostile(addr: str, payload: bytes) -> bytes:
     with socket.create_connection((addr, 18515), timeout=15) as s:
         s.settimeout(15)
         greeting = s.recv(4096)
-        assert json.loads(greeting)["mrc"] == 1
+        assert json.loads(greeting)["mrc"] == 2  # the protocol of mrc.cm (cm.PROTOCOL)
         try:
             s.sendall(payload)
             s.shutdown(socket.SHUT_WR)

@@ -102,6 +102,9 @@ BAD_HELLOS = [
     ("rkey negative", b'{"info": {"qpn": 5, "rkey": -3, "ports": {"0": "fd00::1"}}}\n', errno.EPROTO),
     ("1e999", b'{"info": {"qpn": 1e999, "ports": {"0": "fd00::1"}}}\n', errno.EPROTO),
     ("NaN", b'{"info": {"qpn": NaN, "ports": {"0": "fd00::1"}}}\n', errno.EPROTO),
+    # a refusal whose errno is a digit Python's isdigit() takes and int() does not
+    ("an errno of '\u00b2'", '{"error": "x", "errno": "\u00b2"}\n'.encode(), errno.EPROTO),
+    ("an errno of true", b'{"error": "x", "errno": true}\n', errno.EPROTO),
     ("deep nesting", b"[" * 30_000 + b"]" * 30_000 + b"\n", errno.EPROTO),
     ("17 paths", b'{"info": {"qpn": 5, "ports": {"0": "fd00::1"}, "paths": {"0": ' +
      json.dumps(["fd00::1"] * 17).encode() + b"}}}\n", errno.EPROTO),
@@ -116,7 +119,7 @@ def test_a_bad_hello_is_refused_with_an_errno_and_the_listener_goes_on(listener,
     lst, port = listener
     s = raw_client(port, payload)
     with pytest.raises(ErrnoError) as e:
-        lst.accept(timeout=5, setup_timeout=5)
+        lst.accept(timeout=5)
     assert e.value.errno == code, (what, e.value)
     assert "[::1]" in str(e.value)  # the log line names the client
     lines = answer_of(s)
@@ -128,10 +131,11 @@ def test_a_bad_hello_is_refused_with_an_errno_and_the_listener_goes_on(listener,
 
 def test_a_silent_client_costs_one_bounded_wait(listener):
     lst, port = listener
+    lst.setup_timeout = 0.3
     s = raw_client(port, None, close=False)
     t0 = time.monotonic()
     with pytest.raises(ErrnoError) as e:
-        lst.accept(timeout=5, setup_timeout=0.3)
+        lst.accept(timeout=5)
     assert e.value.errno == errno.ETIMEDOUT and time.monotonic() - t0 < 3
     s.close()
     serve_one(lst, port)
@@ -140,6 +144,7 @@ def test_a_silent_client_costs_one_bounded_wait(listener):
 def test_a_client_that_trickles_bytes_is_cut_at_the_deadline(listener):
     """The setup timeout bounds the whole message, not each read."""
     lst, port = listener
+    lst.setup_timeout = 0.5
     s = raw_client(port, None, close=False)
     stop = threading.Event()
 
@@ -155,7 +160,7 @@ def test_a_client_that_trickles_bytes_is_cut_at_the_deadline(listener):
     th.start()
     t0 = time.monotonic()
     with pytest.raises(ErrnoError) as e:
-        lst.accept(timeout=5, setup_timeout=0.5)
+        lst.accept(timeout=5)
     stop.set()
     th.join()
     assert e.value.errno == errno.ETIMEDOUT and time.monotonic() - t0 < 3
@@ -226,6 +231,83 @@ def test_a_client_with_a_key_refuses_a_server_that_cannot_prove_it(tmp_path):
     th.join(5)
     srv.close()
     assert e.value.errno == errno.EACCES and "server" in str(e.value)
+
+
+@pytest.mark.parametrize("listener", [KEY], indirect=True)
+def test_a_recorded_answer_does_not_pass_for_the_server(listener):
+    """The answer's proof covers the client's fresh nonce: an impostor that
+    replays a greeting and an answer it recorded is not believed."""
+    lst, port = listener
+    record: dict = {}
+    real_send = cm.Connection.send
+
+    def recording(self, obj):  # what the real server sends: greeting, then answer
+        record.setdefault("sent", []).append(obj)
+        real_send(self, obj)
+
+    cm.Connection.send = recording
+    try:
+        serve_one(lst, port, KEY)
+    finally:
+        cm.Connection.send = real_send
+    greeting, answer = [m for m in record["sent"] if "challenge" in m or "info" in m and "auth" in m
+                        and "nonce" not in m][:2]
+    srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    srv.bind(("::1", 0))
+    srv.listen(1)
+
+    def impostor():
+        c, _ = srv.accept()
+        with c, c.makefile("rwb") as f:
+            f.write(json.dumps(greeting).encode() + b"\n")
+            f.flush()
+            f.readline()
+            f.write(json.dumps(answer).encode() + b"\n")
+            f.flush()
+
+    th = threading.Thread(target=impostor, daemon=True)
+    th.start()
+    with pytest.raises(ErrnoError) as e:
+        cm.connect("::1", srv.getsockname()[1], GOOD, timeout=5, psk=KEY)
+    th.join(5)
+    srv.close()
+    assert e.value.errno == errno.EACCES and "server" in str(e.value)
+
+
+def test_a_silent_client_does_not_hold_up_the_next(listener):
+    """Handshakes run side by side: a client that says nothing costs only itself."""
+    lst, port = listener
+    silent = [raw_client(port, None, close=False) for _ in range(3)]
+    t0 = time.monotonic()
+    serve_one(lst, port)
+    assert time.monotonic() - t0 < 2  # not the 10 s the silent ones may take
+    for s in silent:
+        s.close()
+
+
+def test_one_address_gets_a_bounded_number_of_handshakes(listener):
+    lst, port = listener
+    held = [raw_client(port, None, close=False) for _ in range(cm.MAX_PER_ADDRESS)]
+    for s in held:
+        assert json.loads(s.makefile("rb").readline())["mrc"] == cm.PROTOCOL
+    extra = raw_client(port, None)
+    lines = answer_of(extra)
+    assert lines[-1]["errno"] == errno.EBUSY and "at most" in lines[-1]["error"]
+    for s in held:
+        s.close()
+    for _ in held:  # each leaves as a refused client; then the address may come again
+        with pytest.raises(ErrnoError):
+            lst.accept(timeout=5)
+    serve_one(lst, port)
+
+
+def test_listening_without_a_key_beyond_loopback_warns():
+    for addr, psk, warns in (("::", None, True), ("::", KEY, False), ("::1", None, False)):
+        lst = cm.listen(addr, 0, psk)
+        try:
+            assert (lst.warning is not None) == warns and (not warns or "--psk-file" in lst.warning)
+        finally:
+            lst.close()
 
 
 def test_a_client_with_a_key_refuses_a_server_that_does_not_ask(listener):
