@@ -373,6 +373,9 @@ class Device:
         out = ffi.new("struct mrc_ctx **")
         self._calls = threading.Condition()  # guards _h and _waiting
         self._waiting = 0                    # threads inside a call that blocks (waiting_call)
+        #: called first by close(), while the context is still whole: what serves it from
+        #: other threads (a control endpoint) stops and waits for those threads
+        self.close_hooks: list = []
         check(lib.mrc_ctx_create(attr, ports if nports else ffi.NULL, nports, out), what, hint)
         self._h = out[0]
         self.planes = planes
@@ -497,6 +500,8 @@ class Device:
         calls = getattr(self, "_calls", None)
         if calls is None:  # __init__ failed early
             return
+        for hook in list(self.close_hooks):
+            hook()
         with calls:
             h, self._h = self._h, None
         if h is None:

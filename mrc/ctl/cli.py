@@ -24,8 +24,9 @@ import sys
 import time
 
 from mrc import wire
-from mrc.ctl.endpoint import ControlClient, ctl_dir, endpoints
+from mrc.ctl.endpoint import ControlClient
 from mrc.ctl.profiles import NSCC_FIELDS
+from mrc.ctl.sockets import ctl_dir, endpoints
 from mrc.errors import ErrnoError
 from mrc.wire import ev_entropy, ev_make, ev_name, ev_plane
 

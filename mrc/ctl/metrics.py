@@ -1,7 +1,7 @@
 """Prometheus metrics of every MRC context on this machine.
 
 On each scrape, :class:`ContextCollector` asks every control endpoint
-(``mrc.ctl.endpoint.endpoints``) for its ``metrics`` answer and turns it into
+(``mrc.ctl.sockets.endpoints``) for its ``metrics`` answer and turns it into
 metric families, labelled by process and host: each QP's counters, window,
 RTT and state, its EVs by plane and state, the packets dropped by reason, the
 ports' counters and state, and completions that found a CQ full. Names and
@@ -18,7 +18,8 @@ import errno
 import threading
 from collections.abc import Callable, Iterable
 
-from mrc.ctl.endpoint import ControlClient, endpoints
+from mrc.ctl.endpoint import ControlClient
+from mrc.ctl.sockets import endpoints
 from mrc.errors import ErrnoError
 
 #: QP counters: (the engine's name, the metric's, its help)

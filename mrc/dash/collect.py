@@ -25,7 +25,8 @@ import socket
 import threading
 import time
 
-from mrc.ctl.endpoint import ControlClient, endpoints
+from mrc.ctl.endpoint import ControlClient
+from mrc.ctl.sockets import endpoints
 from mrc.dash import model
 from mrc.errors import ErrnoError
 from mrc.fabric import apply, nl, ns, qos

@@ -18,7 +18,8 @@ import pytest
 
 from mrc.core import EV_STATE_CODES
 from mrc.ctl import endpoint
-from mrc.ctl.endpoint import CAP_NET_ADMIN, ControlClient, ControlServer, peer_privileged
+from mrc.ctl.endpoint import ControlClient, ControlServer
+from mrc.ctl.sockets import CAP_NET_ADMIN, peer_privileged
 from mrc.errors import ErrnoError
 from mrc.fabric import apply
 from mrc.fabric.pair import connect_pair, host_context
@@ -570,3 +571,4 @@ def test_a_starting_server_removes_the_sockets_killed_processes_left(ctl):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(os.path, "exists", lambda p: True)  # it was there when close looked
             s2.close()  # quiet: nothing to remove is no error
+

@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
-from mrc.ctl import endpoint
-from mrc.ctl.endpoint import ControlClient, endpoints
+from mrc.ctl import endpoint, sockets
+from mrc.ctl.endpoint import ControlClient
+from mrc.ctl.sockets import endpoints
 from mrc.errors import ErrnoError
 
 
@@ -106,15 +107,15 @@ def test_sweep_removes_only_the_sockets_of_gone_or_deaf_processes(tmp_path):
     open(os.path.join(d, "999999998.sock"), "w").close()                       # a file, not a socket
     os.symlink(os.path.join(d, "999999999.sock"), os.path.join(d, "999999997.sock"))
     try:
-        gone = endpoint.sweep_stale(d)
+        gone = sockets.sweep_stale(d)
         assert sorted(os.path.basename(p) for p in gone) == sorted(["999999999.sock", f"{me}-old.sock"])
         assert sorted(os.listdir(d)) == sorted([f"{me}-live.sock", "not-ours.sock", "999999998.sock",
                                                  "999999997.sock"])
-        assert endpoint.sweep_stale(d) == []  # nothing more to take
-        assert endpoint.sweep_stale(os.path.join(d, "missing")) == []
+        assert sockets.sweep_stale(d) == []  # nothing more to take
+        assert sockets.sweep_stale(os.path.join(d, "missing")) == []
         os.mkdir(os.path.join(d, "999999996.sock"))  # a directory with a control socket's name: left alone
-        assert endpoint.sweep_stale(d) == [] and os.path.isdir(os.path.join(d, "999999996.sock"))
-        assert endpoint.sweep_stale(os.path.join(d, "999999998.sock")) == []  # a file, not a directory
+        assert sockets.sweep_stale(d) == [] and os.path.isdir(os.path.join(d, "999999996.sock"))
+        assert sockets.sweep_stale(os.path.join(d, "999999998.sock")) == []  # a file, not a directory
     finally:
         for s in (live, dead_pid, reused, other):
             s.close()
@@ -123,10 +124,10 @@ def test_sweep_removes_only_the_sockets_of_gone_or_deaf_processes(tmp_path):
 def test_a_bound_control_socket_listens_as_soon_as_it_is_in_place(tmp_path):
     # (so a sweep by another starting server can never take it for a stale one)
     path = os.path.join(str(tmp_path), f"{os.getpid()}.sock")
-    s = endpoint.bind_socket(path)
+    s = sockets.bind_socket(path)
     try:
-        assert not endpoint._refuses(path)
-        assert endpoint.sweep_stale(str(tmp_path)) == []
+        assert not sockets._refuses(path)
+        assert sockets.sweep_stale(str(tmp_path)) == []
         assert os.path.exists(path)
     finally:
         s.close()
@@ -137,9 +138,9 @@ def test_sweep_leaves_another_users_stale_socket_alone(tmp_path, monkeypatch):
     left = _socket_file(os.path.join(d, "999999999.sock"), listen=False)  # stale, but this file's owner's
     try:
         owner = os.lstat(os.path.join(d, "999999999.sock")).st_uid
-        monkeypatch.setattr(endpoint.os, "geteuid", lambda: owner + 4242)  # a user who is neither it nor root
-        assert endpoint.sweep_stale(d) == [] and os.listdir(d) == ["999999999.sock"]
-        monkeypatch.setattr(endpoint.os, "geteuid", lambda: owner)
-        assert endpoint.sweep_stale(d) == [os.path.join(d, "999999999.sock")]
+        monkeypatch.setattr(sockets.os, "geteuid", lambda: owner + 4242)  # a user who is neither it nor root
+        assert sockets.sweep_stale(d) == [] and os.listdir(d) == ["999999999.sock"]
+        monkeypatch.setattr(sockets.os, "geteuid", lambda: owner)
+        assert sockets.sweep_stale(d) == [os.path.join(d, "999999999.sock")]
     finally:
         left.close()
