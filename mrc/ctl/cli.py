@@ -101,11 +101,14 @@ def add_parser(sub) -> None:
                                   "RTTs, state and EVs by plane and state; drops by reason; each port's counters "
                                   "and state; CQ overflows. Each scrape asks every endpoint afresh. Example: "
                                   "`mrc ctl metrics --listen 127.0.0.1:9464`, then scrape "
-                                  "http://127.0.0.1:9464/metrics (`mrc dash` serves the same with the fabric's "
-                                  "switch ports at /metrics).")
+                                  "http://127.0.0.1:9464/metrics with the bearer token it prints (the counters "
+                                  "come from root-only sockets: a scrape without it gets 401). `mrc dash` serves "
+                                  "the same with the fabric's switch ports at /metrics.")
     p.add_argument("--listen", default="127.0.0.1:9464", metavar="ADDR:PORT",
                    help="where to serve (default 127.0.0.1:9464: this machine only)")
     p.add_argument("--once", action="store_true", help="print one scrape on stdout and exit")
+    p.add_argument("--token-file", metavar="FILE", help="the bearer token scrapes must send, from FILE (default: a "
+                                                        "random one, printed at start)")
     cc = cs.add_parser("cc", help="show or set the NSCC profile new QPs get")
     ccs = cc.add_subparsers(dest="cccmd")
     ccs.add_parser("show")
@@ -137,10 +140,17 @@ def _metrics(a) -> int:
     if a.once:
         sys.stdout.write(metrics.exposition(collector).decode())
         return 0
-    server, thread = metrics.serve(a.listen, collector)
+    import secrets
+
+    from mrc.tools.args import read_token
+
+    token = read_token(a.token_file) if a.token_file else secrets.token_urlsafe(18)
+    server, thread = metrics.serve(a.listen, collector, token=token)
     addr, port = metrics.parse_listen(a.listen)
     host = f"[{addr}]" if ":" in addr else addr
-    print(f"serving every MRC context's counters at http://{host}:{port}/metrics (Ctrl-C stops)", flush=True)
+    print(f"serving every MRC context's counters at http://{host}:{port}/metrics (Ctrl-C stops)\n"
+          f"  bearer token: {'from ' + a.token_file if a.token_file else token} (Prometheus: bearer_token)",
+          flush=True)
     try:
         while thread.is_alive():
             thread.join(1.0)

@@ -15,6 +15,7 @@ beside them. An endpoint that does not answer is skipped and counted in
 from __future__ import annotations
 
 import errno
+import socket
 import threading
 from collections.abc import Callable, Iterable
 
@@ -164,9 +165,38 @@ def parse_listen(text: str) -> tuple[str, int]:
     return addr.strip("[]"), n
 
 
-def serve(listen: str, *collectors):
-    """Serve ``collectors`` at http://ADDR:PORT/metrics in a thread; returns (server, thread)."""
-    from prometheus_client import start_http_server
+def serve(listen: str, *collectors, token: str | None = None):
+    """Serve ``collectors`` at http://ADDR:PORT/metrics in a thread; returns
+    (server, thread). With ``token``, a scrape must send it as a bearer
+    token (Prometheus's ``bearer_token``; 401 otherwise): what is served
+    comes from root-only control sockets."""
+    import hmac
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     addr, port = parse_listen(listen)
-    return start_http_server(port, addr=addr, registry=registry(*collectors))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            if self.path.split("?")[0] != "/metrics":
+                return self._send(404, b"only /metrics is here\n")
+            given = self.headers.get("Authorization", "")
+            if token is not None and not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                return self._send(401, b"a scrape needs the bearer token mrc ctl metrics printed\n")
+            return self._send(200, exposition(*collectors), "text/plain; version=0.0.4; charset=utf-8")
+
+        def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:  # no line per scrape
+            pass
+
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
+    server = server_class((addr, port), Handler)
+    thread = threading.Thread(target=server.serve_forever, name="mrc-metrics", daemon=True)
+    thread.start()
+    return server, thread

@@ -7,6 +7,8 @@ Routes:
   the page works offline);
 - ``GET /api/state``: everything a page needs when it opens (layout,
   history, the last tick) as one JSON object;
+- ``GET /metrics``: every context's counters and the switches' queues for
+  Prometheus;
 - ``GET /api/stream[?qp=CTX/QPN]``: server-sent events, one ``tick`` per
   sample (``hz`` a second), after a ``hello`` like /api/state; ``qp`` names
   the QP whose EV grid the page shows;
@@ -14,6 +16,12 @@ Routes:
   "period", "duration"}``, done through the same code as ``mrc fabric``.
   It needs the token printed at start in an ``X-MRC-Token`` header;
   without it (or from another origin) it is refused and nothing changes.
+
+Reading (the state, the stream, /metrics) needs a token too: the change
+token or the read-only one mrc dash prints beside it, in ``X-MRC-Token``,
+``Authorization: Bearer`` (Prometheus's ``bearer_token``) or ``?token=``
+(the page's event stream). What the dash reads comes from root-only
+control sockets; without a token nobody on this machine sees it.
 
 Every request must name this server in its ``Host`` header (a page on
 another site cannot reach it through a DNS name that points here), pages
@@ -43,6 +51,7 @@ MAX_STREAMS = 32      # pages connected at once
 MAX_FLAPS = 8         # flaps running at once
 MAX_BODY = 4096       # bytes in a fault request
 TOKEN_HEADER = "X-MRC-Token"
+READS = ("/api/state", "/api/stream", "/metrics")  # what needs a token to read
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
     "X-Frame-Options": "DENY",
@@ -63,9 +72,12 @@ def _web():
 class Dash:
     """The server's state: the collector, the token, the faults it runs."""
 
-    def __init__(self, collector: Collector, token: str, bind: str, port: int, can_modify: str | None = None) -> None:
+    def __init__(self, collector: Collector, token: str, bind: str, port: int, can_modify: str | None = None,
+                 view_token: str | None = None) -> None:
         self.c = collector
         self.token = token
+        #: the token that allows reading only (None: the change token alone)
+        self.view_token = view_token
         self.bind, self.port = bind, port
         self.can_modify = can_modify    # None, or why faults cannot be done here
         self.streams = 0
@@ -83,9 +95,18 @@ class Dash:
         return origin is None or origin == f"http://{request.headers.get('Host', '')}"
 
     def token_ok(self, request) -> bool:
-        """Whether the request carries the token that allows changes."""
+        """Whether the request carries the token that allows changes (in its header)."""
         given = request.headers.get(TOKEN_HEADER, "")
         return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+
+    def read_ok(self, request) -> bool:
+        """Whether the request carries a token that allows reading: either
+        one, in the header, as a bearer token or in the query."""
+        auth = request.headers.get("Authorization", "")
+        given = (request.headers.get(TOKEN_HEADER) or (auth[7:] if auth.startswith("Bearer ") else "")
+                 or request.query.get("token", ""))
+        return bool(given) and any(t and hmac.compare_digest(given.encode(), t.encode())
+                                   for t in (self.token, self.view_token))
 
 
 def make_app(dash: Dash):
@@ -97,7 +118,12 @@ def make_app(dash: Dash):
         if not dash.host_ok(request):
             return web.json_response({"error": f"unexpected Host {request.headers.get('Host', '')!r}: "
                                                f"open the page through the address mrc dash printed"}, status=421)
-        resp = await handler(request)
+        if request.path in READS and not dash.read_ok(request):
+            resp = web.json_response({"error": "reading needs a token: open the URL mrc dash printed (…/?token=...), "
+                                               "or send the read-only token it printed (X-MRC-Token, or Authorization:"
+                                               " Bearer for Prometheus)"}, status=401)
+        else:
+            resp = await handler(request)
         for k, v in SECURITY_HEADERS.items():
             resp.headers.setdefault(k, v)
         return resp
@@ -109,7 +135,7 @@ def make_app(dash: Dash):
         return web.FileResponse(os.path.join(STATIC, "index.html"))
 
     async def state(request):
-        return web.json_response(_hello(dash), dumps=_dumps)
+        return web.json_response(_hello(dash, request), dumps=_dumps)
 
     async def stream(request):
         if dash.streams >= MAX_STREAMS:
@@ -122,7 +148,7 @@ def make_app(dash: Dash):
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
                                                "X-Accel-Buffering": "no"})
             await resp.prepare(request)
-            await resp.write(_sse("hello", _hello(dash)))
+            await resp.write(_sse("hello", _hello(dash, request)))
             seq = 0
             while True:
                 if qp:
@@ -210,8 +236,16 @@ def _sse(event: str, obj) -> bytes:
     return f"event: {event}\ndata: {_dumps(obj)}\n\n".encode()
 
 
-def _hello(dash: Dash) -> dict:
-    return {**dash.c.hello(), "read_only_reason": dash.can_modify, "pages": dash.streams}
+def _hello(dash: Dash, request=None) -> dict:
+    why = dash.can_modify
+    if why is None and request is not None and not dash.token_ok(request) and not _query_token_is(dash, request):
+        why = "read only: this is the read-only token (open the URL with the change token to change the fabric)"
+    return {**dash.c.hello(), "read_only_reason": why, "pages": dash.streams}
+
+
+def _query_token_is(dash: Dash, request) -> bool:
+    given = request.query.get("token", "")
+    return bool(given) and hmac.compare_digest(given.encode(), dash.token.encode())
 
 
 WILDCARDS = ("0.0.0.0", "::", "")
@@ -239,6 +273,12 @@ def host_allowed(header: str, bind: str, port: int) -> bool:
     return name == bind.strip("[]").lower()
 
 
+def view_token_of(token: str) -> str:
+    """The read-only token that goes with a change token (derived: the same
+    change token always gives the same one, and it does not reveal it)."""
+    return hmac.new(token.encode(), b"mrc dash: read only", "sha256").hexdigest()[:24]
+
+
 def run(name: str, port: int = 8080, bind: str = "127.0.0.1", hz: float = 5.0, token: str | None = None,
         out=None, ready=None) -> int:
     """Serve until interrupted. ``ready(url)`` is called once it listens."""
@@ -247,9 +287,10 @@ def run(name: str, port: int = 8080, bind: str = "127.0.0.1", hz: float = 5.0, t
     out = out or sys.stdout
     web = _web()
     token = token or os.environ.get("MRC_DASH_TOKEN") or secrets.token_urlsafe(18)
+    view = view_token_of(token)
     can_modify = None if os.geteuid() == 0 else "refused: changing the fabric needs root (run mrc dash as root)"
     collector = Collector(name, hz=hz).start_thread()
-    dash = Dash(collector, token, bind, port, can_modify)
+    dash = Dash(collector, token, bind, port, can_modify, view)
     app = make_app(dash)
 
     async def main() -> None:
@@ -261,10 +302,11 @@ def run(name: str, port: int = 8080, bind: str = "127.0.0.1", hz: float = 5.0, t
         shown = f"[{shown}]" if ":" in shown else shown
         url = f"http://{shown}:{port}/?token={token}"
         scope = ("only this machine can reach it (--bind 0.0.0.0 opens it to the network)"
-                 if bind in ("127.0.0.1", "::1", "localhost") else f"listening on {bind}: anyone who can reach "
-                                                                   "this port can watch; the token guards changes")
-        print(f"mrc dash: fabric {name} at {url}\n  {scope}; without the token the page is read-only. "
-              "Ctrl-C stops it.", file=out, flush=True)
+                 if bind in ("127.0.0.1", "::1", "localhost") else f"listening on {bind}: whoever holds a token "
+                                                                   "and reaches this port can use it")
+        print(f"mrc dash: fabric {name} at {url}\n  read only: http://{shown}:{port}/?token={view} (Prometheus: "
+              f"/metrics with bearer_token {view})\n  {scope}; without a token nothing is shown. Ctrl-C stops it.",
+              file=out, flush=True)
         if ready:
             ready(url)
         try:

@@ -89,3 +89,16 @@ def check_port(port: int, flag: str) -> None:
 def print_result(obj, as_json: bool, text: str) -> None:
     """``obj`` as JSON with ``--json``, else ``text``."""
     print(json.dumps(obj, indent=1) if as_json else text)
+
+
+def read_token(path: str) -> str:
+    """A token from a file: its text, surrounding white space removed (at least 16 characters)."""
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"cannot read the token file {path}: {getattr(e, 'strerror', None) or e}") from None
+    if len(token) < 16 or any(c.isspace() for c in token):
+        raise UsageError(f"the token in {path} must be at least 16 characters without spaces (e.g. `head -c 18 "
+                         f"/dev/urandom | base64 > {path}`)")
+    return token

@@ -89,7 +89,9 @@ class DashProcess:
     def pages(self) -> int:
         """Pages open on the web view now."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/api/state", timeout=2) as r:
+            req = urllib.request.Request(f"http://127.0.0.1:{self.port}/api/state",
+                                         headers={"X-MRC-Token": self.token})
+            with urllib.request.urlopen(req, timeout=2) as r:
                 return json.load(r).get("pages", 0)
         except OSError:
             return 0

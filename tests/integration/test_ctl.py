@@ -117,11 +117,16 @@ def test_metrics_are_scraped_over_http_and_parse_with_prometheus_clients_parser(
     with socketlib.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "mrc", "ctl", "metrics", "--listen", f"127.0.0.1:{port}"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    token = os.path.join(os.environ["MRC_CTL_DIR"], "token")
+    with open(token, "w") as f:
+        f.write("m" * 20)
+    proc = subprocess.Popen([sys.executable, "-m", "mrc", "ctl", "metrics", "--listen", f"127.0.0.1:{port}",
+                             "--token-file", token], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert f"http://127.0.0.1:{port}/metrics" in proc.stdout.readline()
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                     headers={"Authorization": "Bearer " + "m" * 20})
+        with urllib.request.urlopen(req, timeout=10) as r:
             text = r.read().decode()
     finally:
         proc.terminate()

@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from mrc.dash.server import view_token_of
 from mrc.fabric import apply
 from tests.integration.conftest import wait_for_line
 from tests.waiting import wait_for as _wait_for
@@ -24,6 +25,7 @@ from tests.waiting import wait_for as _wait_for
 pytestmark = pytest.mark.root
 MRC = [sys.executable, "-m", "mrc"]
 TOKEN = "test-token-" + os.urandom(6).hex()
+VIEW = view_token_of(TOKEN)  # the read-only token mrc dash prints beside it
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 #: where the browser test leaves its screenshot (none is kept unless this is set)
 ARTIFACTS = os.environ.get("MRC_TEST_ARTIFACTS")
@@ -82,8 +84,9 @@ def lab(small_fabric, monkeypatch):
         dash = subprocess.Popen(MRC + ["dash", "--name", t.name, "--port", str(port), "--token", TOKEN],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         procs.append(dash)
-        banner = dash.stdout.readline()
+        banner = dash.stdout.readline() + dash.stdout.readline()
         assert f"http://127.0.0.1:{port}/?token={TOKEN}" in banner, banner + dash.stderr.read()
+        assert f"read only: http://127.0.0.1:{port}/?token={VIEW}" in banner, banner
         yield t, port
     finally:
         for p in reversed(procs):
@@ -93,7 +96,7 @@ def lab(small_fabric, monkeypatch):
 
 
 def state(port):
-    status, body = request(port, "GET", "/api/state")
+    status, body = request(port, "GET", "/api/state", None, {"X-MRC-Token": VIEW})
     assert status == 200
     return body
 
@@ -132,6 +135,26 @@ def test_state_json_shows_the_fabric_the_contexts_and_the_ev_grid(lab):
     assert s["series"] and len(s["series"][-1]["planes"]) == 2
     qp = next(c for c in tick["contexts"] if c["host"] == "h0")["qps"][0]
     assert {"cwnd", "srtt_ns", "base_rtt_ns", "rtx_bytes", "good_evs", "bad_evs", "state_name"} <= set(qp)
+
+
+def test_reading_needs_a_token_and_the_read_only_one_changes_nothing(lab):
+    """What the dash shows comes from root-only control sockets: without a
+    token nobody on the machine reads it; the read-only token reads only."""
+    t, port = lab
+    for path in ("/api/state", "/api/stream", "/metrics"):
+        status, ans = request(port, "GET", path)
+        assert status == 401 and "token" in ans["error"], path
+        status, ans = request(port, "GET", path, None, {"X-MRC-Token": "wrong"})
+        assert status == 401, path
+    status, ans = request(port, "GET", "/api/state", None, {"X-MRC-Token": VIEW})
+    assert status == 200 and ans["layout"]["name"] == t.name and "read only" in ans["read_only_reason"]
+    status, ans = request(port, "GET", "/api/state", None, {"X-MRC-Token": TOKEN})
+    assert status == 200 and ans["read_only_reason"] is None
+    body = {"op": "fail", "target": f"{t.leaf(0, 0)}-{t.spine(0, 0)}"}
+    status, ans = request(port, "POST", "/api/fault", body, {"X-MRC-Token": VIEW})
+    assert status == 403 and apply.load_state(t.name)["faults"] == {}
+    # the page and its script need none: they hold no data
+    assert request(port, "GET", "/", raw=True)[0] == 200
 
 
 def test_faults_are_refused_without_the_token_from_another_origin_or_host(lab):
@@ -206,10 +229,14 @@ def test_a_real_browser_fails_a_link_and_sees_it_go_down_and_ev_events_arrive(la
     t, port = lab
     link = f"{t.leaf(0, 0)}-{t.spine(0, 0)}"  # on a path h0 -> h1 of plane 0
     css = browser.find_elements
-    # without the token: read-only, the buttons disabled
+    # without a token: nothing shown, and the page says why
     browser.get(f"http://127.0.0.1:{port}/")
+    wait_for(lambda: "no token" in browser.find_element(By.ID, "mode").text, timeout=15, what="the page asking")
+    assert not css(By.CSS_SELECTOR, "#fabric .link")
+    # with the read-only token: the fabric, the buttons disabled
+    browser.get(f"http://127.0.0.1:{port}/?token={VIEW}")
     wait_for(lambda: css(By.CSS_SELECTOR, "#fabric .link"), timeout=15, what="the fabric drawn")
-    assert "read-only" in browser.find_element(By.ID, "mode").text
+    assert "read only" in browser.find_element(By.ID, "mode").text
     assert not browser.find_element(By.ID, "btn-heal-all").is_enabled()
     # with it: the EV grid fills from the live transfer
     browser.get(f"http://127.0.0.1:{port}/?token={TOKEN}")
@@ -330,7 +357,7 @@ def test_switch_queues_show_when_the_fabric_has_them(lab):
         # the same counters, and the contexts', at /metrics for Prometheus
         from prometheus_client.parser import text_string_to_metric_families
 
-        status, body = request(port, "GET", "/metrics", raw=True)
+        status, body = request(port, "GET", "/metrics", raw=True, headers={"Authorization": f"Bearer {VIEW}"})
         assert status == 200
         got = {}
         for fam in text_string_to_metric_families(body.decode()):
@@ -451,7 +478,7 @@ def test_malformed_requests_get_a_reason_and_change_nothing(lab):
         ans = json.loads(r.read())
         c.close()
         assert r.status == 400 and "bad fault request" in ans["error"], (body[:20], r.status, ans)
-    status, ans = request(port, "GET", "/api/stream?qp=" + "x" * 65)
+    status, ans = request(port, "GET", f"/api/stream?token={VIEW}&qp=" + "x" * 65)
     assert status == 400 and "qp" in ans["error"]
     for path in ("/static/../../../../etc/passwd", "/static/%2e%2e/%2e%2e/server.py", "/api/nothing"):
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)

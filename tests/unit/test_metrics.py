@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import threading
+import urllib.error
 import urllib.request
 
 import pytest
@@ -94,9 +95,20 @@ def test_served_over_http_on_localhost(sockdir):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server, thread = metrics.serve(f"127.0.0.1:{port}", metrics.ContextCollector(where=lambda: [good]))
+    server, thread = metrics.serve(f"127.0.0.1:{port}", metrics.ContextCollector(where=lambda: [good]),
+                                   token="t" * 24)
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        # the counters come from root-only sockets: a scrape needs the token
+        for auth in (None, "Bearer wrong", "t" * 24):
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": auth}
+                                         if auth else {})
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(req, timeout=5)
+            assert e.value.code == 401
+            e.value.close()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                     headers={"Authorization": "Bearer " + "t" * 24})
+        with urllib.request.urlopen(req, timeout=5) as r:
             text = r.read().decode()
         assert r.headers["Content-Type"].startswith("text/plain")
     finally:

@@ -360,7 +360,7 @@ function hello(h) {
   S.readOnly = h.read_only_reason;
   $("fabric-name").textContent = h.layout.name;
   const mode = $("mode");
-  if (!S.token) { mode.textContent = "read-only: open the URL mrc dash printed (with ?token=) to change the fabric"; }
+  if (!S.token) { mode.textContent = "no token: open the URL mrc dash printed (with ?token=)"; }
   else if (S.readOnly) { mode.textContent = S.readOnly; }
   else { mode.textContent = "faults enabled"; mode.classList.add("rw"); }
   if (first) {
@@ -398,7 +398,15 @@ function tick(t, fromHello) {
 function connect() {
   if (S.src) S.src.close();
   const live = $("live");
-  S.src = new EventSource("/api/stream" + (S.qp ? `?qp=${encodeURIComponent(S.qp)}` : ""));
+  if (!S.token) {  // the server shows nothing without one
+    $("mode").textContent = "no token: open the URL mrc dash printed (with ?token=)";
+    live.textContent = "not connected"; live.className = "pill off";
+    return;
+  }
+  const q = new URLSearchParams();
+  if (S.qp) q.set("qp", S.qp);
+  if (S.token) q.set("token", S.token);  // reading needs a token too (an EventSource sends no headers)
+  S.src = new EventSource("/api/stream" + (q.toString() ? `?${q}` : ""));
   S.src.addEventListener("hello", (m) => { hello(JSON.parse(m.data)); live.textContent = "live"; live.className = "pill on"; });
   S.src.addEventListener("tick", (m) => tick(JSON.parse(m.data), false));
   S.src.onerror = () => { live.textContent = "disconnected (retrying)"; live.className = "pill off"; };

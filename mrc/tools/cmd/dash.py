@@ -17,7 +17,8 @@ def add_parser(sub) -> None:
                                       "its QPs and a QP's EV grid, EV events and link changes on a timeline, and "
                                       "the switch queues, updated 5 times a second. Clicking a link or switch "
                                       "fails, heals, flaps, adds loss or limits its rate (as `mrc fabric` does) "
-                                      "with the token printed at start; without it the page is read-only. It binds "
+                                      "with the token printed at start; with the read-only token printed beside it "
+                                      "the page only watches, and without a token it shows nothing. It binds "
                                       "to 127.0.0.1 unless told otherwise. Example: `mrc fabric up --name lab` "
                                       "then `mrc dash --name lab` and open the URL it prints. docs/dash.md.")
     dash.add_argument("--name", help="the fabric (default: the only one up)")
@@ -25,7 +26,10 @@ def add_parser(sub) -> None:
     dash.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
                                                           "only; 0.0.0.0 opens it to the network)")
     dash.add_argument("--hz", type=float, default=5.0, help="updates per second (0.5-20, default 5)")
-    dash.add_argument("--token", help="the token that allows changes (default: a random one, or $MRC_DASH_TOKEN)")
+    tok = dash.add_mutually_exclusive_group()
+    tok.add_argument("--token", help="the token that allows changes (default: a random one, or $MRC_DASH_TOKEN); "
+                                     "on a shared machine prefer --token-file (a command line is visible to all)")
+    tok.add_argument("--token-file", metavar="FILE", help="read the token that allows changes from FILE")
     dash.set_defaults(run=run, parser=dash)
 
 
@@ -45,4 +49,5 @@ def run(a: argparse.Namespace) -> int:
                              "--name" if found else "no fabric is up: `mrc fabric up --name lab` first")
         name = found[0]
     apply.require_root("mrc dash (it reads the fabric's namespaces)")
-    return run(name, a.port, a.bind, a.hz, a.token)
+    return run(name, a.port, a.bind, a.hz, args.read_token(a.token_file) if a.token_file else a.token)
+
