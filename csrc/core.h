@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "hdr.h"
+#include "idmap.h"
 #include "mrc/mrc.h"
 #include "mrc_manual.h"
 #include "mrc_wire.h"
@@ -62,13 +63,15 @@ struct mr {
     uint8_t *addr;
     uint64_t len;
     uint32_t access;
-    uint32_t key;   /* lkey == rkey: a keyed permutation of the registration count << 10 | slot */
+    uint32_t key;   /* lkey == rkey: a keyed permutation of the 32-bit registration count, found through ep->mrmap */
     uint32_t pd;
     uint32_t users; /* queued WRs that read from it (atomic: posted by the application, released by the engine) */
     int used;
 };
 
-enum { MR_SLOT_BITS = 10, MR_SEQ_BITS = 22 }; /* mr_cap = 1 << MR_SLOT_BITS */
+enum { MR_CAP = 1024 }; /* regions per endpoint */
+/* what the endpoint's PRF (ep_prf) makes: the domains of its inputs */
+enum { PRF_RKEY = 1, PRF_QPN = 2, PRF_MAP = 3, PRF_PROBE = 4 };
 
 /* A completion queue: an SPSC ring (engine -> application). */
 struct cq {
@@ -159,6 +162,7 @@ struct cc_state {
 
 struct qp {
     uint32_t qpn, dqpn;
+    uint32_t idx;            /* its place in ep->qps (its number says nothing of it) */
     uint16_t peer;
     uint32_t state;          /* enum mrc_qp_state: written by qp_transition() alone */
     struct mrc_qp_attr a;
@@ -253,10 +257,11 @@ struct mrc_ep {
     struct mr *mrs;
     uint32_t mr_cap;
     uint32_t mr_seq;         /* registrations so far */
+    struct idmap mrmap;      /* key -> slot of mrs */
     uint32_t pd_users[MRC_MAX_PDS]; /* regions and QPs of each PD */
     uint64_t pd_live;        /* bit n: PD n exists */
-    struct qp **qps;
-    uint32_t qp_bits;        /* the low bits of a QP number are its slot */
+    struct qp **qps;         /* by place (q->idx) */
+    struct idmap qpmap;      /* QP number (24 random bits) -> slot */
     uint32_t qp_seq;
     uint16_t peer_host[MRC_MAX_PEERS]; /* peer index -> the first index of the same host (its addresses) */
     struct cq cqs[MRC_MAX_CQS];
@@ -315,10 +320,6 @@ struct mrc_ep {
     uint32_t probe_answered; /* bumped on every answer: a waiter reads it without the lock */
 };
 
-/* A QP number's low qp_bits are its slot in the table, the bits above
- * come from the PRF: QP numbers are not handed out in turn. */
-static inline uint32_t ep_qp_slot(const struct mrc_ep *ep, uint32_t qpn) { return qpn & ((1u << ep->qp_bits) - 1); }
-
 /* What is kept of the QP in slot idx (ep->dl, dl_ports) is computed again
  * before its next use. The engine's own thread. */
 static inline void ep_dl_stale(struct mrc_ep *ep, uint32_t idx)
@@ -330,7 +331,7 @@ static inline void ep_dl_stale(struct mrc_ep *ep, uint32_t idx)
  * before the doorbell (the engine takes the flag before it reads the QP). */
 static inline void ep_dl_posted(struct mrc_ep *ep, const struct qp *q)
 {
-    __atomic_store_n(&ep->dl_dirty[ep_qp_slot(ep, q->qpn)], 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&ep->dl_dirty[q->idx], 1, __ATOMIC_SEQ_CST);
 }
 
 /* The planes both ends of q can use now. */

@@ -62,7 +62,7 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
         ep_drop(ep, MRC_DROP_WRONG_PEER);
         return -EPERM;
     }
-    ep_dl_stale(ep, ep_qp_slot(ep, q->qpn)); /* whatever it is, what is kept of the QP is computed again */
+    ep_dl_stale(ep, q->idx); /* whatever it is, what is kept of the QP is computed again */
     if (mrc_opcode_is_data(p.opcode)) {
         struct mrc_meta mm = *m;
         mm.trimmed = (uint8_t)trimmed;

@@ -53,15 +53,15 @@ static uint64_t siphash_u64(const uint64_t k[2], uint64_t m)
 
 uint64_t ep_prf(const struct mrc_ep *ep, uint64_t domain, uint64_t x) { return siphash_u64(ep->key, domain << 56 ^ x); }
 
-enum { PRF_RKEY = 1, PRF_QPN = 2 };
 
-/* A bijection of the 22-bit registration count (a 4-round Feistel network):
- * every count gives another key until the count wraps, 2^22 registrations on. */
-static uint32_t key_perm(const struct mrc_ep *ep, uint32_t x)
+/* A keyed bijection of a bits-wide count (a 4-round Feistel network, bits
+ * even): the numbers it gives look random to a peer, and none comes again
+ * until the count wraps, 2^bits numbers on. */
+static uint32_t perm(const struct mrc_ep *ep, uint64_t domain, uint32_t bits, uint32_t x)
 {
-    uint32_t half = MR_SEQ_BITS / 2, mask = (1u << half) - 1, l = x >> half & mask, r = x & mask;
+    uint32_t half = bits / 2, mask = (1u << half) - 1, l = x >> half & mask, r = x & mask;
     for (uint32_t round = 0; round < 4; round++) {
-        uint32_t f = (uint32_t)ep_prf(ep, PRF_RKEY, (uint64_t)round << 32 | r) & mask;
+        uint32_t f = (uint32_t)ep_prf(ep, domain, (uint64_t)round << 32 | r) & mask;
         uint32_t t = r;
         r = l ^ f;
         l = t;
@@ -96,9 +96,7 @@ int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_
     if (!ep->a.port_bitmap)
         ep->a.port_bitmap = (uint32_t)((1ull << ep->a.planes) - 1);
     ep->port_up = ep->a.port_bitmap;
-    ep->mr_cap = 1u << MR_SLOT_BITS;
-    while ((1u << ep->qp_bits) < ep->a.max_qps)
-        ep->qp_bits++;
+    ep->mr_cap = MR_CAP;
     for (uint32_t i = 0; i < MRC_MAX_PEERS; i++)
         ep->peer_host[i] = (uint16_t)i; /* each peer its own host until told otherwise */
     ep->pd_live = 1; /* PD 0 */
@@ -115,8 +113,11 @@ int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_
     ep->evq = calloc(ep->evq_size, sizeof(*ep->evq));
     ep->probes = calloc(MRC_PROBE_MAX, sizeof(*ep->probes));
     uint32_t cq0;
-    if (!ep->mrs || !ep->qps || !ep->act || !ep->dl || !ep->dl_ports || !ep->dl_dirty || !ep->ctl || !ep->evq ||
-        !ep->probes || ep_cq_create(ep, ep->a.cq_depth, &cq0) < 0) {
+    /* the maps' hashes are keyed: a peer cannot pick numbers that collide */
+    int maps = idmap_init(&ep->qpmap, ep->a.max_qps, ep_prf(ep, PRF_MAP, 0), ep_prf(ep, PRF_MAP, 1)) |
+               idmap_init(&ep->mrmap, ep->mr_cap, ep_prf(ep, PRF_MAP, 2), ep_prf(ep, PRF_MAP, 3));
+    if (maps || !ep->mrs || !ep->qps || !ep->act || !ep->dl || !ep->dl_ports || !ep->dl_dirty || !ep->ctl ||
+        !ep->evq || !ep->probes || ep_cq_create(ep, ep->a.cq_depth, &cq0) < 0) {
         ep_destroy(ep);
         return -ENOMEM;
     }
@@ -137,6 +138,8 @@ void ep_destroy(struct mrc_ep *ep)
     free(ep->dl_ports);
     free(ep->dl_dirty);
     free(ep->mrs);
+    idmap_free(&ep->qpmap);
+    idmap_free(&ep->mrmap);
     free(ep->ctl);
     free(ep->evq);
     free(ep->probes);
@@ -198,10 +201,11 @@ int ep_mr_reg(struct mrc_ep *ep, uint32_t pdn, void *addr, uint64_t length, uint
         if (rc < 0)
             return rc;
         uint32_t key;
-        do { /* a fresh count for every registration: the key 0 is never handed out */
-            key = key_perm(ep, ep->mr_seq++ & ((1u << MR_SEQ_BITS) - 1)) << MR_SLOT_BITS | i;
-        } while (key == 0);
+        do { /* 32 bits that no registration had in the last 2^32: never 0, never one still live */
+            key = perm(ep, PRF_RKEY, 32, ep->mr_seq++);
+        } while (key == 0 || idmap_get(&ep->mrmap, key) >= 0);
         ep->mrs[i] = (struct mr){.addr = addr, .len = length, .access = access, .key = key, .pd = pdn, .used = 1};
+        idmap_put(&ep->mrmap, key, i);
         *lkey = *rkey = key;
         return 0;
     }
@@ -210,8 +214,9 @@ int ep_mr_reg(struct mrc_ep *ep, uint32_t pdn, void *addr, uint64_t length, uint
 
 struct mr *ep_mr(struct mrc_ep *ep, uint32_t key)
 {
-    struct mr *m = &ep->mrs[key & (ep->mr_cap - 1)];
-    return (m->used && m->key == key) ? m : NULL;
+    int64_t i = idmap_get(&ep->mrmap, key);
+    struct mr *m = i >= 0 ? &ep->mrs[i] : NULL;
+    return m && m->used && m->key == key ? m : NULL;
 }
 
 int ep_mr_dereg(struct mrc_ep *ep, uint32_t lkey)
@@ -222,6 +227,7 @@ int ep_mr_dereg(struct mrc_ep *ep, uint32_t lkey)
     if (__atomic_load_n(&m->users, __ATOMIC_ACQUIRE))
         return -EBUSY; /* a queued WR still reads from it */
     ep_pd_hold(ep, m->pd, 0);
+    idmap_del(&ep->mrmap, m->key);
     memset(m, 0, sizeof(*m));
     return 0;
 }
@@ -311,10 +317,8 @@ int ep_cq_query(struct mrc_ep *ep, uint32_t cqn, struct mrc_cq_stats *st)
 /* ------------------------------------------------------------ the QP table */
 struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn)
 {
-    uint32_t idx = ep_qp_slot(ep, qpn);
-    if (qpn == 0 || idx >= ep->a.max_qps)
-        return NULL;
-    struct qp *q = ep->qps[idx];
+    int64_t idx = idmap_get(&ep->qpmap, qpn);
+    struct qp *q = idx >= 0 ? ep->qps[idx] : NULL;
     return q && q->qpn == qpn ? q : NULL;
 }
 
@@ -325,11 +329,13 @@ int ep_qp_insert(struct mrc_ep *ep, struct qp *q)
         if (ep->qps[idx])
             continue;
         uint32_t qpn;
-        do {
-            qpn = ((uint32_t)ep_prf(ep, PRF_QPN, ep->qp_seq++) << ep->qp_bits | idx) & MRC_PSN_MASK;
-        } while (qpn == 0);
+        do { /* 24 bits (what the wire carries) no QP had in the last 2^24: never 0, never one in use */
+            qpn = perm(ep, PRF_QPN, 24, ep->qp_seq++);
+        } while (qpn == 0 || idmap_get(&ep->qpmap, qpn) >= 0);
         q->qpn = qpn;
+        q->idx = idx;
         ep->qps[idx] = q;
+        idmap_put(&ep->qpmap, qpn, idx);
         return 0;
     }
     return -ENOSPC;
@@ -338,13 +344,14 @@ int ep_qp_insert(struct mrc_ep *ep, struct qp *q)
 void ep_qp_remove(struct mrc_ep *ep, struct qp *q)
 {
     ep_set_active(ep, q, 0);
-    ep->qps[ep_qp_slot(ep, q->qpn)] = NULL;
+    idmap_del(&ep->qpmap, q->qpn);
+    ep->qps[q->idx] = NULL;
 }
 
 /* The active list: the QPs the tx path visits. */
 void ep_set_active(struct mrc_ep *ep, struct qp *q, int on)
 {
-    uint32_t idx = ep_qp_slot(ep, q->qpn);
+    uint32_t idx = q->idx;
     for (uint32_t i = 0; i < ep->nact; i++) {
         if (ep->act[i] == idx) {
             if (!on)

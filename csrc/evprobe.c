@@ -14,7 +14,12 @@ int mrc_ep_probe_send(struct mrc_ep *ep, uint16_t peer, uint32_t ev, uint64_t no
         return -EINVAL;
     if (!(ep->port_up & (1u << plane)))
         return -ENETDOWN;
-    uint32_t pid = ep->probe_seq + 1 ? ep->probe_seq + 1 : 1; /* 0 is "no probe" */
+    /* the low bits pick the table entry in turn; the rest are the PRF's, so
+     * an answer cannot be forged by counting (0 is "no probe") */
+    uint32_t seq = ep->probe_seq + 1;
+    uint32_t pid = ((uint32_t)ep_prf(ep, PRF_PROBE, seq) & ~(uint32_t)(MRC_PROBE_MAX - 1)) | (seq % MRC_PROBE_MAX);
+    if (!pid)
+        pid = MRC_PROBE_MAX;
     struct probe *pr = &ep->probes[pid % MRC_PROBE_MAX];
     if (pr->state != PROBE_FREE)
         return -EBUSY;
@@ -26,7 +31,7 @@ int mrc_ep_probe_send(struct mrc_ep *ep, uint16_t peer, uint32_t ev, uint64_t no
                                                 .ep_op = MRC_EP_EV_PROBE, .port_bitmap = ep->port_up, .t1 = now});
     if (rc < 0)
         return rc;
-    ep->probe_seq = pid;
+    ep->probe_seq = seq;
     *pr = (struct probe){.id = pid, .ev = ev, .peer = peer, .state = PROBE_PENDING, .t_sent = now};
     *id = pid;
     return 0;

@@ -401,7 +401,10 @@ static void rx_frame(struct io *io, struct io_port *p, struct mrc_ep *ep, const 
         p->st.rx_foreign++;
         return;
     }
-    int peer = peer_of(io, ip + 8, p->cfg.plane);
+    /* for this port (its MAC and address: not a frame the NIC saw pass, nor
+     * one for another address of the host) and from a peer of ours */
+    int peer = memcmp(f, p->cfg.src_mac, 6) || memcmp(ip + 24, p->cfg.src_addr, 16) ? -1
+                                                                                    : peer_of(io, ip + 8, p->cfg.plane);
     if (peer < 0) {
         p->st.rx_foreign++;
         return;

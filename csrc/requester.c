@@ -124,15 +124,16 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
     /* 2. probes of ASSUMED_BAD EVs */
     struct ev_entry *e;
     while (n < max && *used + 64 <= buflen && ev_probe_due(ep, q, now, &e)) {
-        struct mrc_pkt p = {.opcode = MRC_OP_RELIABILITY_PROBE, .dqpn = q->dqpn, .probe_id = ++q->probe_seq,
-                            .ev = e->ev, .t1 = now};
+        uint32_t pid = (uint32_t)ep_prf(ep, PRF_PROBE, (uint64_t)q->qpn << 32 | ++q->probe_seq) | 1;
+        struct mrc_pkt p = {.opcode = MRC_OP_RELIABILITY_PROBE, .dqpn = q->dqpn, .probe_id = pid, .ev = e->ev,
+                            .t1 = now};
         int len = mrc_pkt_build(&p, NULL, buf + *used, buflen - *used);
         if (len < 0)
             break;
         emit(ep, now, &d[n++], *used, len, e->ev, q, MRC_DSCP_CONTROL << 2, 0);
         *used += (uint32_t)len;
         ev_probe_sent(q, e, now);
-        e->probe_id = q->probe_seq;
+        e->probe_id = pid;
         q->st.probes_tx++;
     }
     /* 3. new data while the PSN window, the congestion window and max_wimm allow */

@@ -183,16 +183,21 @@ void resp_on_data(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t 
         send_nack(ep, q, MRC_NACK_PSN_OUT_OF_WINDOW, psn, m->port, m->ev, ts);
         return;
     }
+    /* an rkey, access or range violation ends this QP, as InfiniBand's
+     * responder does: the sender hears NACK REMOTE_ACCESS, this side an
+     * asynchronous QP_FATAL (LOC_PROT_ERR), and a guess gets one try */
     struct mr *mr = ep_mr(ep, p->rkey);
     if (!mr || mr->pd != q->pd || !(mr->access & MRC_ACCESS_REMOTE_WRITE)) {
         ep_drop(ep, MRC_DROP_RKEY);
         send_nack(ep, q, MRC_NACK_REMOTE_ACCESS, psn, m->port, m->ev, ts);
+        qp_to_error(ep, q, MRC_WC_LOC_PROT_ERR);
         return;
     }
     uint64_t base = (uint64_t)(uintptr_t)mr->addr, va = p->va, plen = p->payload_len;
     if (va < base || plen > mr->len || va - base > mr->len - plen || plen > p->dma_len) {
         ep_drop(ep, MRC_DROP_RANGE);
         send_nack(ep, q, MRC_NACK_REMOTE_ACCESS, psn, m->port, m->ev, ts);
+        qp_to_error(ep, q, MRC_WC_LOC_PROT_ERR);
         return;
     }
     int imm = mrc_opcode_has_imm(p->opcode);

@@ -420,6 +420,9 @@ class Communicator:
                 # moment for that word, so that every rank names the rank at fault, not its own neighbour
                 if self.net.settle(self, SETTLE_S) is not None:
                     self._check_abort()
+                if wc.status == lib.MRC_WC_LOC_PROT_ERR:  # a peer's write found no region of ours: ours is gone
+                    raise self.abort(self.rank, f"a write from rank {peer} found no region of rank {self.rank} to "
+                                                f"land in (LOC_PROT_ERR: closed, or a wrong key)")
                 raise self.abort(peer, f"the QP from rank {self.rank} to rank {peer} failed: {wc.status_name}")
             if wc.opcode == lib.MRC_WC_WRITE:   # a send of ours completed
                 kind = wc.wr_id >> 60

@@ -56,20 +56,24 @@ def test_a_forged_sack_completes_nothing():
 
 def test_a_qp_reaches_only_regions_of_its_protection_domain():
     """Finding 6: a region registered in another PD is out of reach of the
-    QP's peer (NACK REMOTE_ACCESS, nothing written) and of the QP's own
-    work requests (refused at post)."""
+    QP's own work requests (refused at post) and of the QP's peer (NACK
+    REMOTE_ACCESS, nothing written, and the QP ends, as InfiniBand's
+    responder does: a guess gets one try)."""
     h = HandDriven()
     pd = h.ctx.alloc_pd()
     other = bytearray(4096)
     mr = pd.reg_mr(other, remote_write=True)
+    with pytest.raises(ErrnoError) as e:
+        h.qp.post_write(mr, 0, 64, 0x1000, 1)
+    assert e.value.errno == errno.EFAULT
     pkt = wire.build(b"x" * 64, opcode=wire.OP_WRITE_ONLY, dqpn=h.qp.qpn, psn=h.psn, va=mr.addr, rkey=mr.rkey,
                      dma_len=64, flags=wire.BTH_ACKREQ)
     h.deliver(pkt)
     nacks = [p for p, _ in h.out() if p["opcode"] == wire.OP_NACK]
     assert [n["nack_reason"] for n in nacks] == [wire.NACK_REMOTE_ACCESS] and other == bytearray(4096)
-    with pytest.raises(ErrnoError) as e:
-        h.qp.post_write(mr, 0, 64, 0x1000, 1)
-    assert e.value.errno == errno.EFAULT
+    assert h.qp.stats()["state"] == lib.MRC_QPS_ERROR
+    assert [(e.type, e.qpn, e.info) for e in h.ctx.async_events()] == [("QP_FATAL", h.qp.qpn,
+                                                                        lib.MRC_WC_LOC_PROT_ERR)]
     with pytest.raises(ErrnoError) as e:
         pd.dealloc()  # a region still uses it
     assert e.value.errno == errno.EBUSY
@@ -169,6 +173,36 @@ def test_rkeys_are_unpredictable_and_a_dead_key_stays_dead_for_2_to_the_20_regis
     h.deliver(h.data(0, b"late" * 16, rkey=old, flags=wire.BTH_ACKREQ))
     assert h.payload(0, 64) == bytes(64) and fresh.rkey != old
     assert [p["nack_reason"] for p, _ in h.out() if p["opcode"] == wire.OP_NACK] == [wire.NACK_REMOTE_ACCESS]
+
+
+def test_qp_numbers_and_keys_use_every_bit_and_are_found_through_a_table():
+    """As InfiniBand's: QP numbers are 24 random-looking bits and keys 32,
+    neither carries its slot (so a peer that learns one learns nothing of
+    the next), and every live one is found after any churn of creations and
+    destructions (the table's removals keep its runs whole)."""
+    import random
+
+    ctx = ManualContext(planes=2, max_qps=1024)
+    qps = [ctx.create_qp(QPAttr(planes=2, ev_count=8)) for _ in range(64)]
+    nums = [q.qpn for q in qps]
+    assert len(set(nums)) == 64 and all(0 < n < 1 << 24 for n in nums)
+    assert max(nums) >= 1 << 20 and sum(n & 1023 == i for i, n in enumerate(nums)) < 4  # high bits used, no slots
+    keys = [ctx.reg_mr(bytearray(64)).rkey for _ in range(64)]
+    assert len(set(keys)) == 64 and max(keys) >= 1 << 28 and sum(k & 1023 == i for i, k in enumerate(keys)) < 4
+    rng = random.Random(7)
+    live = {q.qpn: q for q in qps}
+    st = ffi.new("struct mrc_qp_stats *")
+    for _ in range(2000):
+        if live and rng.random() < 0.5:
+            q = live.pop(rng.choice(sorted(live)))
+            q.destroy()
+            assert lib.mrc_qp_query(ctx.handle(), q.qpn, st) == -errno.ENOENT  # gone from the table too
+        else:
+            q = ctx.create_qp(QPAttr(planes=2, ev_count=8))
+            live[q.qpn] = q
+    for n in live:
+        assert lib.mrc_qp_query(ctx.handle(), n, st) == 0, n  # each found by its number
+    ctx.close()
 
 
 # ------------------------------------ 11. no freed memory read

@@ -49,8 +49,13 @@ def start(t, host, *cmd, ready="waiting on"):
 
 
 def stop(proc):
+    """End a server we started: asked first (mrc perf removes its control socket), then made."""
     if proc.poll() is None:
-        proc.kill()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
     proc.wait()
     proc.stderr.close()
 

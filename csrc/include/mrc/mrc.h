@@ -272,8 +272,10 @@ int mrc_ctx_drops(struct mrc_ctx *c, uint64_t *counts, uint32_t n);
  * regions of its own (PD 0 exists from the start). */
 int mrc_pd_alloc(struct mrc_ctx *c, uint32_t *pdn);
 int mrc_pd_dealloc(struct mrc_ctx *c, uint32_t pdn);  /* -EBUSY while a region or QP uses it */
-/* Keys are unpredictable (a keyed permutation of a registration counter, and
- * the slot) and a deregistered key is not valid again for 2^22 registrations. */
+/* Keys are 32 unpredictable bits (a keyed permutation of the registration
+ * count: a deregistered key is not handed out again for 2^32 registrations).
+ * A packet that names a wrong key, or writes outside its region, ends the QP
+ * it came to (MRC_EVENT_QP_FATAL, MRC_WC_LOC_PROT_ERR), as in InfiniBand. */
 int mrc_mr_reg(struct mrc_ctx *c, uint32_t pdn, void *addr, uint64_t length, uint32_t access, uint32_t *lkey,
                uint32_t *rkey);
 int mrc_mr_dereg(struct mrc_ctx *c, uint32_t lkey);  /* -EBUSY while a queued WR reads from it */
@@ -286,7 +288,8 @@ int mrc_cq_fd(struct mrc_ctx *c, uint32_t cqn);
 int mrc_qp_create(struct mrc_ctx *c, const struct mrc_qp_attr *attr, uint32_t *qpn);
 int mrc_qp_destroy(struct mrc_ctx *c, uint32_t qpn);
 /* RESET -> INIT -> RTR (conn: peer, dest_qpn, rq_psn) -> RTS (conn: sq_psn);
- * any -> ERROR; any -> RESET (the QP starts afresh). QP numbers are random. */
+ * any -> ERROR; any -> RESET (the QP starts afresh). QP numbers are 24
+ * unpredictable bits, none again for 2^24 QPs. */
 int mrc_qp_modify(struct mrc_ctx *c, uint32_t qpn, uint32_t state, const struct mrc_qp_conn *conn);
 int mrc_qp_query(struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st);
 /* The fast path: posting and polling never wait for the engine thread. */
