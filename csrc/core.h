@@ -170,6 +170,7 @@ struct qp {
     uint32_t spare_off, spare_span; /* spare b of a plane has entropy base + (spare_off + b) % spare_span (ev.c) */
     uint32_t win;            /* mpr * 128 */
     uint32_t pd;
+    uint16_t pkey;           /* its partition (0: none): every packet of the QP carries it */
     uint32_t scq, rcq;       /* send and receive CQ numbers */
     uint8_t scq_wait;        /* acknowledged WRs wait for room in the send CQ */
     uint8_t rcq_wait;        /* a placed WRITE_IMM waits for room in the receive CQ */

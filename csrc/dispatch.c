@@ -31,6 +31,13 @@ static int from_peer(const struct mrc_ep *ep, const struct qp *q, const struct m
     return 1;
 }
 
+/* A QP in a partition takes only packets of it (InfiniBand's rule: the same
+ * low 15 bits, and one end a full member); a QP in none takes any. */
+static int pkey_ok(uint16_t mine, uint16_t theirs)
+{
+    return !mine || ((mine & 0x7FFF) == (theirs & 0x7FFF) && ((mine | theirs) & 0x8000));
+}
+
 int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const struct mrc_meta *m, uint64_t now)
 {
     struct mrc_pkt p;
@@ -60,6 +67,10 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
     }
     if (!from_peer(ep, q, &p, m)) {
         ep_drop(ep, MRC_DROP_WRONG_PEER);
+        return -EPERM;
+    }
+    if (!pkey_ok(q->pkey, p.pkey)) {
+        ep_drop(ep, MRC_DROP_PKEY);
         return -EPERM;
     }
     ep_dl_stale(ep, q->idx); /* whatever it is, what is kept of the QP is computed again */
@@ -348,7 +359,7 @@ int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now)
             struct ctrl *c = ep_ctrl_to(ep, q->peer, ev_make(pl, 0));
             if (!c)
                 break;
-            ctrl_put(ep, c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_REQUEST, .dqpn = q->dqpn,
+            ctrl_put(ep, c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_REQUEST, .pkey = q->pkey, .dqpn = q->dqpn,
                                               .ep_op = MRC_EP_PORT_STATUS, .port_bitmap = ep->port_up, .t1 = now});
         }
     }

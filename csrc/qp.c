@@ -83,7 +83,7 @@ static int attr_ok(const struct mrc_ep *ep, const struct mrc_qp_attr *a)
            a->exp_cnt <= MRC_RETRY_FOREVER && a->timeout <= MRC_MAX_TIMEOUT && a->sq_depth &&
            a->sq_depth <= MRC_MAX_SQ_DEPTH && a->rq_depth && a->rq_depth <= MRC_MAX_RQ_DEPTH && a->probe_k &&
            a->probe_k <= MRC_MAX_PROBE_K && a->ev_min_active <= a->ev_count && a->max_wimm &&
-           a->max_wimm <= MRC_MAX_WIMM && a->cc.md_by_sample <= 1;
+           a->max_wimm <= MRC_MAX_WIMM && a->cc.md_by_sample <= 1 && a->pkey <= 0xFFFF;
 }
 
 /* Where a QP's EV rotation starts: a hash of its number. QPs that all
@@ -125,6 +125,7 @@ int qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *a, uint32_t *qpn)
     q->a = *a;
     q->win = a->mpr * MRC_MPR_UNIT;
     q->pd = a->pd;
+    q->pkey = (uint16_t)a->pkey;
     q->reo_ns = a->reorder_ns;
     q->scq = a->send_cq;
     q->rcq = a->recv_cq;

@@ -31,7 +31,7 @@ static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int ack
     const struct wqe *w = &q->sq[pe->wqe];
     int first = pe->off == 0, last = pe->off + pe->len >= w->total;
     int imm = w->wr.opcode == MRC_WR_WRITE_IMM;
-    struct mrc_pkt p = {0};
+    struct mrc_pkt p = {.pkey = q->pkey};
     if (first && last)
         p.opcode = imm ? MRC_OP_WRITE_ONLY_IMM : MRC_OP_WRITE_ONLY;
     else if (first)
@@ -125,8 +125,8 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
     struct ev_entry *e;
     while (n < max && *used + 64 <= buflen && ev_probe_due(ep, q, now, &e)) {
         uint32_t pid = (uint32_t)ep_prf(ep, PRF_PROBE, (uint64_t)q->qpn << 32 | ++q->probe_seq) | 1;
-        struct mrc_pkt p = {.opcode = MRC_OP_RELIABILITY_PROBE, .dqpn = q->dqpn, .probe_id = pid, .ev = e->ev,
-                            .t1 = now};
+        struct mrc_pkt p = {.opcode = MRC_OP_RELIABILITY_PROBE, .pkey = q->pkey, .dqpn = q->dqpn, .probe_id = pid,
+                            .ev = e->ev, .t1 = now};
         int len = mrc_pkt_build(&p, NULL, buf + *used, buflen - *used);
         if (len < 0)
             break;

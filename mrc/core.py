@@ -73,6 +73,7 @@ class QPAttr:
     reorder_ns: int | None = None
     sq_depth: int | None = None
     rq_depth: int | None = None
+    pkey: int | None = None      # a partition (P_Key), as InfiniBand's; None/0: none
     cc: dict = field(default_factory=dict)
 
     def to_c(self):

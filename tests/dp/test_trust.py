@@ -205,6 +205,29 @@ def test_qp_numbers_and_keys_use_every_bit_and_are_found_through_a_table():
     ctx.close()
 
 
+def test_a_qp_in_a_partition_takes_only_its_partitions_packets():
+    """P_Keys, as InfiniBand's: a QP in partition 0x8012 sends it on every
+    packet and drops (and counts) packets of another partition or none; a
+    limited member (bit 15 clear) of the same partition gets through, and a
+    QP in no partition ignores P_Key."""
+    h = HandDriven(pkey=0x8012)
+    for pkey in (0x0000, 0x8013, 0x7FFF):
+        pkt = wire.build(b"x" * 64, opcode=wire.OP_WRITE_ONLY, dqpn=h.qp.qpn, psn=h.psn, va=h.mr.addr,
+                         rkey=h.mr.rkey, dma_len=64, flags=wire.BTH_ACKREQ, pkey=pkey)
+        h.deliver(pkt)
+    assert h.ctx.drops()["pkey"] == 3 and h.payload(0, 64) == bytes(64) and h.out() == []
+    h.deliver(wire.build(b"y" * 64, opcode=wire.OP_WRITE_ONLY, dqpn=h.qp.qpn, psn=h.psn, va=h.mr.addr,
+                         rkey=h.mr.rkey, dma_len=64, flags=wire.BTH_ACKREQ, pkey=0x0012))  # a limited member
+    assert h.payload(0, 64) == b"y" * 64
+    sent = h.out()
+    assert sent and all(p["pkey"] == 0x8012 for p, _ in sent)  # its SACK carries the partition
+    plain = HandDriven()
+    plain.deliver(plain.data(0, b"z" * 64))
+    assert plain.payload(0, 64) == b"z" * 64 and plain.ctx.drops()["pkey"] == 0
+    with pytest.raises(ErrnoError):
+        HandDriven(pkey=0x10000)
+
+
 # ------------------------------------ 11. no freed memory read
 def test_closing_a_region_with_work_queued_is_refused():
     """Finding 11: a region a queued write reads from cannot be closed

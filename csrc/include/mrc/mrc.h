@@ -90,7 +90,8 @@ enum mrc_drop {
     MRC_DROP_STALE_ACK = 10,
     MRC_DROP_STALE_PROBE = 11, /* an EV probe response nobody waits for (late, or never asked) */
     MRC_DROP_WRONG_PEER = 12,  /* not from the QP's connected peer, or for another connection */
-    MRC_DROP_NREASONS = 13,
+    MRC_DROP_PKEY = 13,        /* another partition than the QP's (mrc_qp_attr.pkey) */
+    MRC_DROP_NREASONS = 14,
 };
 
 /* The names of the values above (NULL for a value out of range). */
@@ -162,6 +163,9 @@ struct mrc_qp_attr {
     uint32_t send_cq;        /* the CQ of this QP's WRITE completions (0: the context's first CQ) */
     uint32_t recv_cq;        /* the CQ of its receive (WRITE_IMM) completions */
     uint32_t pd;             /* its protection domain: it reaches only regions of this PD (0: the first) */
+    uint32_t pkey;           /* its partition (P_Key; 0: none). Set, its packets carry it and it takes only
+                              * packets of the same partition (low 15 bits equal, one end a full member:
+                              * bit 15), as InfiniBand's; others are dropped (MRC_DROP_PKEY) */
     struct mrc_cc_params cc;
 };
 
