@@ -27,7 +27,7 @@ HEADERS = [os.path.join(HERE, "include", h)
 # the core (sans-I/O), lowest layer first; then the in-memory link; then the
 # I/O side and the engine thread; the fabric simulator; opening by name and
 # connection setup for C programs (app/); then benchmark support (csrc/core.h, io.h)
-SOURCES = ["wire.c", "crc32c.c", "ep.c", "rings.c", "ev.c", "cc_nscc.c", "qp.c", "requester.c", "completer.c",
+SOURCES = ["wire.c", "crc32c.c", "ep.c", "rings.c", "ev.c", "cc_nscc.c", "sec.c", "qp.c", "requester.c", "completer.c",
            "responder.c", "evprobe.c", "dispatch.c", "simlink.c", "io_packet.c", "link_watch.c", "engine.c",
            "verbs.c", "simfab.c", "simfab_setup.c", "app/err.c", "app/sha256.c", "app/json.c", "app/ports.c",
            "app/topo.c", "app/open.c", "app/cm.c", "bench/blast.c", "bench/verify.c", "bench/udpping.c",
@@ -54,7 +54,7 @@ def build_library(out_dir: str, tmp_dir: str, compiler=None) -> str:
     objs = compiler.compile(srcs, output_dir=tmp_dir, include_dirs=[os.path.join(HERE, "include"), HERE],
                             extra_postargs=CFLAGS + env_flags("MRC_CFLAGS"))
     os.makedirs(out_dir, exist_ok=True)
-    compiler.link_shared_object(objs, LIBRARY, output_dir=out_dir, libraries=["pthread"],
+    compiler.link_shared_object(objs, LIBRARY, output_dir=out_dir, libraries=["pthread", "crypto"],
                                 extra_postargs=[f"-Wl,-soname,{SONAME}",
                                                 f"-Wl,--version-script={os.path.join(HERE, 'libmrc.map')}"]
                                 + env_flags("MRC_LDFLAGS"))

@@ -171,6 +171,7 @@ struct qp {
     uint32_t win;            /* mpr * 128 */
     uint32_t pd;
     uint16_t pkey;           /* its partition (0: none): every packet of the QP carries it */
+    struct qp_sec *sec;      /* its keys and packet numbers (sec.c), NULL: security off */
     uint32_t scq, rcq;       /* send and receive CQ numbers */
     uint8_t scq_wait;        /* acknowledged WRs wait for room in the send CQ */
     uint8_t rcq_wait;        /* a placed WRITE_IMM waits for room in the receive CQ */
@@ -240,6 +241,7 @@ struct ctrl {
     uint8_t tclass;
     uint32_t probe_id;       /* an EV probe request: stamp its send time when it leaves */
     uint32_t sack_qpn;       /* a plain SACK of this QP, which a newer one may bring up to date */
+    uint32_t sec_qpn;        /* a packet of this secured QP: sealed as it leaves (sec.c) */
 };
 
 struct probe {
@@ -259,6 +261,7 @@ struct mrc_ep {
     uint32_t mr_cap;
     uint32_t mr_seq;         /* registrations so far */
     struct idmap mrmap;      /* key -> slot of mrs */
+    uint8_t sec_buf[9216];   /* a secured packet, decrypted (sec_open) */
     uint32_t pd_users[MRC_MAX_PDS]; /* regions and QPs of each PD */
     uint64_t pd_live;        /* bit n: PD n exists */
     struct qp **qps;         /* by place (q->idx) */
@@ -413,6 +416,19 @@ static inline uint32_t cq_used(const struct cq *cq)
  * rings.c ep.c). */
 int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_ep **out);
 uint64_t ep_prf(const struct mrc_ep *ep, uint64_t domain, uint64_t x);
+
+/* sec.c: a QP's keys; sealing a secured packet as it leaves (its number and
+ * tag; the payload encrypted in ENCRYPT mode) and opening one as it
+ * arrives (*out: the packet to act on, decrypted where it was encrypted;
+ * counted and refused when it does not verify). */
+struct qp_sec;
+int sec_set(struct qp *q, const struct mrc_qp_keys *k);
+int sec_ctl_set(struct mrc_ep *ep, uint32_t qpn, const struct mrc_qp_keys *k);
+void sec_free(struct qp *q);
+uint8_t sec_mode(const struct qp *q);
+int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len);
+int sec_open(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t len, const struct mrc_pkt *p,
+             int trimmed, const uint8_t **out);
 int ep_pd_alloc(struct mrc_ep *ep, uint32_t *pdn);
 int ep_pd_dealloc(struct mrc_ep *ep, uint32_t pdn);
 int ep_pd_hold(struct mrc_ep *ep, uint32_t pdn, int hold);

@@ -48,7 +48,7 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
         ep_drop(ep, MRC_DROP_MALFORMED);
         return rc;
     }
-    if (!trimmed && !mrc_pkt_icrc_ok(pkt, len)) {
+    if (!trimmed && p.tver != MRC_WIRE_SECURED && !mrc_pkt_icrc_ok(pkt, len)) { /* a secured one has its tag */
         ep_drop(ep, MRC_DROP_ICRC);
         return -EBADMSG;
     }
@@ -73,6 +73,11 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
         ep_drop(ep, MRC_DROP_PKEY);
         return -EPERM;
     }
+    /* a secured QP acts only on packets that verify (and only once): the
+     * rest are counted and change nothing */
+    rc = sec_open(ep, q, pkt, len, &p, trimmed, &pkt);
+    if (rc < 0)
+        return rc;
     ep_dl_stale(ep, q->idx); /* whatever it is, what is kept of the QP is computed again */
     if (mrc_opcode_is_data(p.opcode)) {
         struct mrc_meta mm = *m;
@@ -188,6 +193,13 @@ static uint32_t tx_ctrl(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
         if (*used + c->len > buflen)
             break;
         memcpy(buf + *used, c->buf, c->len);
+        if (c->sec_qpn) { /* a secured QP's: numbered and sealed now, in the order packets leave */
+            struct qp *q = ep_qp(ep, c->sec_qpn);
+            if (!q || !q->sec || sec_seal(q, buf + *used, c->len) < 0) {
+                ep_ctrl_pop(ep); /* its QP is gone, or changed: nothing leaves unsealed */
+                continue;
+            }
+        }
         d[n] = (struct mrc_txdesc){.off = *used, .len = c->len, .ev = c->ev, .peer = c->peer, .tclass = c->tclass};
         ep_port_charge(ep, ev_plane(c->ev), c->len, now); /* control packets never wait, but take the wire */
         if (c->probe_id)
@@ -359,8 +371,9 @@ int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now)
             struct ctrl *c = ep_ctrl_to(ep, q->peer, ev_make(pl, 0));
             if (!c)
                 break;
+            c->sec_qpn = q->sec ? q->qpn : 0;
             ctrl_put(ep, c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_REQUEST, .pkey = q->pkey, .dqpn = q->dqpn,
-                                              .ep_op = MRC_EP_PORT_STATUS, .port_bitmap = ep->port_up, .t1 = now});
+                                              .sec_mode = sec_mode(q), .ep_op = MRC_EP_PORT_STATUS, .port_bitmap = ep->port_up, .t1 = now});
         }
     }
     return 0;

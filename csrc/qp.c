@@ -102,6 +102,7 @@ static void qp_free(struct qp *q)
 {
     if (!q)
         return;
+    sec_free(q);
     free(q->sq);
     free(q->pe);
     free(q->evs);

@@ -50,11 +50,13 @@ static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int ack
     p.dma_len = (uint32_t)w->total;
     p.imm = w->wr.imm_data;
     p.payload_len = pe->len;
+    p.sec_mode = sec_mode(q);
     int hl = mrc_pkt_build_hdr(&p, out, cap);
     if (hl < 0)
         return hl;
     gather(w, pe->off, pe->len, out + hl);
-    return mrc_pkt_finish(out, (uint32_t)hl + pe->len);
+    int len = mrc_pkt_finish(out, (uint32_t)hl + pe->len);
+    return q->sec && sec_seal(q, out, (uint32_t)len) < 0 ? -EIO : len;
 }
 
 static void emit(struct mrc_ep *ep, uint64_t now, struct mrc_txdesc *d, uint32_t off, int len, uint32_t ev,
@@ -126,9 +128,9 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
     while (n < max && *used + 64 <= buflen && ev_probe_due(ep, q, now, &e)) {
         uint32_t pid = (uint32_t)ep_prf(ep, PRF_PROBE, (uint64_t)q->qpn << 32 | ++q->probe_seq) | 1;
         struct mrc_pkt p = {.opcode = MRC_OP_RELIABILITY_PROBE, .pkey = q->pkey, .dqpn = q->dqpn, .probe_id = pid,
-                            .ev = e->ev, .t1 = now};
+                            .ev = e->ev, .t1 = now, .sec_mode = sec_mode(q)};
         int len = mrc_pkt_build(&p, NULL, buf + *used, buflen - *used);
-        if (len < 0)
+        if (len < 0 || (q->sec && sec_seal(q, buf + *used, (uint32_t)len) < 0))
             break;
         emit(ep, now, &d[n++], *used, len, e->ev, q, MRC_DSCP_CONTROL << 2, 0);
         *used += (uint32_t)len;

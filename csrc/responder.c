@@ -73,7 +73,9 @@ static void send_sack(struct mrc_ep *ep, struct qp *q, uint8_t port, uint32_t ec
     struct mrc_pkt p = {.opcode = MRC_OP_SACK, .pkey = q->pkey, .dqpn = q->dqpn, .sack_flags = (uint16_t)(flags | (ecn ? MRC_SETH_ECN : 0)),
                         .ack_psn_offset = (int16_t)off, .ev = echo, .scid = (uint16_t)q->qpn, .dcid = (uint16_t)q->dqpn,
                         .cack_psn = cack, .mpr = (uint8_t)q->a.mpr, .sack_base_off = (int16_t)(o + 1), .bitmap = bm,
-                        .ts_echo = ts, .ooo_cnt = (uint16_t)q->ooo, .rcv_bytes = q->rcv_bytes >> 8};
+                        .ts_echo = ts, .ooo_cnt = (uint16_t)q->ooo, .rcv_bytes = q->rcv_bytes >> 8,
+                        .sec_mode = sec_mode(q)};
+    c->sec_qpn = q->sec ? q->qpn : 0;
     if ((update ? ctrl_rebuild(ep, c, &p) : ctrl_put(ep, c, &p)) < 0)
         return;
     if (plain)
@@ -90,7 +92,9 @@ static void send_nack(struct mrc_ep *ep, struct qp *q, uint8_t reason, uint32_t 
     if (!c)
         return;
     struct mrc_pkt p = {.opcode = MRC_OP_NACK, .pkey = q->pkey, .dqpn = q->dqpn, .nack_reason = reason, .ev = echo,
-                        .scid = (uint16_t)q->qpn, .dcid = (uint16_t)q->dqpn, .nack_psn = psn, .ts_echo = ts};
+                        .scid = (uint16_t)q->qpn, .dcid = (uint16_t)q->dqpn, .nack_psn = psn, .ts_echo = ts,
+                        .sec_mode = sec_mode(q)};
+    c->sec_qpn = q->sec ? q->qpn : 0;
     if (ctrl_put(ep, c, &p) == 0)
         q->st.nacks_tx++;
 }

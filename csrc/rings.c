@@ -99,6 +99,7 @@ struct ctrl *ep_ctrl_to(struct mrc_ep *ep, uint16_t peer, uint32_t ev)
     c->tclass = MRC_DSCP_CONTROL << 2;
     c->probe_id = 0;
     c->sack_qpn = 0;
+    c->sec_qpn = 0;
     return c;
 }
 

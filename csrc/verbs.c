@@ -217,6 +217,14 @@ int mrc_ev_set_paths(struct mrc_ctx *c, uint32_t qpn, const uint32_t *npaths, ui
     return rc;
 }
 
+int mrc_qp_set_keys(struct mrc_ctx *c, uint32_t qpn, const struct mrc_qp_keys *k)
+{
+    ctx_lock(c);
+    int rc = sec_ctl_set(c->ep, qpn, k);
+    ctx_unlock(c);
+    return rc;
+}
+
 int mrc_ev_poll_events(struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t max)
 {
     ctx_lock(c);

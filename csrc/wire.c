@@ -82,11 +82,25 @@ int mrc_pkt_build(const struct mrc_pkt *p, const uint8_t *payload, uint8_t *out,
     return mrc_pkt_finish(out, (uint32_t)hl + plen);
 }
 
-/* Append the ICRC over BTH..payload; returns the whole length. */
+/* Append the ICRC over BTH..payload, or for a secured packet room for its
+ * tag (zeros until it is sealed); returns the whole length. */
 int mrc_pkt_finish(uint8_t *b, uint32_t len)
 {
+    if ((b[1] & 0x0F) == MRC_WIRE_SECURED) {
+        memset(b + len, 0, MRC_TAG_LEN);
+        return (int)(len + MRC_TAG_LEN);
+    }
     put32(b + len, mrc_crc32c(0, b, len));
     return (int)(len + MRC_ICRC_LEN);
+}
+
+int mrc_pkt_hdr_len(const uint8_t *buf, size_t len)
+{
+    if (len < MRC_BTH_LEN)
+        return -1;
+    int sec = (buf[1] & 0x0F) == MRC_WIRE_SECURED, el = ext_len(buf[0], buf[8]);
+    size_t hl = MRC_BTH_LEN + (sec ? MRC_SECH_LEN : 0) + (size_t)el;
+    return el < 0 || hl + (sec ? MRC_TAG_LEN : MRC_ICRC_LEN) > len ? -1 : (int)hl;
 }
 
 /* Write BTH and the extension headers; returns their length. The caller
@@ -95,21 +109,28 @@ int mrc_pkt_finish(uint8_t *b, uint32_t len)
 int mrc_pkt_build_hdr(const struct mrc_pkt *p, uint8_t *out, size_t cap)
 {
     int el = ext_len(p->opcode, p->flags);
-    if (el < 0)
+    if (el < 0 || p->sec_mode > 2)
         return -EINVAL;
     uint32_t plen = mrc_opcode_is_data(p->opcode) ? p->payload_len : 0;
-    size_t total = MRC_BTH_LEN + (size_t)el + plen + MRC_ICRC_LEN;
+    size_t total = MRC_BTH_LEN + (size_t)el + plen + (p->sec_mode ? MRC_SECH_LEN + MRC_TAG_LEN : MRC_ICRC_LEN);
     if (total > cap)
         return -ENOSPC;
     uint8_t *b = out;
     b[0] = p->opcode;
-    b[1] = (uint8_t)(p->tver ? p->tver : MRC_WIRE_VERSION) & 0x0F;
+    b[1] = (uint8_t)(p->sec_mode ? MRC_WIRE_SECURED : p->tver ? p->tver : MRC_WIRE_VERSION) & 0x0F;
     put16(b + 2, p->pkey);
     b[4] = 0;
     put24(b + 5, p->dqpn);
     b[8] = p->flags & (MRC_BTH_ACKREQ | MRC_BTH_RTX | MRC_BTH_TS);
     put24(b + 9, p->psn);
     uint8_t *x = b + MRC_BTH_LEN;
+    if (p->sec_mode) { /* SECH: the sealer writes the packet number and the tag (sec.c) */
+        x[0] = p->sec_mode;
+        x[1] = p->key_id;
+        x[2] = x[3] = 0;
+        put64(x + 4, p->pn);
+        x += MRC_SECH_LEN;
+    }
     if (mrc_opcode_is_data(p->opcode)) {
         put16(x, p->msn_rq);
         put16(x + 2, p->msn);
@@ -206,17 +227,26 @@ int mrc_pkt_parse(const uint8_t *buf, size_t len, int trimmed, struct mrc_pkt *p
     p->dqpn = get24(buf + 5);
     p->flags = buf[8] & (MRC_BTH_ACKREQ | MRC_BTH_RTX | MRC_BTH_TS);
     p->psn = get24(buf + 9);
-    if (p->tver != MRC_WIRE_VERSION)
+    if (p->tver != MRC_WIRE_VERSION && p->tver != MRC_WIRE_SECURED)
         return -EPROTO;
     int el = ext_len(p->opcode, p->flags);
     if (el < 0)
         return -EPROTO;
-    size_t need = MRC_BTH_LEN + (size_t)el + (trimmed ? 0 : MRC_ICRC_LEN);
+    size_t sech = p->tver == MRC_WIRE_SECURED ? MRC_SECH_LEN : 0;
+    size_t need = MRC_BTH_LEN + sech + (size_t)el + (trimmed ? 0 : sech ? MRC_TAG_LEN : MRC_ICRC_LEN);
     if (len < need)
         return -EBADMSG;
     if (!mrc_opcode_is_data(p->opcode) && !trimmed && len != need)
         return -EBADMSG;
     const uint8_t *x = buf + MRC_BTH_LEN;
+    if (sech) {
+        p->sec_mode = x[0];
+        p->key_id = x[1];
+        p->pn = get64(x + 4);
+        if (p->sec_mode < 1 || p->sec_mode > 2 || x[2] || x[3])
+            return -EPROTO;
+        x += MRC_SECH_LEN;
+    }
     if (mrc_opcode_is_data(p->opcode)) {
         p->msn_rq = get16(x);
         p->msn = get16(x + 2);
@@ -285,7 +315,7 @@ int mrc_pkt_parse(const uint8_t *buf, size_t len, int trimmed, struct mrc_pkt *p
         p->t1 = get64(x + 16);
         p->t2 = get64(x + 24);
     }
-    if (!trimmed)
+    if (!trimmed && !sech)
         p->icrc = get32(buf + len - MRC_ICRC_LEN);
     return 0;
 }

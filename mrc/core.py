@@ -274,6 +274,13 @@ class QueuePair:
         check(lib.mrc_qp_modify(self.dev.handle(), self.qpn, state, conn),
               f"modify QP {self.qpn} to {QP_STATES.get(state, state)}")
 
+    def set_keys(self, keys) -> None:
+        """Secure the QP (before it connects) with ``keys``, a ``struct
+        mrc_qp_keys`` (mrc.secure.derive): every packet it sends is sealed and
+        only packets that verify reach it."""
+        check(lib.mrc_qp_set_keys(self.dev.handle(), self.qpn, keys), f"set the keys of QP {self.qpn}",
+              "keys are set in RESET or INIT, before the QP connects")
+
     def connect(self, dest_qpn: int, peer: int, rq_psn: int = 0, sq_psn: int | None = None) -> None:
         """RESET -> INIT -> RTR -> RTS in one call, toward QP ``dest_qpn`` of
         ``peer``, whose first packet carries ``rq_psn``."""

@@ -49,11 +49,21 @@ class Sim:
                 return i
         return self.attach(ep)
 
-    def connect(self, a: ManualContext, b: ManualContext, attr: QPAttr | None = None) -> tuple[QueuePair, QueuePair]:
-        """A QP on each context, connected to each other across the link."""
+    def connect(self, a: ManualContext, b: ManualContext, attr: QPAttr | None = None, security: str = "off",
+                rotate_every: int = 0) -> tuple[QueuePair, QueuePair]:
+        """A QP on each context, connected to each other across the link;
+        ``security`` "auth" or "encrypt" secures both with keys from an
+        X25519 exchange (as connection setup makes them, under a test key)."""
         attr = attr or QPAttr(planes=self.planes)
         ia, ib = self.index(a), self.index(b)
         qa, qb = a.create_qp(attr), b.create_qp(attr)
+        if security != "off":
+            from mrc import secure
+
+            (pa, ua), (pb, ub) = secure.keypair(), secure.keypair()
+            seen = ua + ub + qa.qpn.to_bytes(4, "big") + qb.qpn.to_bytes(4, "big")
+            qa.set_keys(secure.derive(pa, ub, b"in-memory link", seen, True, security, rotate_every))
+            qb.set_keys(secure.derive(pb, ua, b"in-memory link", seen, False, security, rotate_every))
         qa.connect(qb.qpn, ib, rq_psn=qb.sq_psn)  # as connection setup exchanges them
         qb.connect(qa.qpn, ia, rq_psn=qa.sq_psn)
         return qa, qb

@@ -48,7 +48,7 @@ for h in $which; do
     if [ ! -x "$out/fuzz_$h" ] || [ -n "$(find csrc -name '*.[ch]' -newer "$out/fuzz_$h" | head -1)" ]; then
         echo "== build fuzz_$h"
         # shellcheck disable=SC2086
-        "$cc" "${flags[@]}" "csrc/fuzz/fuzz_$h.c" $srcs -o "$out/fuzz_$h" -lpthread || exit 2
+        "$cc" "${flags[@]}" "csrc/fuzz/fuzz_$h.c" $srcs -o "$out/fuzz_$h" -lpthread -lcrypto || exit 2
     fi
 done
 

@@ -31,6 +31,8 @@ fi
 # the switch queues' BPF program (mrc fabric up --link-rate, mrc fabric qos)
 command -v clang >/dev/null 2>&1 || need+=(clang)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+# authenticated MRC: AES-GCM and X25519 from OpenSSL's libcrypto (csrc/sec.c)
+[ -f /usr/include/openssl/evp.h ] || need+=(libssl-dev)
 # and fuzz the data path with libFuzzer (tools/fuzz.sh)
 if [ "$what" = test ] && ! { command -v clang >/dev/null 2>&1 &&
         ls "$(clang -print-resource-dir)"/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1; }; then

@@ -14,6 +14,7 @@
 /* CDEF BEGIN */
 enum {
     MRC_WIRE_VERSION = 1,
+    MRC_WIRE_SECURED = 2,     /* BTH TVer of a secured packet: SECH after BTH, a tag instead of the ICRC */
     MRC_UDP_PORT = 4791,
     MRC_ETH_HLEN = 14,
     MRC_IPV6_HLEN = 40,
@@ -30,6 +31,8 @@ enum {
     MRC_ERTH_LEN = 16,
     MRC_EETH_LEN = 36,
     MRC_ICRC_LEN = 4,
+    MRC_SECH_LEN = 12,        /* mode (1) | key id (1) | reserved (2) | packet number (8) */
+    MRC_TAG_LEN = 16,         /* AES-GCM's tag */
     MRC_PSN_BITS = 24,
     MRC_PSN_MASK = 0xFFFFFF,
 };
@@ -111,6 +114,11 @@ struct mrc_pkt {
     uint8_t flags;          /* MRC_BTH_* */
     uint8_t tver;
     uint16_t pkey;
+    /* SECH (a secured packet: tver MRC_WIRE_SECURED): MRC_SEC_AUTH or MRC_SEC_ENCRYPT (mrc/mrc.h),
+     * the key's id and the packet's number in its direction */
+    uint8_t sec_mode;
+    uint8_t key_id;
+    uint64_t pn;
     uint32_t dqpn;
     uint32_t psn;
     /* METH */
@@ -166,6 +174,9 @@ const char *mrc_nack_reason_name(uint8_t reason);
 int mrc_pkt_build(const struct mrc_pkt *p, const uint8_t *payload, uint8_t *out, size_t cap);
 int mrc_pkt_parse(const uint8_t *buf, size_t len, int trimmed, struct mrc_pkt *p);
 int mrc_pkt_icrc_ok(const uint8_t *buf, size_t len);
+/* BTH..the end of the extension headers (SECH included) of a whole packet:
+ * where its payload starts; -1 when it is not one. */
+int mrc_pkt_hdr_len(const uint8_t *buf, size_t len);
 
 /* CDEF END */
 

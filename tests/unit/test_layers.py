@@ -20,7 +20,7 @@ C_LAYERS = [
     ["crc32c.c", "wire.c"],
     ["ep.c"],
     ["rings.c"],  # the endpoint's rings and posting, over its tables
-    ["ev.c", "cc_nscc.c"],
+    ["ev.c", "cc_nscc.c", "sec.c"],  # sec.c: a QP's keys, sealing and opening (authenticated MRC)
     ["qp.c"],
     ["requester.c", "completer.c", "responder.c", "evprobe.c"],
     ["dispatch.c"],
@@ -247,7 +247,7 @@ HEADERS = CSRC / "include"
 #: header -> the prefixes of the calls it may declare (its audience)
 AUDIENCE = {"mrc/mrc.h": ("mrc_ctx_", "mrc_pd_", "mrc_mr_", "mrc_cq_", "mrc_qp_", "mrc_post_", "mrc_poll_",
                           "mrc_ev_", "mrc_async_", "mrc_dp_version", "mrc_wc_", "mrc_event_", "mrc_drop_",
-                          "mrc_last_error", "mrc_cm_", "mrc_sha256_"),
+                          "mrc_last_error", "mrc_cm_", "mrc_sha256_", "mrc_sec_"),
             "mrc_wire.h": ("mrc_pkt_", "mrc_crc32c", "mrc_psn_", "mrc_opcode_", "mrc_nack_"),
             "mrc_manual.h": ("mrc_ep_", "mrc_ctx_ep", "mrc_sim_"),
             "mrc_sim.h": ("mrc_fab_",),

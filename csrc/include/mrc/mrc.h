@@ -91,7 +91,9 @@ enum mrc_drop {
     MRC_DROP_STALE_PROBE = 11, /* an EV probe response nobody waits for (late, or never asked) */
     MRC_DROP_WRONG_PEER = 12,  /* not from the QP's connected peer, or for another connection */
     MRC_DROP_PKEY = 13,        /* another partition than the QP's (mrc_qp_attr.pkey) */
-    MRC_DROP_NREASONS = 14,
+    MRC_DROP_AUTH = 14,        /* a secured QP's packet that does not verify (or is not secured), or the reverse */
+    MRC_DROP_REPLAY = 15,      /* a secured packet whose number was seen, or is too old to tell */
+    MRC_DROP_NREASONS = 16,
 };
 
 /* The names of the values above (NULL for a value out of range). */
@@ -312,6 +314,37 @@ int mrc_ev_set_state(struct mrc_ctx *c, uint32_t qpn, uint32_t ev, uint32_t stat
 int mrc_ev_set_paths(struct mrc_ctx *c, uint32_t qpn, const uint32_t *npaths, uint32_t nplanes);
 int mrc_ev_poll_events(struct mrc_ctx *c, struct mrc_ev_event *out, uint32_t max);
 int mrc_async_events(struct mrc_ctx *c, struct mrc_async_event *out, uint32_t max);
+
+/* ---------------------------------------------------- authenticated MRC
+ * A QP's security mode (protocol.md section 8): OFF (as InfiniBand: nothing
+ * but unpredictable numbers), AUTH (every packet of the QP carries an
+ * AES-256-GCM tag over all of it) or ENCRYPT (the payload is encrypted too,
+ * the headers authenticated). A secured packet carries its key id and a
+ * 64-bit packet number, from which its nonce is made (never twice with one
+ * key); the receiver keeps a window of the numbers seen. A packet that
+ * does not verify is dropped and counted (MRC_DROP_AUTH, MRC_DROP_REPLAY)
+ * and nothing else happens; in a secured mode a trimmed packet cannot be
+ * verified and is dropped too (the loss is then found as any other). */
+enum mrc_security { MRC_SEC_OFF = 0, MRC_SEC_AUTH = 1, MRC_SEC_ENCRYPT = 2 };
+/* One QP's keys, one per direction (mrc_sec_derive makes them). */
+struct mrc_qp_keys {
+    uint32_t mode;           /* enum mrc_security */
+    uint32_t rotate_every;   /* packets sent under one key before the next (0: 2^24, inside AES-GCM's limits) */
+    uint8_t tx_key[32], tx_iv[12];
+    uint8_t rx_key[32], rx_iv[12];
+};
+/* Secure a QP (in RESET or INIT, before it connects); mode OFF takes the
+ * keys away. -EOPNOTSUPP without AES-256-GCM in libcrypto. */
+int mrc_qp_set_keys(struct mrc_ctx *c, uint32_t qpn, const struct mrc_qp_keys *k);
+/* An ephemeral X25519 key pair (connection setup: each side makes one). */
+int mrc_sec_keypair(uint8_t priv[32], uint8_t pub[32]);
+/* The keys of one QP pair: HKDF-SHA256 over the X25519 secret of priv and
+ * peer_pub, salted with the pre-shared key, bound to `transcript` (what
+ * both sides saw of the setup: nonces, public keys, QP numbers). The
+ * initiator's tx is the responder's rx. */
+int mrc_sec_derive(const uint8_t priv[32], const uint8_t peer_pub[32], const uint8_t *psk, uint32_t psk_len,
+                   const uint8_t *transcript, uint32_t transcript_len, uint32_t initiator, uint32_t mode,
+                   struct mrc_qp_keys *out);
 
 /* ---------------------------------------------- a context with ports
  * How to reach one peer: per plane, its final address (for the UDP
