@@ -19,9 +19,15 @@ route lookup per 64 KB of TCP and one per 8 KB of MRC. For transparency, TCP
 is also measured first without it (tcp_superpacket_gbps).
 
     python bench/fabric_bench.py [--json] [--seconds 3]
+    python bench/fabric_bench.py --security-pairs 5 [--json]
 
 Needs root. Prints the four rates and ratio_raw, ratio_mptcp, ratio_tcp,
 stall_ms. All rates are measured at the receiver.
+
+--security-pairs N measures authenticated MRC instead: one QP over all
+planes with security off, auth and encrypt in turn (off auth encrypt off
+...), N rounds, and prints each mode's rates and auth_over_off,
+encrypt_over_off (the medians of the rounds' ratios) with their spreads.
 """
 from __future__ import annotations
 
@@ -62,13 +68,13 @@ def raw_ceiling(t, src, dst, seconds, payload):
         cb.close()
 
 
-def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut"):
+def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut", security="off"):
     """One QP's rate (and longest stall); with ``cut``, that link fails half
     way through: taken down (``cut``) or black-holed by nftables (``blackhole``)."""
     window = 64 << 20
     faults = FaultScheduler(t.name) if cut else None  # started before the transfer
     try:
-        with qp_pair(t, src, dst, window) as p:
+        with qp_pair(t, src, dst, window, security=security) as p:
             # size the transfer for about `seconds` at 5 Gb/s
             total = int(seconds * 5e9 / 8) // (1 << 20) * (1 << 20)
 
@@ -86,20 +92,54 @@ def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut"):
             apply.heal(t.name, cut)
 
 
+def _median_spread(xs: list[float]) -> tuple[float, list[float]]:
+    s = sorted(xs)
+    mid = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    return round(mid, 3), [round(s[0], 3), round(s[-1], 3)]
+
+
+def security_pairs(t, src, dst, a, log) -> int:
+    """Off, auth and encrypt in turn, ``a.security_pairs`` rounds: the rates and the ratios to off."""
+    import store  # bench/, beside this file
+
+    apply.wire_sized(t)
+    rates: dict[str, list[float]] = {"off": [], "auth": [], "encrypt": []}
+    for r in range(a.security_pairs):
+        for mode in rates:
+            rates[mode].append(mrc_rate(t, src, dst, a.seconds, security=mode)["gbps"])
+            log(f"round {r + 1}/{a.security_pairs} {mode:8} {rates[mode][-1]:.2f} Gb/s")
+    res = {"security_pairs": a.security_pairs, "srv6": apply.srv6(t.name), "seconds": a.seconds,
+           **{f"{m}_gbps": v for m, v in rates.items()}}
+    for m in ("auth", "encrypt"):
+        med, spread = _median_spread([x / o for x, o in zip(rates[m], rates["off"], strict=True)])
+        res[f"{m}_over_off"], res[f"{m}_over_off_spread"] = med, spread
+    res["targets"] = {"auth_over_off": 0.9, "encrypt_over_off": 0.8}
+    if a.save:
+        store.save("fabric_bench_security", res, a.save, srv6=res["srv6"])
+    print(json.dumps(res, indent=1) if a.json else "\n".join(f"{k:24} {v}" for k, v in res.items()))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print JSON only")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement (default 3)")
     import store  # bench/, beside this file
 
+    ap.add_argument("--security-pairs", type=int, default=0, metavar="N",
+                    help="measure security off against auth and encrypt, N rounds (alternated) instead")
     store.add_argument(ap)
     a = ap.parse_args()
+    if a.security_pairs < 0 or a.security_pairs > 50:
+        ap.error("--security-pairs is 1 to 50")
     apply.exit_cleanly_on_sigterm()  # a killed run still removes its fabric
     t = Topology(name=f"b{os.getpid() % 100000}")
     log = (lambda *x: None) if a.json else (lambda *x: print(*x, file=sys.stderr, flush=True))
     apply.up(t)
     try:
         src, dst = 0, t.hosts - 1
+        if a.security_pairs:
+            return security_pairs(t, src, dst, a, log)
         if apply.srv6(t.name) != "kernel":
             log("this kernel has no SRv6: the fabric's End, encap and End.DT6 run in tc BPF (mrc.fabric.srv6bpf)")
         log("kernel TCP, one stream over plane 0, GSO super-packets through the switches ...")

@@ -15,7 +15,12 @@ Each runs ROUNDS times, alternating (mrc, mrc_nospin, udp, icmp, ...), so the VM
 drift touches all of them alike; the figures are the medians of the rounds'
 p50 and p99. ratio_udp = MRC p50 / UDP p50 (the target is <= 1.5).
 
-    python bench/latency_bench.py [--json] [--iters 2000] [--rounds 3] [--size 64]
+With --security, authenticated MRC joins the alternation (mrc_auth,
+mrc_encrypt: the same as mrc with --security auth or encrypt under a key),
+and auth_minus_off_us, encrypt_minus_off_us are the medians of the rounds'
+p50 differences to mrc (the target is at most 2 us).
+
+    python bench/latency_bench.py [--json] [--iters 2000] [--rounds 3] [--size 64] [--security]
 
 Needs root (it builds a fabric of namespaces).
 """
@@ -47,9 +52,12 @@ def summary(xs: list[float]) -> dict:
             "min_us": round(min(xs), 1)}
 
 
-def run_mrc(t: Topology, size: int, iters: int, port: int, spin_us: float | None = None) -> dict:
+def run_mrc(t: Topology, size: int, iters: int, port: int, spin_us: float | None = None,
+            security: tuple[str, str] | None = None) -> dict:
     src, dst = t.host(0), t.host(t.hosts - 1)
     spin = [] if spin_us is None else ["--spin-us", str(spin_us)]
+    if security:  # (mode, key file): the same on both sides
+        spin += ["--security", security[0], "--psk-file", security[1]]
     server = subprocess.Popen(MRC + ["fabric", "exec", dst, "--name", t.name, "--"] + MRC
                               + ["perf", "server", "--port", str(port), *spin], stderr=subprocess.PIPE,
                               stdout=subprocess.DEVNULL, text=True)
@@ -112,6 +120,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=2000, help="round trips per contender per round (default 2000)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     ap.add_argument("--size", type=int, default=64, help="message size in bytes (default 64)")
+    ap.add_argument("--security", action="store_true", help="also mrc with --security auth and encrypt")
     import store  # bench/, beside this file
 
     store.add_argument(ap)
@@ -123,9 +132,24 @@ def main() -> int:
     t = Topology(name=f"lt{os.getpid() % 10000}")
     apply.up(t)
     rounds: dict[str, list[dict]] = {"mrc": [], "udp": [], "icmp": [], "mrc_nospin": []}
+    import tempfile
+
+    keydir = tempfile.TemporaryDirectory(prefix="mrc-latency-")  # the key both ends read, removed after
+    key = os.path.join(keydir.name, "key")
+    with open(key, "w") as f:
+        f.write(os.urandom(24).hex())
+    if a.security:
+        rounds.update(mrc_auth=[], mrc_encrypt=[])
     try:
         for k in range(a.rounds):
-            rounds["mrc"].append(run_mrc(t, a.size, a.iters, 18600 + k))
+            # mrc and its secured runs in an order that turns each round: none always follows the same one
+            modes = ["off", "auth", "encrypt"] if a.security else ["off"]
+            for mode in modes[k % len(modes):] + modes[:k % len(modes)]:
+                if mode == "off":
+                    rounds["mrc"].append(run_mrc(t, a.size, a.iters, 18600 + k))
+                else:
+                    rounds[f"mrc_{mode}"].append(run_mrc(t, a.size, a.iters, 18900 + 10 * k + len(mode),
+                                                         security=(mode, key)))
             # the same with engines that sleep as soon as they are idle: what the wake-ups cost
             rounds["mrc_nospin"].append(run_mrc(t, a.size, a.iters, 18800 + k, spin_us=0))
             rounds["udp"].append(run_udp(t, a.size, a.iters, 18700 + k))
@@ -134,6 +158,7 @@ def main() -> int:
                                                for p, r in rounds.items()), file=sys.stderr, flush=True)
     finally:
         apply.down(t.name)
+        keydir.cleanup()
     out: dict = {"size": a.size, "iters": a.iters, "rounds": a.rounds}
     for p, rs in rounds.items():
         out[p] = {k: statistics.median(r[k] for r in rs) for k in ("p50_us", "p99_us", "min_us")}
@@ -143,12 +168,17 @@ def main() -> int:
     out["ratio_udp"] = round(statistics.median(ratios), 2)
     out["ratio_udp_spread"] = [round(min(ratios), 2), round(max(ratios), 2)]
     out["ratio_icmp"] = round(out["mrc"]["p50_us"] / out["icmp"]["p50_us"], 2)
+    for mode in ("auth", "encrypt") if a.security else ():
+        d = [s["p50_us"] - m["p50_us"] for s, m in zip(rounds[f"mrc_{mode}"], rounds["mrc"], strict=True)]
+        out[f"{mode}_minus_off_us"] = round(statistics.median(d), 1)
+        out[f"{mode}_minus_off_spread_us"] = [round(min(d), 1), round(max(d), 1)]
+        out["mrc"]["verified"] &= all(r["verified"] for r in rounds[f"mrc_{mode}"])
     if a.save:
         store.save("latency_bench", out, a.save)
     if a.json:
         print(json.dumps(out, indent=1))
     else:
-        for p in ("mrc", "mrc_nospin", "udp", "icmp"):
+        for p in rounds:
             r = out[p]
             print(f"{p:>10}  p50 {r['p50_us']:8.1f} us  p99 {r['p99_us']:8.1f} us  min {r['min_us']:8.1f} us")
         print(f"ratio_udp {out['ratio_udp']} ({out['ratio_udp_spread'][0]}-{out['ratio_udp_spread'][1]}), "

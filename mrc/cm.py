@@ -10,7 +10,11 @@ answers with its own (under a key, proven over the challenge, the
 connector's nonce and ``b"answer"``, so the connector knows the answer
 comes from a holder, now: a recorded greeting and answer do not pass), so
 by the time the connector connects, the listener is already at RTS and no
-first packet is lost. Every number read from a peer is checked by one
+first packet is lost. For authenticated MRC (``security`` "auth" or
+"encrypt", which needs the key) both sides also send an ephemeral X25519
+public key (``kx``, inside what the proofs cover) and derive each QP
+pair's keys from the exchange, the key and everything both saw
+(:meth:`Connection.keys`, :mod:`mrc.secure`). Every number read from a peer is checked by one
 strict reader (an int, not a bool, in range).
 
 The listener runs each handshake in a thread of its own as connections
@@ -116,6 +120,22 @@ class Connection:
         self.answer: dict = {}     # the listener's answer (connector side)
         self._key: tuple[bytes, bytes] | None = None  # (pre-shared key, challenge) when the setup is authenticated
         self.addr = ""             # the other end's address (listener side)
+        #: the QPs' security mode both sides agreed on ("off", "auth", "encrypt")
+        self.security = "off"
+        self._kx: dict = {}        # the key exchange: our private and public keys, the peer's, the transcript
+
+    def keys(self, my_qpn: int, peer_qpn: int):
+        """The keys of our QP ``my_qpn`` toward the peer's ``peer_qpn`` (a
+        ``struct mrc_qp_keys`` for :meth:`QueuePair.set_keys`); None when
+        the connection is not secured."""
+        if self.security == "off":
+            return None
+        from mrc import secure
+
+        kx = self._kx
+        pair = (my_qpn, peer_qpn) if kx["initiator"] else (peer_qpn, my_qpn)  # the connector's QP first
+        seen = kx["transcript"] + b"".join(n.to_bytes(4, "big") for n in pair)
+        return secure.derive(kx["priv"], kx["peer"], kx["psk"], seen, kx["initiator"], self.security)
 
     def send(self, obj: dict) -> None:
         """Send one JSON message."""
@@ -157,6 +177,8 @@ class Connection:
     def reply(self, info: RemoteInfo, **extra) -> None:
         """Answer a request with our QP's description (signed when a key is set)."""
         ans = {"info": info_to_json(info), **extra}
+        if self.security != "off":
+            ans["kx"] = self._kx["pub"].hex()
         if self._key is not None:
             ans["auth"] = _proof(*self._key, ans, b"answer")
         self.send(ans)
@@ -267,8 +289,15 @@ class Listener:
     connections arrive; :meth:`accept` hands them out in the order they end."""
 
     def __init__(self, addr: str = "::", port: int = DEFAULT_PORT, psk: bytes | None = None,
-                 setup_timeout: float = SETUP_TIMEOUT) -> None:
+                 setup_timeout: float = SETUP_TIMEOUT, security: str = "off") -> None:
+        from mrc.secure import mode_of
+
+        mode_of(security)
+        if security != "off" and psk is None:
+            raise UsageError(f"security {security} needs a pre-shared key: give --psk-file")
         self.psk = psk
+        #: the mode every client must ask for (a hello asking another is refused)
+        self.security = security
         #: seconds a client has for its hello (each handshake reads it when it starts)
         self.setup_timeout = setup_timeout
         self.sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
@@ -336,6 +365,7 @@ class Listener:
                 c._key = (self.psk, challenge + _hex(hello.get("nonce"), 16, 64, "the hello's nonce"))
             c.peer = info_from_json(hello.get("info"))
             c.hello = hello
+            self._key_exchange(c, hello, challenge)
             self._done.put((who, c))
         except (ErrnoError, OSError) as e:
             c.refuse(e)
@@ -345,6 +375,23 @@ class Listener:
             c.close()
             self._release(who)
             raise
+
+    def _key_exchange(self, c: Connection, hello: dict, challenge: bytes) -> None:
+        """The security the client asks for must be ours; then our half of the X25519 exchange."""
+        asked = hello.get("security", "off")
+        if asked != self.security:
+            raise ErrnoError(errno.EPROTO, f"this server's QPs run security {self.security}, the client asked for "
+                                           f"{str(asked)[:20]!r} (give the same --security on both sides)")
+        if asked == "off":
+            return
+        from mrc import secure
+
+        peer = _hex(hello.get("kx"), 32, 32, "the hello's kx (an X25519 public key)")
+        priv, pub = secure.keypair()
+        nonce = _hex(hello.get("nonce"), 16, 64, "the hello's nonce")
+        c.security = asked
+        c._kx = {"priv": priv, "pub": pub, "peer": peer, "psk": self.psk, "initiator": False,
+                 "transcript": challenge + nonce + peer + pub}
 
     def accept(self, timeout: float | None = None) -> Connection:
         """The next connection whose hello is well formed (and authenticated).
@@ -378,15 +425,22 @@ class Listener:
 
 
 def listen(addr: str = "::", port: int = DEFAULT_PORT, psk: bytes | None = None,
-           setup_timeout: float = SETUP_TIMEOUT) -> Listener:
-    """Listen for connection setups on ``addr``:``port`` (with ``psk``: only clients holding the key)."""
-    return Listener(addr, port, psk, setup_timeout)
+           setup_timeout: float = SETUP_TIMEOUT, security: str = "off") -> Listener:
+    """Listen for connection setups on ``addr``:``port`` (with ``psk``: only
+    clients holding the key; ``security``: the mode the QPs run)."""
+    return Listener(addr, port, psk, setup_timeout, security)
 
 
 def connect(addr: str, port: int, info: RemoteInfo, timeout: float = SETUP_TIMEOUT, psk: bytes | None = None,
-            **extra) -> Connection:
+            security: str = "off", **extra) -> Connection:
     """Send our info (with proof of ``psk`` when the listener asks), wait for
-    the peer's (it is at RTS when it answers)."""
+    the peer's (it is at RTS when it answers). ``security`` "auth" or
+    "encrypt" (with ``psk``) exchanges the keys of authenticated MRC."""
+    from mrc import secure
+
+    secure.mode_of(security)
+    if security != "off" and psk is None:
+        raise UsageError(f"security {security} needs a pre-shared key: give --psk-file")
     try:
         s = socket.create_connection((addr, port), timeout=timeout)
     except OSError as e:
@@ -401,6 +455,9 @@ def connect(addr: str, port: int, info: RemoteInfo, timeout: float = SETUP_TIMEO
             raise _bad(f"the server does not speak this connection setup (version {PROTOCOL}; an older mrc?)")
         nonce = os.urandom(32)
         hello = {"info": info_to_json(info), **extra, "nonce": nonce.hex()}
+        if security != "off":
+            priv, pub = secure.keypair()
+            hello.update(security=security, kx=pub.hex())
         if psk is not None and not greeting.get("auth"):
             raise ErrnoError(errno.EACCES, "we hold a pre-shared key but the server does not ask for one: is it "
                                            "the server you meant (started with --psk-file)?")
@@ -416,6 +473,11 @@ def connect(addr: str, port: int, info: RemoteInfo, timeout: float = SETUP_TIMEO
             _check_proof(psk, challenge + nonce, ans, b"answer", "server")
         c.peer = info_from_json(ans.get("info"))
         c.answer = ans
+        if security != "off":
+            peer = _hex(ans.get("kx"), 32, 32, "the answer's kx (an X25519 public key)")
+            c.security = security
+            c._kx = {"priv": priv, "pub": pub, "peer": peer, "psk": psk, "initiator": True,
+                     "transcript": challenge + nonce + pub + peer}
         return c
     except BaseException:
         c.close()

@@ -38,6 +38,14 @@ def keypair() -> tuple[bytes, bytes]:
     return bytes(priv), bytes(pub)
 
 
+def pair_keys(qpn_a: int, qpn_b: int, mode: str, psk: bytes = b"one process: both ends", rotate_every: int = 0):
+    """Keys for two QPs of one process (the in-memory link, benchmarks):
+    both halves of an X25519 exchange, as connection setup makes them."""
+    (pa, ua), (pb, ub) = keypair(), keypair()
+    seen = ua + ub + qpn_a.to_bytes(4, "big") + qpn_b.to_bytes(4, "big")
+    return (derive(pa, ub, psk, seen, True, mode, rotate_every), derive(pb, ua, psk, seen, False, mode, rotate_every))
+
+
 def derive(priv: bytes, peer_pub: bytes, psk: bytes, transcript: bytes, initiator: bool, mode: str | int,
            rotate_every: int = 0):
     """One QP's keys (a ``struct mrc_qp_keys``) from our private key, the

@@ -60,10 +60,9 @@ class Sim:
         if security != "off":
             from mrc import secure
 
-            (pa, ua), (pb, ub) = secure.keypair(), secure.keypair()
-            seen = ua + ub + qa.qpn.to_bytes(4, "big") + qb.qpn.to_bytes(4, "big")
-            qa.set_keys(secure.derive(pa, ub, b"in-memory link", seen, True, security, rotate_every))
-            qb.set_keys(secure.derive(pb, ua, b"in-memory link", seen, False, security, rotate_every))
+            ka, kb = secure.pair_keys(qa.qpn, qb.qpn, security, rotate_every=rotate_every)
+            qa.set_keys(ka)
+            qb.set_keys(kb)
         qa.connect(qb.qpn, ib, rq_psn=qb.sq_psn)  # as connection setup exchanges them
         qb.connect(qa.qpn, ia, rq_psn=qa.sq_psn)
         return qa, qb

@@ -200,11 +200,18 @@ class Context(Device):
     ``start=False`` leaves the engine thread stopped (the raw-ceiling
     benchmark sends from the calling thread instead). ``port_rate_bps``:
     each port sends at most that (:meth:`EngineThread.set_port_rate`; for
-    ports behind a slower link or a rate-limiting qdisc)."""
+    ports behind a slower link or a rate-limiting qdisc). ``security``: the
+    mode its QPs run unless ``create_qp`` says otherwise ("off", "auth",
+    "encrypt": authenticated MRC, keys from the connection setup)."""
 
     def __init__(self, ports: list[Port] | None = None, *, resolver: PathResolver | None = None,
                  max_qps: int = 1024, cq_depth: int = 65536, start: bool = True, spin_us: float = 200.0,
-                 port_rate_bps: int = 0) -> None:
+                 port_rate_bps: int = 0, security: str = "off") -> None:
+        from mrc.secure import mode_of
+
+        mode_of(security)
+        #: the security mode of this context's QPs, unless create_qp says otherwise
+        self.security = security
         self.resolver = resolver if resolver is not None else from_environment()
         if ports is None:
             named = self.resolver.local_ports()
@@ -290,7 +297,8 @@ class Context(Device):
     # verbs nouns -----------------------------------------------------------
     def create_qp(self, pd: ProtectionDomain | None = None, cq: CompletionQueue | None = None,
                   attr: QPAttr | None = None, *, recv_cq: CompletionQueue | None = None,
-                  ev_profile_id: int | None = None, cc_profile_id: int | None = None) -> ConnectedQP:
+                  ev_profile_id: int | None = None, cc_profile_id: int | None = None,
+                  security: str | None = None) -> ConnectedQP:
         """A QP in protection domain ``pd`` (default PD 0) whose completions go
         to ``cq`` (receive completions to ``recv_cq``, by default the same;
         both default to CQ 0). With
@@ -329,6 +337,7 @@ class Context(Device):
                 self.profiles.release(prof)
             raise
         qp.profiles, qp.ev_profile = held, ev_profile
+        qp.security = self.security if security is None else security
         self._qps[qp.qpn] = qp
         return qp
 
@@ -464,9 +473,21 @@ class ConnectedQP(QueuePair):
 
     profiles: tuple | list = ()
     ev_profile = None
+    security = "off"
 
-    def connect(self, remote: RemoteInfo) -> None:  # type: ignore[override]
-        """Connect to ``remote`` (its paths from the EV profile when the QP has one)."""
+    def connect(self, remote: RemoteInfo, keys=None) -> None:  # type: ignore[override]
+        """Connect to ``remote`` (its paths from the EV profile when the QP has
+        one); a secured QP under ``keys``, its connection setup's
+        (``conn.keys(qp.qpn, remote.qpn)``)."""
+        if keys is None and self.security != "off":
+            raise ErrnoError(errno.EINVAL, f"QP {self.qpn} runs security {self.security}: connect it with the keys "
+                                           f"of its connection setup (conn.keys(qp.qpn, peer.qpn))")
+        if keys is not None:
+            from mrc.secure import mode_of
+
+            if keys.mode != mode_of(self.security):
+                raise ErrnoError(errno.EINVAL, f"QP {self.qpn} runs security {self.security}, the keys another mode")
+            self.set_keys(keys)
         prof = self.ev_profile
         if prof is not None:
             # the profile's paths (its denied ones too: allow brings them back) replace the peer's own

@@ -62,20 +62,29 @@ class QPPair:
         self.close()
 
 
-def connect_pair(ca: Context, cb: Context, size: int, attr: QPAttr | None = None, random: bool = True) -> QPPair:
+def connect_pair(ca: Context, cb: Context, size: int, attr: QPAttr | None = None, random: bool = True,
+                 security: str = "off") -> QPPair:
     """QPs on two open contexts, ca -> cb, with a ``size``-byte region on each
-    side (the source filled with random bytes), connected both ways."""
+    side (the source filled with random bytes), connected both ways
+    (``security``: secured, with keys as connection setup makes them)."""
     src, dst = bytearray(os.urandom(size) if random else size), bytearray(size)
     ms, md = ca.reg_mr(src), cb.reg_mr(dst, remote_write=True)  # the MRs keep the buffers
     cq = ca.create_cq()
     qa, qb = ca.create_qp(cq=cq, attr=attr), cb.create_qp(attr=attr)
     ia, ib = ca.local_info(qa, ms), cb.local_info(qb, md)
-    qb.connect(ia)  # the receiver first: it is at RTS before the first packet
-    qa.connect(ib)
+    ka = kb = None
+    if security != "off":
+        from mrc import secure
+
+        ka, kb = secure.pair_keys(qa.qpn, qb.qpn, security)
+        qa.security = qb.security = security
+    qb.connect(ia, kb)  # the receiver first: it is at RTS before the first packet
+    qa.connect(ib, ka)
     return QPPair(ca, cb, qa, qb, src, dst, ms, md, cb.resolve(ib), cq)
 
 
-def qp_pair(t: Topology, src: int, dst: int, size: int, attr: QPAttr | None = None, **ctx_kw) -> QPPair:
+def qp_pair(t: Topology, src: int, dst: int, size: int, attr: QPAttr | None = None, security: str = "off",
+            **ctx_kw) -> QPPair:
     """Contexts in hosts ``src`` and ``dst`` and a connected QP pair between
     them; closing the pair closes both contexts."""
     ca = host_context(t, src, **ctx_kw)
@@ -85,7 +94,7 @@ def qp_pair(t: Topology, src: int, dst: int, size: int, attr: QPAttr | None = No
         ca.close()
         raise
     try:
-        p = connect_pair(ca, cb, size, attr)
+        p = connect_pair(ca, cb, size, attr, security=security)
     except BaseException:
         ca.close()
         cb.close()

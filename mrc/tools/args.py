@@ -66,6 +66,14 @@ def psk_arg(p: argparse.ArgumentParser, what: str) -> None:
                                                       f"/dev/urandom | base64 > key`): {what}")
 
 
+def security_arg(p: argparse.ArgumentParser) -> None:
+    """``--security``."""
+    p.add_argument("--security", choices=("off", "auth", "encrypt"), default="off",
+                   help="authenticated MRC: auth tags every packet (AES-256-GCM), encrypt also hides the payload; "
+                        "keys per QP from an X25519 exchange under the --psk-file key; both sides the same "
+                        "(default off)")
+
+
 def read_psk(a: argparse.Namespace) -> bytes | None:
     """The key ``--psk-file`` names, or None."""
     from mrc import cm

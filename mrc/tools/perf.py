@@ -140,6 +140,12 @@ def _echo_params(hello: dict) -> tuple[int, int] | None:
     return echo["addr"], echo["rkey"]
 
 
+def _connect(qp, conn: cm.Connection, peer) -> None:
+    """Connect ``qp`` to ``peer``, under the keys of the setup when it is secured."""
+    qp.security = conn.security
+    qp.connect(peer, conn.keys(qp.qpn, peer.qpn))
+
+
 def _serve_client(ctx: Context, conn: cm.Connection, max_size: int, max_qps: int, idle_timeout: float) -> None:
     """One client from hello to bye; everything it was given is freed on the
     way out, whatever happens."""
@@ -156,7 +162,7 @@ def _serve_client(ctx: Context, conn: cm.Connection, max_size: int, max_qps: int
         for peer in [conn.peer, *extra]:  # one QP per client QP (--qps), all writing into the same buffer
             qp = ctx.create_qp(cq=cq, attr=QPAttr(rq_depth=1024) if imm or echo else QPAttr())
             qps.append(qp)
-            qp.connect(peer)
+            _connect(qp, conn, peer)
         if echo:
             rx = _Echo(ctx, cq, qps[0], mr, echo, 64)
             rx.start()
@@ -221,7 +227,8 @@ def default_bind(resolver: PathResolver) -> str | None:
 
 def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resolver: PathResolver | None = None,
            ports=None, bind: str | None = None, max_size: int = SERVER_MAX_SIZE, max_qps: int = SERVER_MAX_QPS,
-           psk: bytes | None = None, idle_timeout: float = IDLE_TIMEOUT, spin_us: float | None = None) -> int:
+           psk: bytes | None = None, idle_timeout: float = IDLE_TIMEOUT, spin_us: float | None = None,
+           security: str = "off") -> int:
     """Serve clients one after the other (``once``: until one got through
     setup). A client that breaks the rules is told why, logged in a line and
     dropped; the server goes on. Returns 0, or 1 when ``once`` and its client
@@ -231,7 +238,7 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resol
     ctl = endpoint.serve(ctx, out)
     where = bind or default_bind(resolver)
     try:
-        lst = cm.listen(where or "::", port, psk)
+        lst = cm.listen(where or "::", port, psk, security=security)
     except BaseException:
         if ctl:
             ctl.close()
@@ -240,6 +247,7 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resol
     note = "" if where else " (all addresses: no topology names this host's management address; give --bind)"
     print(f"mrc perf server: {len(ctx.ports)} ports, waiting on [{where or '::'}]:{port}{note}"
           f"{'; clients must hold the pre-shared key' if psk else ''}"
+          f"{f'; QPs secured ({security})' if security != 'off' else ''}"
           f"{f'; control endpoint {ctl.path}' if ctl else ''}", file=out, flush=True)
     if lst.warning:
         print(f"mrc perf server: warning: {lst.warning}", file=out, flush=True)
@@ -274,7 +282,7 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resol
 def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = False, verify: bool = False,
            depth: int = 16, port: int = cm.DEFAULT_PORT, progress: bool = True, qps: int = 1,
            resolver: PathResolver | None = None, ports=None, psk: bytes | None = None,
-           spin_us: float | None = None) -> list[dict]:
+           spin_us: float | None = None, security: str = "off") -> list[dict]:
     """``mrc perf client``: write each size ``iters`` times to a server and measure."""
     resolver = resolver or from_environment()
     addr = cm.setup_address(server_host, resolver)
@@ -287,13 +295,14 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
             raise UsageError(f"--qps must be at least 1, got {qps}")
         cq = ctx.create_cq()
         mine = [ctx.create_qp(cq=cq, attr=QPAttr(sq_depth=max(64, depth * 2))) for _ in range(qps)]
-        conn = cm.connect(addr, port, ctx.local_info(mine[0]), psk=psk, params={"max_size": max_size, "imm": imm},
+        conn = cm.connect(addr, port, ctx.local_info(mine[0]), psk=psk, security=security,
+                          params={"max_size": max_size, "imm": imm},
                           qps=[cm.info_to_json(ctx.local_info(q)) for q in mine[1:]])
         peers = [conn.peer] + [cm.info_from_json(i) for i in conn.answer.get("qps", [])]
         if len(peers) != qps:
             raise UsageError(f"the server made {len(peers)} QPs for our {qps}: is it an older mrc?")
         for q, peer in zip(mine, peers, strict=True):
-            q.connect(peer)
+            _connect(q, conn, peer)
         remote = conn.peer
         results = []
         alive = time.perf_counter()
@@ -357,7 +366,7 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
 
 def latency(server_host: str, sizes: list[int], iters: int = 1000, port: int = cm.DEFAULT_PORT,
             progress: bool = True, resolver: PathResolver | None = None, ports=None, psk: bytes | None = None,
-            warmup: int = 50, spin_us: float | None = None) -> list[dict]:
+            warmup: int = 50, spin_us: float | None = None, security: str = "off") -> list[dict]:
     """Round trips: a WRITE_IMM of each size to the server, which writes it
     straight back (same length and immediate) into our echo region; one at a
     time, timed in C (csrc/bench/pingpong.c) from the post to our receive
@@ -372,9 +381,9 @@ def latency(server_host: str, sizes: list[int], iters: int = 1000, port: int = c
         mr, mback = ctx.reg_mr(src), ctx.reg_mr(back, remote_write=True)
         cq = ctx.create_cq()
         qp = ctx.create_qp(cq=cq, attr=QPAttr(rq_depth=64))
-        conn = cm.connect(addr, port, ctx.local_info(qp), psk=psk,
+        conn = cm.connect(addr, port, ctx.local_info(qp), psk=psk, security=security,
                           params={"max_size": size_max, "imm": True, "echo": {"addr": mback.addr, "rkey": mback.rkey}})
-        qp.connect(conn.peer)
+        _connect(qp, conn, conn.peer)
         remote = conn.peer
         results = []
         for size in sizes:

@@ -44,6 +44,22 @@ def test_header_sizes_match_protocol_doc():
     assert len(wire.build(b"ab", opcode=wire.OP_WRITE_ONLY_IMM)) == 12 + 4 + 16 + 4 + 2 + 4
 
 
+def test_a_secured_packet_has_its_sech_after_bth_and_a_tag_for_the_icrc():
+    """protocol.md section 8: TVer 2, SECH (mode, key id, reserved, packet
+    number), the extension headers, the payload, a 16-byte tag."""
+    pkt = wire.build(b"ab", opcode=wire.OP_WRITE_ONLY_IMM, sec_mode=2, key_id=3, pn=0x0102030405060708)
+    assert len(pkt) == 12 + 12 + 4 + 16 + 4 + 2 + 16 and pkt[1] & 0x0F == 2
+    assert pkt[12:24] == bytes([2, 3, 0, 0]) + bytes(range(1, 9))
+    p = wire.parse(pkt)
+    assert (p["sec_mode"], p["key_id"], p["pn"], p["payload"]) == (2, 3, 0x0102030405060708, b"ab")
+    assert lib.mrc_pkt_hdr_len(pkt, len(pkt)) == 12 + 12 + 4 + 16 + 4
+    for bad in (bytes([3]), bytes([0])):  # a mode that is none of the two
+        with pytest.raises(ValueError):
+            wire.parse(pkt[:12] + bad + pkt[13:])
+    with pytest.raises(ValueError):  # reserved bytes set
+        wire.parse(pkt[:14] + b"\x01" + pkt[15:])
+
+
 def test_icrc_is_crc32c_and_catches_corruption():
     assert wire.crc32c(b"123456789") == 0xE3069283
     pkt = bytearray(wire.build(b"data", opcode=wire.OP_WRITE_ONLY))
@@ -99,7 +115,7 @@ def test_the_header_says_what_the_protocol_doc_says():
     nacks = {int(r[0], 16): r[1] for r in protocol_table("| reason | name |")}
     sizes = {f"{r[0]}_LEN": int(r[1]) for r in protocol_table("| header | size |")}
     dscp = {r[1]: int(r[0]) for r in protocol_table("| DSCP | class |")}
-    assert len(opcodes) == 11 and len(nacks) == 8 and len(sizes) == 12 and len(dscp) == 4
+    assert len(opcodes) == 11 and len(nacks) == 8 and len(sizes) == 14 and len(dscp) == 4
     assert wire.OPCODE_NAMES == opcodes
     assert wire.NACK_REASONS == nacks
     assert {k: wire.CONSTANTS[k] for k in sizes} == sizes

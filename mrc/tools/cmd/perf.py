@@ -30,6 +30,7 @@ def add_parser(sub) -> None:
     ps.add_argument("--idle-timeout", type=float, default=60.0, metavar="S",
                     help="drop a connected client silent this long (default 60 s; clients tick every 10 s)")
     args.psk_arg(ps, "only clients that prove they hold this key (challenge-response, HMAC-SHA256) get a QP")
+    args.security_arg(ps)
     args.spin_arg(ps)
     args.where_args(ps)
     pc = psub.add_parser("client", help="write to a server and measure")
@@ -45,6 +46,7 @@ def add_parser(sub) -> None:
                     help="round trips instead of bandwidth: a WRITE_IMM of each size, which the server writes straight "
                          "back; one at a time, p50/p99 (try --sizes 64 --iters 2000)")
     args.psk_arg(pc, "prove to the server that we hold this key (and check that it does)")
+    args.security_arg(pc)
     args.spin_arg(pc)
     args.where_args(pc)
     args.json_arg(pc)
@@ -58,18 +60,19 @@ def run(a: argparse.Namespace) -> int:
     if a.pcmd == "server":
         return perf.server(a.port, once=not a.forever, resolver=args.resolver(a), ports=args.ports_spec(a.ports),
                            bind=a.bind, max_size=a.max_size, max_qps=a.max_qps, psk=args.read_psk(a),
-                           idle_timeout=a.idle_timeout, spin_us=a.spin_us)
+                           idle_timeout=a.idle_timeout, spin_us=a.spin_us, security=a.security)
     if a.pcmd == "client":
         sizes = [perf.parse_size(x) for x in a.sizes.split(",") if x]
         if a.latency:
             res = perf.latency(a.server, sizes, a.iters, a.port, progress=not a.json,
                                resolver=args.resolver(a), ports=args.ports_spec(a.ports), psk=args.read_psk(a),
-                               spin_us=a.spin_us)
+                               spin_us=a.spin_us, security=a.security)
             perf.main_json(res) if a.json else perf.print_latency(res)
             return 0 if all(r["verified"] for r in res) else 1
         res = perf.client(a.server, sizes, a.iters, a.imm, a.verify, a.depth, a.port,
                           progress=sys.stderr.isatty() or not a.json, qps=a.qps, resolver=args.resolver(a),
-                          ports=args.ports_spec(a.ports), psk=args.read_psk(a), spin_us=a.spin_us)
+                          ports=args.ports_spec(a.ports), psk=args.read_psk(a), spin_us=a.spin_us,
+                          security=a.security)
         perf.main_json(res) if a.json else perf.print_table(res)
         return 0 if all(r["verified"] is not False for r in res) else 1
     return a.parser.parse_args(["--help"])  # prints the help and exits
