@@ -42,6 +42,7 @@ from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup, stream_gbps
 from mrc.fabric.faults import FaultScheduler
 from mrc.fabric.pair import host_context, qp_pair
 from mrc.fabric.topology import Topology
+from mrc.signals import exit_cleanly_on_sigterm
 from mrc.tools.perf import stream
 from mrc.verbs import RemoteInfo
 
@@ -132,7 +133,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.security_pairs < 0 or a.security_pairs > 50:
         ap.error("--security-pairs is 1 to 50")
-    apply.exit_cleanly_on_sigterm()  # a killed run still removes its fabric
+    exit_cleanly_on_sigterm()  # a killed run still removes its fabric
     t = Topology(name=f"b{os.getpid() % 100000}")
     log = (lambda *x: None) if a.json else (lambda *x: print(*x, file=sys.stderr, flush=True))
     apply.up(t)

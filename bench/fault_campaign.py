@@ -70,6 +70,7 @@ from campaign_runs import FAULT_AT, Recorder, run_idle, run_mrc, run_tcp
 from mrc.fabric import apply
 from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup
 from mrc.fabric.topology import Topology
+from mrc.signals import exit_cleanly_on_sigterm
 from mrc.verbs import QPAttr
 
 ALL = ("a", "b", "b0", "b1", "c", "d", "e", "f", "g", "g0", "g1", "h", "i", "i1")
@@ -270,7 +271,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("the fault campaign builds a fabric of namespaces: run it as root", file=sys.stderr)
         return 2
-    apply.exit_cleanly_on_sigterm()  # a killed run still removes its fabric
+    exit_cleanly_on_sigterm()  # a killed run still removes its fabric
     t = Topology(name=f"fc{os.getpid() % 10000}")
     log = lambda *x: print(*x, file=sys.stderr, flush=True)  # noqa: E731
     want = [k for k in a.only.split(",") if k] if "," in a.only or len(a.only) <= 2 else list(a.only)

@@ -41,6 +41,7 @@ from mrc._dp import ffi, lib
 
 from mrc.fabric import apply, ns
 from mrc.fabric.topology import Topology
+from mrc.signals import exit_cleanly_on_sigterm
 from mrc.units import percentile
 
 MRC = [sys.executable, "-m", "mrc"]
@@ -128,7 +129,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("the latency bench builds a fabric of namespaces: run it as root", file=sys.stderr)
         return 2
-    apply.exit_cleanly_on_sigterm()
+    exit_cleanly_on_sigterm()
     t = Topology(name=f"lt{os.getpid() % 10000}")
     apply.up(t)
     rounds: dict[str, list[dict]] = {"mrc": [], "udp": [], "icmp": [], "mrc_nospin": []}

@@ -29,25 +29,6 @@ from mrc.units import parse_rate
 STATE_DIR = os.environ.get("MRC_STATE_DIR", "/run/mrc/fabrics")
 
 
-def exit_cleanly_on_sigterm() -> None:
-    """Make SIGTERM (kill, a CI timeout) end this process like Ctrl-C, so that
-    every ``finally`` runs and what a command built is torn down. A child
-    forked later (pyroute2 forks one to make each namespace, and ends it
-    with SIGTERM) inherits the handler: there it ends at once, as the default
-    action would, instead of running the parent's ``finally`` blocks."""
-    import signal
-    import sys
-
-    owner = os.getpid()
-
-    def on_term(signum, frame):
-        if os.getpid() != owner:
-            os._exit(128 + signum)
-        sys.exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
-
-
 def require_root(what: str) -> None:
     """Raise PrivilegeError, naming ``what``, unless running as root."""
     if os.geteuid() != 0:

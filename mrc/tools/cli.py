@@ -29,6 +29,7 @@ import os
 import sys
 
 from mrc.errors import MrcError
+from mrc.signals import exit_cleanly_on_sigterm
 
 #: the subcommands, in the order of ``mrc --help``: modules with add_parser(sub) and run(args)
 COMMANDS = ["mrc.tools.cmd.demo", "mrc.tools.cmd.dash", "mrc.tools.cmd.perf", "mrc.tools.cmd.capture",
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         cut = argv.index("--")
         argv, command = argv[:cut], argv[cut + 1:]
     a = parser.parse_args(argv)
+    exit_cleanly_on_sigterm()  # a stopped server or fabric takes down what it built
     if command is not None:
         if getattr(a, "fcmd", None) != "exec":
             parser.error("`--` only goes with `mrc fabric exec NODE -- CMD`")

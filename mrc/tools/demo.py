@@ -23,6 +23,7 @@ from mrc.fabric.faults import FaultScheduler
 from mrc.fabric.pair import qp_pair
 from mrc.fabric.status import status_text
 from mrc.fabric.topology import Topology
+from mrc.signals import exit_cleanly_on_sigterm
 from mrc.tools.perf import stream
 
 
@@ -118,7 +119,7 @@ class DashProcess:
 def main(name: str | None = None, dash: dict | None = None) -> int:
     """``dash``: {"port", "wait", "linger"} to serve the web view (mrc demo --dash)."""
     name = name or f"demo{os.getpid() % 100000}"
-    apply.exit_cleanly_on_sigterm()  # a killed demo still removes its fabric
+    exit_cleanly_on_sigterm()  # a killed demo still removes its fabric
     t = Topology(name=name)
     print(f"== building fabric {name}: {t.planes} planes x ({t.spines} T1 spines, {t.leaves} T0 leaves), "
           f"{t.hosts} hosts, one port per plane", flush=True)

@@ -222,3 +222,28 @@ def test_a_latency_client_that_names_a_bad_echo_key_costs_the_server_nothing(fab
         ctx.close()
         server.kill()
         server.wait()
+
+
+@pytest.mark.parametrize("mode", ["auth", "encrypt"])
+def test_perf_with_security_verifies_every_byte_and_drops_nothing(fabric, tmp_path, mode):
+    """Authenticated MRC on the fabric: keys from the setup's X25519
+    exchange under the pre-shared key, every byte arrives (the server hashes
+    its region), and a client asking for another mode is refused."""
+    key = tmp_path / "key"
+    key.write_text("s" * 32)
+    server, _ = _start_server(fabric, "--forever", "--psk-file", str(key), "--security", mode)
+    try:
+        out = subprocess.run(MRC + ["fabric", "exec", "h0", "--name", fabric.name, "--"] + MRC
+                             + ["perf", "client", "h1", "--json", "--verify", "--sizes", "4K,1M", "--iters", "30",
+                                "--psk-file", str(key), "--security", mode], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert [r["verified"] for r in json.loads(out.stdout)] == [True, True]
+        # the client asking for another mode is refused, in one line
+        bad = subprocess.run(MRC + ["fabric", "exec", "h0", "--name", fabric.name, "--"] + MRC
+                             + ["perf", "client", "h1", "--sizes", "4K", "--iters", "1", "--psk-file", str(key),
+                                "--security", "off"], capture_output=True, text=True, timeout=60)
+        assert bad.returncode != 0 and "security" in bad.stderr and "Traceback" not in bad.stderr
+    finally:
+        server.terminate()
+        server.wait(10)

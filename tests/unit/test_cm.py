@@ -370,3 +370,55 @@ def test_the_engine_spin_is_bounded():
     for bad in (-1, 1e7):
         with pytest.raises(UsageError):
             perf._spin(bad)
+
+
+@pytest.mark.parametrize("mode", ["auth", "encrypt"])
+def test_a_secured_setup_gives_both_sides_the_same_qp_keys(mode):
+    lst = cm.listen("::1", 0, KEY, security=mode)
+    port = lst.sock.getsockname()[1]
+    out: dict = {}
+    th = threading.Thread(target=lambda: out.update(conn=cm.connect("::1", port, GOOD, timeout=5, psk=KEY,
+                                                                    security=mode)), daemon=True)
+    th.start()
+    try:
+        srv = lst.accept(timeout=5)
+        assert srv.security == mode and isinstance(srv.hello["kx"], str)
+        srv.reply(RemoteInfo(qpn=0x99, ports={0: "fd00::2"}))
+        th.join(5)
+        cli = out["conn"]
+        ka, kb = cli.keys(GOOD.qpn, 0x99), srv.keys(0x99, GOOD.qpn)
+        assert bytes(ka.tx_key) == bytes(kb.rx_key) and bytes(ka.rx_key) == bytes(kb.tx_key)
+        assert bytes(ka.tx_iv) == bytes(kb.rx_iv) and bytes(ka.tx_key) != bytes(ka.rx_key)
+        assert bytes(cli.keys(GOOD.qpn, 0x98).tx_key) != bytes(ka.tx_key)  # each QP pair its own
+        cli.close()
+        srv.close()
+    finally:
+        lst.close()
+
+
+def test_security_needs_a_key_and_the_same_mode_on_both_sides():
+    with pytest.raises(UsageError, match="pre-shared key"):
+        cm.listen("::1", 0, None, security="auth")
+    with pytest.raises(UsageError, match="pre-shared key"):
+        cm.connect("::1", 1, GOOD, psk=None, security="encrypt")
+    lst = cm.listen("::1", 0, KEY, security="encrypt")
+    port = lst.sock.getsockname()[1]
+    try:
+        for asked in ("auth", "off"):
+            out: dict = {}
+            th = threading.Thread(target=lambda a=asked: out.update(r=_try(port, a)), daemon=True)
+            th.start()
+            with pytest.raises(ErrnoError) as e:
+                lst.accept(timeout=5)
+            th.join(5)
+            assert e.value.errno == errno.EPROTO and "security" in str(e.value)
+            assert isinstance(out["r"], ErrnoError) and "give the same --security" in str(out["r"])
+    finally:
+        lst.close()
+
+
+def _try(port: int, security: str):
+    try:
+        return cm.connect("::1", port, GOOD, timeout=5, psk=KEY, security=security)
+    except Exception as e:  # noqa: BLE001 - the test inspects it
+        return e
