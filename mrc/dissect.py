@@ -34,6 +34,7 @@ try:
         XIntField,
         XLongField,
         XShortField,
+        XStrFixedLenField,
     )
     from scapy.layers.inet import UDP
     from scapy.layers.inet6 import IPv6
@@ -66,6 +67,25 @@ class ICRC(Packet):
         return b"", s
 
 
+class TAG(Packet):
+    """The AES-GCM tag that ends a secured packet (protocol.md section 8)."""
+
+    name = "MRC TAG"
+    fields_desc = [XStrFixedLenField("tag", b"\0" * 16, 16)]
+
+    def extract_padding(self, s):
+        """The tag ends the packet: nothing follows it."""
+        return b"", s
+
+
+def _next_header(opcode: int):
+    """The extension header that follows BTH (or SECH), by opcode."""
+    if opcode in DATA_OPCODES:
+        return METH
+    return {wire.OP_SACK: SETH, wire.OP_NACK: NETH, wire.OP_RELIABILITY_PROBE: PETH,
+            wire.OP_ENDPOINT_REQUEST: ERTH, wire.OP_ENDPOINT_RESPONSE: EETH}.get(opcode, Raw)
+
+
 class BTH(Packet):
     name = "MRC BTH"
     fields_desc = [
@@ -89,26 +109,28 @@ class BTH(Packet):
         ip = self.underlayer.underlayer if self.underlayer is not None else None
         return isinstance(ip, IPv6) and (ip.tc >> 2) == wire.DSCP_TRIMMED
 
+    def secured(self) -> bool:
+        """TVer 2: a SECH follows, and a tag ends the packet instead of the ICRC."""
+        return self.tver == wire.CONSTANTS["WIRE_SECURED"]
+
     def dissect(self, s):
-        """Dissect, keeping the last four bytes for the ICRC layer."""
+        """Dissect, keeping the last bytes for the ICRC (or a secured packet's tag)."""
         s = self.pre_dissect(s)
         s = self.do_dissect(s)
         s = self.post_dissect(s)
-        if not self.trimmed() and len(s) >= wire.ICRC_LEN:
-            body, crc = s[: -wire.ICRC_LEN], s[-wire.ICRC_LEN:]
+        n = wire.CONSTANTS["TAG_LEN"] if self.secured() else wire.ICRC_LEN
+        if not self.trimmed() and len(s) >= n:
+            body, end = s[:-n], s[-n:]
         else:
-            body, crc = s, b""
+            body, end = s, b""
         if body:
             self.do_dissect_payload(body)
-        if crc:
-            self.add_payload(ICRC(crc, _internal=1, _underlayer=self))
+        if end:
+            self.add_payload((TAG if self.secured() else ICRC)(end, _internal=1, _underlayer=self))
 
     def guess_payload_class(self, payload):
-        """The extension header that follows, by opcode."""
-        if self.opcode in DATA_OPCODES:
-            return METH
-        return {wire.OP_SACK: SETH, wire.OP_NACK: NETH, wire.OP_RELIABILITY_PROBE: PETH,
-                wire.OP_ENDPOINT_REQUEST: ERTH, wire.OP_ENDPOINT_RESPONSE: EETH}.get(self.opcode, Raw)
+        """SECH in a secured packet, else the extension header, by opcode."""
+        return SECH if self.secured() else _next_header(self.opcode)
 
     def post_build(self, pkt, pay):
         """Fill in the ICRC when it was left as None."""
@@ -121,6 +143,19 @@ class BTH(Packet):
     def mysummary(self):
         """One line: opcode, destination QP, PSN."""
         return self.sprintf("MRC %BTH.opcode% qp=%BTH.dest_qp% psn=%BTH.psn%")
+
+
+class SECH(Packet):
+    """A secured packet's security header: mode, key id, packet number."""
+
+    name = "MRC SECH"
+    fields_desc = [ByteEnumField("mode", 1, {1: "AUTH", 2: "ENCRYPT"}), ByteField("key_id", 0),
+                   ShortField("reserved", 0), LongField("pn", 0)]
+
+    def guess_payload_class(self, payload):
+        """The extension header, by the BTH's opcode."""
+        b = _bth(self)
+        return _next_header(b.opcode) if b is not None else Raw
 
 
 def _bth(pkt: Packet) -> BTH | None:

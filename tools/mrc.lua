@@ -83,6 +83,11 @@ f.port_bitmap = ProtoField.uint32("mrc.ep.port_bitmap", "Port status bitmap", ba
 f.service_time = ProtoField.uint32("mrc.eeth.service_time", "Service time")
 -- ICRC
 f.icrc = ProtoField.uint32("mrc.icrc", "ICRC", base.HEX)
+-- SECH and the tag of a secured packet (TVer 2, protocol.md section 8)
+f.sec_mode = ProtoField.uint8("mrc.sech.mode", "Security mode", base.DEC, { [1] = "AUTH", [2] = "ENCRYPT" })
+f.key_id = ProtoField.uint8("mrc.sech.key_id", "Key id")
+f.pn = ProtoField.uint64("mrc.sech.pn", "Packet number")
+f.tag = ProtoField.bytes("mrc.tag", "AES-GCM tag")
 f.icrc_ok = ProtoField.bool("mrc.icrc_ok", "ICRC correct")
 
 local e_icrc = ProtoExpert.new("mrc.icrc_bad", "ICRC does not match", expert.group.CHECKSUM, expert.severity.ERROR)
@@ -173,8 +178,10 @@ function mrc.dissector(tvb, pinfo, tree)
     bth:add(f.ts, tvb(8, 1))
     bth:add(f.psn, tvb(9, 3))
     local el = ext_len(op, flags)
-    local icrc_len = trimmed and 0 or 4
-    if el == nil or len < 12 + el + icrc_len then
+    local secured = bit32.band(tvb(1, 1):uint(), 0x0F) == 2
+    local sech = secured and 12 or 0
+    local icrc_len = trimmed and 0 or (secured and 16 or 4)
+    if el == nil or len < 12 + sech + el + icrc_len then
         t:add_proto_expert_info(e_short, "too short for its opcode, or an unknown opcode")
         return len
     end
@@ -182,6 +189,10 @@ function mrc.dissector(tvb, pinfo, tree)
     pinfo.cols.info = string.format("%s QP %d PSN %d%s%s", name, tvb(5, 3):uint(), tvb(9, 3):uint(),
         bit32.band(flags, 0x40) ~= 0 and " RTX" or "", trimmed and " TRIMMED" or "")
     local x = 12
+    if secured then
+        local s = t:add(tvb(x, 12), "SECH")
+        s:add(f.sec_mode, tvb(x, 1)); s:add(f.key_id, tvb(x + 1, 1)); s:add(f.pn, tvb(x + 4, 8)); x = x + 12
+    end
     if op >= 0xC6 and op <= 0xCB then
         local m = t:add(tvb(x, 4), "METH")
         m:add(f.rq_msn, tvb(x, 2)); m:add(f.msn, tvb(x + 2, 2)); x = x + 4
@@ -201,8 +212,8 @@ function mrc.dissector(tvb, pinfo, tree)
         local c = t:add(tvb(x, 8), "CCSTATE")
         c:add(f.ts_echo, tvb(x, 2)); c:add(f.ooo_cnt, tvb(x + 2, 2)); c:add(f.restore_cwnd, tvb(x + 4, 1))
         c:add(f.penalty, tvb(x + 4, 1)); c:add(f.rcv_bytes, tvb(x + 5, 3)); x = x + 8
-        pinfo.cols.info = string.format("SACK QP %d cack %d bitmap 0x%s", tvb(5, 3):uint(), tvb(25, 3):uint(),
-            tvb(32, 8):bytes():tohex())
+        pinfo.cols.info = string.format("SACK QP %d cack %d bitmap 0x%s", tvb(5, 3):uint(), tvb(x - 36 + 13, 3):uint(),
+            tvb(x - 36 + 20, 8):bytes():tohex())
     elseif op == 0xDD then
         local n = t:add(tvb(x, 20), "NETH")
         n:add(f.neth_flags, tvb(x, 2)); n:add(f.reason, tvb(x + 2, 1)); n:add(f.vendor, tvb(x + 3, 1))
@@ -225,8 +236,12 @@ function mrc.dissector(tvb, pinfo, tree)
         e:add(f.t2, tvb(x + 24, 8)); e:add(f.service_time, tvb(x + 32, 4)); x = x + 36
     end
     if not trimmed then
-        if x + 4 ~= len then
+        if x + icrc_len ~= len then
             t:add_proto_expert_info(e_short, "bytes after the headers of a control packet")
+            return len
+        end
+        if secured then
+            t:add(f.tag, tvb(x, 16))
             return len
         end
         local it = t:add(f.icrc, tvb(x, 4))

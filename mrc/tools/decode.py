@@ -54,13 +54,14 @@ def _bucket(d: int) -> str:
 
 
 def malformed_reason(pkt) -> str | None:
-    """Why an MRC packet does not follow wire v1 (None if it does)."""
+    """Why an MRC packet does not follow wire v1.2 (None if it does): TVer 1,
+    or 2 for a secured packet (its SECH; its tag is the receiver's to check)."""
     from mrc import dissect as d
 
     b = pkt[d.BTH]
     if len(bytes(b)) < wire.BTH_LEN:
         return "short"
-    if b.tver != wire.WIRE_VERSION:
+    if b.tver not in (wire.WIRE_VERSION, wire.CONSTANTS["WIRE_SECURED"]):
         return "version"
     if b.opcode not in d.OPCODES:
         return "opcode"

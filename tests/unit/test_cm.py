@@ -406,7 +406,7 @@ def test_security_needs_a_key_and_the_same_mode_on_both_sides():
     try:
         for asked in ("auth", "off"):
             out: dict = {}
-            th = threading.Thread(target=lambda a=asked: out.update(r=_try(port, a)), daemon=True)
+            th = threading.Thread(target=lambda a=asked, o=out: o.update(r=_try(port, a)), daemon=True)
             th.start()
             with pytest.raises(ErrnoError) as e:
                 lst.accept(timeout=5)

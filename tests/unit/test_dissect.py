@@ -254,6 +254,40 @@ def test_lua_dissector_agrees_with_scapy(sample_pcap):
     assert len(tshark_fields(path, "frame.number", display="mrc.malformed")) == 1  # the cut one
 
 
+def secured_packets():
+    """Real sealed packets (authenticated MRC, protocol.md section 8): a data packet of each mode and a SACK."""
+    from tests.dp.test_security import Hand
+
+    out = []
+    for mode in ("auth", "encrypt"):
+        h = Hand(mode)
+        (data,) = h.send(256)
+        h.to_b(data)
+        out += [(mode, data), (f"{mode} SACK", h.back()[0])]
+    return out
+
+
+def test_secured_packets_decode_with_their_sech_and_tag(tmp_path):
+    t = SMALL
+    pkts = secured_packets()
+    for name, raw in pkts:
+        p = d.BTH(raw)
+        c = wire.parse(raw)
+        assert p.tver == 2 and p[d.SECH].mode == c["sec_mode"] and p[d.SECH].pn == c["pn"], name
+        assert p[d.TAG].tag == raw[-16:] and bytes(p) == raw, name
+        assert (d.METH in p) == (c["opcode"] == wire.OP_WRITE_ONLY) and (d.SETH in p) == (c["opcode"] == wire.OP_SACK)
+        assert decode.malformed_reason(Ether() / IPv6() / UDP(dport=wire.UDP_PORT) / p) is None, name
+    path = tmp_path / "secured.pcap"
+    wrpcap(str(path), [frame(t, 0, 1, 0, 0, 0x5, raw) for _, raw in pkts])
+    r = decode.decode(str(path), resolver(SMALL))
+    assert r["packets"] == 4 and r["malformed"] == 0 and r["icrc_failures"] == 0
+    if shutil.which("tshark"):
+        rows = tshark_fields(str(path), "mrc.sech.mode", "mrc.sech.pn", "mrc.psn", "mrc.tag")
+        assert [(int(m), int(pn)) for m, pn, *_ in rows] == [(d.BTH(raw)[d.SECH].mode, d.BTH(raw)[d.SECH].pn)
+                                                           for _, raw in pkts]
+        assert [row[3].replace(":", "") for row in rows] == [raw[-16:].hex() for _, raw in pkts]
+
+
 def test_core_package_imports_without_scapy():
     code = ("import sys, mrc, mrc.verbs, mrc.tools.cli, mrc.tools.perf, mrc.tools.decode, mrc.fabric.capture, "
             "mrc.fabric.apply; "
