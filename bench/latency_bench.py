@@ -175,7 +175,7 @@ def main() -> int:
         out[f"{mode}_minus_off_spread_us"] = [round(min(d), 1), round(max(d), 1)]
         out["mrc"]["verified"] &= all(r["verified"] for r in rounds[f"mrc_{mode}"])
     if a.save:
-        store.save("latency_bench", out, a.save)
+        store.save("latency_bench_security" if a.security else "latency_bench", out, a.save)
     if a.json:
         print(json.dumps(out, indent=1))
     else:

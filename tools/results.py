@@ -322,6 +322,42 @@ def campaign(runs: list[dict]) -> tuple[list[str], list[list]]:
     return lines, head
 
 
+def security_fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
+    r = runs[-1]
+    lines = [f"One MRC QP over every plane, 1 MiB writes, with security off, auth and encrypt in turn "
+             f"({r.get('security_pairs')} rounds of {fmt(r.get('seconds'), 1)} s each, alternated so that the VM's "
+             "drift touches all three alike); each round's secured rate over its off rate, the median and the "
+             "range. AES-256-GCM runs in OpenSSL's libcrypto at both ends, on the same two cores as the kernel's "
+             "forwarding of every hop.", ""]
+    rows = [[m, ", ".join(fmt(x, 2) for x in r.get(f"{m}_gbps") or [])] for m in ("off", "auth", "encrypt")]
+    lines += table(["mode", "Gb/s per round"], rows) + [""]
+    lines += table(["figure", "measured", "target"], [
+        [f"{m} / off", f"{fmt(r.get(f'{m}_over_off'))} "
+                       f"({'-'.join(fmt(x) for x in r.get(f'{m}_over_off_spread') or [])})",
+         f">= {get(r, f'targets.{m}_over_off')}"] for m in ("auth", "encrypt")])
+    head = [["authenticated MRC: one QP's rate in auth / encrypt over off",
+             f"{fmt(r.get('auth_over_off'))} / {fmt(r.get('encrypt_over_off'))}", ">= 0.9 / 0.8"]]
+    return lines, head
+
+
+def security_latency(runs: list[dict]) -> tuple[list[str], list[list]]:
+    r = runs[-1]
+    lines = [f"The {fmt(r.get('size'))} B round trip of the latency bench with security off, auth and encrypt, "
+             f"{r.get('rounds')} rounds of {fmt(r.get('iters'))}, the order turning each round; the p50 differences "
+             "to off, the median of the rounds and their range.", ""]
+    rows = [[p, fmt(get(r, f"{p}.p50_us"), 1), fmt(get(r, f"{p}.p99_us"), 1),
+             ", ".join(fmt(x, 1) for x in get(r, f"{p}.per_round_p50_us") or [])]
+            for p in ("mrc", "mrc_auth", "mrc_encrypt") if get(r, p)]
+    lines += table(["", "p50 us", "p99 us", "p50 per round"], rows) + [""]
+    lines += table(["figure", "measured", "target"], [
+        [f"{m}: p50 over off", f"{fmt(r.get(f'{m}_minus_off_us'), 1)} us "
+                               f"({' to '.join(fmt(x, 1) for x in r.get(f'{m}_minus_off_spread_us') or [])})",
+         "<= 2 us"] for m in ("auth", "encrypt")])
+    head = [["authenticated MRC: 64 B round trip p50, auth / encrypt over off",
+             f"{fmt(r.get('auth_minus_off_us'), 1)} / {fmt(r.get('encrypt_minus_off_us'), 1)} us", "<= 2 us"]]
+    return lines, head
+
+
 SECTIONS = [
     ("engine_bench", "The engine", engine),
     ("fabric_bench", "One QP on the fabric", fabric),
@@ -331,6 +367,8 @@ SECTIONS = [
     ("congestion_bench", "Congestion on the fabric", congestion),
     ("sim_bench", "The engine at scale (mrc sim)", sim),
     ("coll_bench", "Collectives and training over MRC", coll),
+    ("fabric_bench_security", "Authenticated MRC on the fabric", security_fabric),
+    ("latency_bench_security", "Authenticated MRC: latency", security_latency),
 ]
 
 
