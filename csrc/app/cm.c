@@ -34,9 +34,28 @@ struct mrc_cm {
     int auth;          /* the setup was proven: key and challenge below */
     uint8_t key[MAX_PSK], challenge[128]; /* the greeting's challenge, then the connector's nonce */
     size_t klen, clen;
+    /* authenticated MRC: the mode, our X25519 pair, the peer's public key, who connected */
+    uint32_t security;
+    uint8_t kx_priv[32], kx_pub[32], kx_peer[32];
+    int initiator;
 };
 
-struct mrc_cm_listener { int fd; int has_psk; uint8_t psk[MAX_PSK]; size_t psklen; };
+struct mrc_cm_listener { int fd; int has_psk; uint8_t psk[MAX_PSK]; size_t psklen; uint32_t security; };
+
+static const char *const sec_names[] = {"off", "auth", "encrypt"};
+
+/* "security" of a hello: its mode's number, or -1 */
+static int sec_mode_of(const struct json *d)
+{
+    int m = json_member(d, 0, "security");
+    const char *s = json_str(d, m);
+    if (m < 0)
+        return MRC_SEC_OFF;
+    for (int i = 0; s && i < 3; i++)
+        if (!strcmp(s, sec_names[i]))
+            return i;
+    return -1;
+}
 
 static uint64_t now_ms(void)
 {
@@ -184,7 +203,8 @@ void mrc_cm_close(struct mrc_cm *cm)
         close(cm->fd);
     json_free(&cm->msg);
     free(cm->in);
-    memset(cm->key, 0, sizeof(cm->key));
+    explicit_bzero(cm->key, sizeof(cm->key));
+    explicit_bzero(cm->kx_priv, sizeof(cm->kx_priv));
     free(cm);
 }
 
@@ -231,7 +251,7 @@ static int check_proof(const struct mrc_cm *cm, const char *role, const char *wh
     return diff ? app_fail(EACCES, "the %s did not prove it holds the pre-shared key", who) : 0;
 }
 
-/* {"info": our side, extra..., "nonce": nonce, "auth": proof (when the setup is proven)} */
+/* {"info": our side, extra..., "nonce": nonce, "security" and "kx" (secured), "auth": proof (when proven)} */
 static int send_side(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, const char *extra, const char *role,
                      const char *nonce)
 {
@@ -248,6 +268,13 @@ static int send_side(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *min
     }
     if (nonce)
         text_printf(&b, ",\"nonce\":\"%s\"", nonce);
+    if (cm->security) {
+        char kx[65];
+        hex_encode(cm->kx_pub, 32, kx);
+        if (cm->initiator)
+            text_printf(&b, ",\"security\":\"%s\"", sec_names[cm->security]);
+        text_printf(&b, ",\"kx\":\"%s\"", kx);
+    }
     text_put(&b, "}", 1);
     if (b.oom) {
         text_free(&b);
@@ -302,6 +329,42 @@ int mrc_cm_listen(const char *addr, uint16_t port, const char *psk_file, struct 
     return 0;
 }
 
+int mrc_cm_listener_security(struct mrc_cm_listener *l, uint32_t mode)
+{
+    if (mode > MRC_SEC_ENCRYPT)
+        return app_fail(EINVAL, "security mode %u: use MRC_SEC_OFF, MRC_SEC_AUTH or MRC_SEC_ENCRYPT", mode);
+    if (mode && !l->has_psk)
+        return app_fail(EINVAL, "security %s needs a pre-shared key: listen with a key file", sec_names[mode]);
+    l->security = mode;
+    return 0;
+}
+
+static int hex_decode(const char *hex, uint8_t *out, size_t max)
+{
+    size_t n = hex ? strlen(hex) : 1;
+    if (n % 2 || n / 2 > max)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdefABCDEF", hex[2 * i + 1])
+            || !strchr("0123456789abcdefABCDEF", hex[2 * i]))
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return (int)(n / 2);
+}
+
+/* Our half of the X25519 exchange, and the peer's public key from msg's "kx". */
+static int key_exchange(struct mrc_cm *cm, uint32_t mode, const char *who)
+{
+    cm->security = mode;
+    if (!mode)
+        return 0;
+    if (hex_decode(json_str(&cm->msg, json_member(&cm->msg, 0, "kx")), cm->kx_peer, 32) != 32)
+        return app_fail(EPROTO, "bad connection-setup message: the %s's kx is not an X25519 public key", who);
+    return 0;
+}
+
 int mrc_cm_listener_fd(struct mrc_cm_listener *l)
 {
     return l->fd;
@@ -343,20 +406,6 @@ static void refuse(struct mrc_cm *cm, int err)
     }
 }
 
-static int hex_decode(const char *hex, uint8_t *out, size_t max)
-{
-    size_t n = hex ? strlen(hex) : 1;
-    if (n % 2 || n / 2 > max)
-        return -1;
-    for (size_t i = 0; i < n / 2; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdefABCDEF", hex[2 * i + 1])
-            || !strchr("0123456789abcdefABCDEF", hex[2 * i]))
-            return -1;
-        out[i] = (uint8_t)v;
-    }
-    return (int)(n / 2);
-}
 
 static int greet_and_hear(struct mrc_cm_listener *l, struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_remote *peer)
 {
@@ -386,6 +435,12 @@ static int greet_and_hear(struct mrc_cm_listener *l, struct mrc_cm *cm, struct m
     struct app_ctx *a = rc == 0 ? app_of(c) : NULL;
     if (rc == 0)
         rc = a ? app_remote(a, &cm->msg, json_member(&cm->msg, 0, "info"), peer) : -EINVAL;
+    int asked = rc == 0 ? sec_mode_of(&cm->msg) : 0;
+    if (rc == 0 && asked != (int)l->security)
+        rc = app_fail(EPROTO, "this server's QPs run security %s, the client asked for another (give the same "
+                      "--security on both sides)", sec_names[l->security]);
+    if (rc == 0 && (rc = key_exchange(cm, l->security, "client")) == 0 && l->security)
+        rc = mrc_sec_keypair(cm->kx_priv, cm->kx_pub);
     return rc;
 }
 
@@ -469,6 +524,12 @@ static int exchange(struct mrc_cm *cm, struct mrc_ctx *c, const char *psk_file, 
     if (mrc_cm_get(cm, "mrc", &proto) < 0 || proto != PROTOCOL || !ch)
         return app_fail(EPROTO, "bad connection-setup message: the server does not speak this connection setup");
     mrc_cm_get(cm, "auth", &auth);
+    if (mine->security > MRC_SEC_ENCRYPT || (mine->security && !psk_file))
+        return app_fail(EINVAL, "security needs a pre-shared key file, and a mode of mrc_security");
+    cm->initiator = 1;
+    if (mine->security && (rc = mrc_sec_keypair(cm->kx_priv, cm->kx_pub)) < 0)
+        return app_fail(-rc, "cannot make an X25519 key pair (libcrypto)");
+    cm->security = mine->security;
     if (psk_file && !auth)
         return app_fail(EACCES, "we hold a pre-shared key but the server does not ask for one: is it the server "
                         "you meant (started with a key)?");
@@ -497,6 +558,8 @@ static int exchange(struct mrc_cm *cm, struct mrc_ctx *c, const char *psk_file, 
         return rc;
     if (auth && (rc = check_proof(cm, "answer", "server")) < 0)
         return rc;
+    if ((rc = key_exchange(cm, mine->security, "server")) < 0)
+        return rc;
     return app_remote(app_of(c), &cm->msg, json_member(&cm->msg, 0, "info"), peer);
 }
 
@@ -522,3 +585,34 @@ int mrc_cm_connect(struct mrc_ctx *c, const char *server, uint16_t port, const c
     *out = cm;
     return 0;
 }
+
+int mrc_cm_qp_connect(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, const struct mrc_remote *peer)
+{
+    app_clear_error();
+    if (!cm || !mine || !peer)
+        return app_fail(EINVAL, "mrc_cm_qp_connect needs the setup channel, our side and the peer's");
+    if (cm->security) {
+        /* what both saw: challenge, the connector's nonce, its public key, the listener's, the connector's
+         * QPN, the listener's (mrc.cm's order) */
+        uint8_t seen[128 + 64 + 8];
+        size_t n = cm->clen;
+        memcpy(seen, cm->challenge, n);
+        memcpy(seen + n, cm->initiator ? cm->kx_pub : cm->kx_peer, 32);
+        memcpy(seen + n + 32, cm->initiator ? cm->kx_peer : cm->kx_pub, 32);
+        uint32_t first = cm->initiator ? mine->qpn : peer->qpn, second = cm->initiator ? peer->qpn : mine->qpn;
+        for (int i = 0; i < 4; i++) {
+            seen[n + 64 + i] = (uint8_t)(first >> (24 - 8 * i));
+            seen[n + 68 + i] = (uint8_t)(second >> (24 - 8 * i));
+        }
+        struct mrc_qp_keys k;
+        int rc = mrc_sec_derive(cm->kx_priv, cm->kx_peer, cm->key, (uint32_t)cm->klen, seen, (uint32_t)(n + 72),
+                                (uint32_t)cm->initiator, cm->security, &k);
+        if (rc == 0)
+            rc = mrc_qp_set_keys(c, mine->qpn, &k);
+        explicit_bzero(&k, sizeof(k));
+        if (rc < 0)
+            return app_fail(-rc, "cannot secure QP %u: %s", mine->qpn, strerror(-rc));
+    }
+    return mrc_qp_connect(c, mine, peer);
+}
+

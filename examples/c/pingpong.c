@@ -31,6 +31,15 @@
 
 struct side { struct mrc_ctx *c; uint32_t qpn; unsigned char *buf; uint32_t lkey, rkey; };
 
+static int security_of(const char *name)
+{
+    static const char *const names[] = {"off", "auth", "encrypt"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, names[i]))
+            return i;
+    return -1;
+}
+
 static int fail(const char *what, int rc)
 {
     const char *why = mrc_last_error();
@@ -125,7 +134,7 @@ static int serve(struct mrc_ctx *c, struct mrc_cm_listener *l, int timeout_ms)
         || (rc = new_qp(&s)) < 0)
         return fail("make the client's region and QP", rc);
     me = (struct mrc_local){.qpn = s.qpn, .addr = (uint64_t)(uintptr_t)s.buf, .rkey = s.rkey, .length = size};
-    if ((rc = mrc_qp_connect(c, &me, &cli)) < 0 || (rc = post_recvs(&s, RECVS)) < 0
+    if ((rc = mrc_cm_qp_connect(cm, c, &me, &cli)) < 0 || (rc = post_recvs(&s, RECVS)) < 0
         || (rc = mrc_cm_reply(cm, c, &me, NULL)) < 0)
         return fail("connect to the client", rc);
     fprintf(stderr, "pingpong: serving QP %u of %s\n", cli.qpn, cli.host[0] ? cli.host : "a client");
@@ -163,7 +172,7 @@ static int serve(struct mrc_ctx *c, struct mrc_cm_listener *l, int timeout_ms)
 }
 
 static int client(struct mrc_ctx *c, const char *server, uint16_t port, const char *psk, uint32_t size,
-                  unsigned long iters, int json)
+                  unsigned long iters, int json, int security)
 {
     struct side s = {.c = c};
     unsigned char *back = calloc(1, size);
@@ -180,12 +189,12 @@ static int client(struct mrc_ctx *c, const char *server, uint16_t port, const ch
     char extra[200];
     snprintf(extra, sizeof(extra), "\"params\":{\"max_size\":%u,\"imm\":true,\"echo\":{\"addr\":%llu,\"rkey\":%u}}",
              size, (unsigned long long)(uintptr_t)back, brkey);
-    struct mrc_local me = {.qpn = s.qpn};
+    struct mrc_local me = {.qpn = s.qpn, .security = (uint32_t)security};
     struct mrc_remote srv;
     struct mrc_cm *cm;
     if ((rc = mrc_cm_connect(c, server, port, psk, &me, extra, 0, &cm, &srv)) < 0)
         return fail("set up the connection", rc);
-    if ((rc = mrc_qp_connect(c, &me, &srv)) < 0 || (rc = post_recvs(&s, RECVS)) < 0)
+    if ((rc = mrc_cm_qp_connect(cm, c, &me, &srv)) < 0 || (rc = post_recvs(&s, RECVS)) < 0)
         return fail("connect the QP", rc);
     uint64_t *rtt = calloc(iters, sizeof(*rtt));
     for (unsigned long i = 0; rtt && i < iters; i++) {
@@ -245,6 +254,7 @@ static void usage(FILE *f)
                "  -t, --topology F  topology file (default $MRC_TOPOLOGY)\n"
                "  -P, --port N      connection-setup port (default 18515)\n"
                "  -k, --psk-file F  pre-shared key (a server admits only clients that prove it)\n"
+               "      --security M  off, auth or encrypt (authenticated MRC; needs -k; both sides the same)\n"
                "  -j, --json        print the result as JSON\n");
 }
 
@@ -253,12 +263,12 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"size", 1, 0, 's'}, {"iters", 1, 0, 'n'}, {"server", 0, 0, 'S'}, {"once", 0, 0, '1'}, {"bind", 1, 0, 'b'},
         {"ports", 1, 0, 'p'}, {"topology", 1, 0, 't'}, {"port", 1, 0, 'P'}, {"psk-file", 1, 0, 'k'},
-        {"json", 0, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"json", 0, 0, 'j'}, {"security", 1, 0, 'x'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     struct mrc_open_attr oa = {0};
     unsigned long size = 64, iters = 1000, port = MRC_CM_PORT;
     const char *psk = NULL, *bind = NULL;
-    int json = 0, server = 0, once = 0, o;
-    while ((o = getopt_long(argc, argv, "s:n:S1b:p:t:P:k:jh", opts, NULL)) != -1) {
+    int json = 0, server = 0, once = 0, security = 0, o;
+    while ((o = getopt_long(argc, argv, "s:n:S1b:p:t:P:k:x:jh", opts, NULL)) != -1) {
         switch (o) {
         case 's': size = strtoul(optarg, NULL, 0); break;
         case 'n': iters = strtoul(optarg, NULL, 0); break;
@@ -270,11 +280,12 @@ int main(int argc, char **argv)
         case 'P': port = strtoul(optarg, NULL, 0); break;
         case 'k': psk = optarg; break;
         case 'j': json = 1; break;
+        case 'x': security = security_of(optarg); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (optind != argc - !server || !size || size > MAX_SIZE || !iters || port > 65535) {
+    if (optind != argc - !server || security < 0 || !size || size > MAX_SIZE || !iters || port > 65535) {
         usage(stderr);
         return 2;
     }
@@ -283,12 +294,13 @@ int main(int argc, char **argv)
     if (rc < 0)
         return fail("open the ports", rc);
     if (!server) {
-        rc = client(c, argv[optind], (uint16_t)port, psk, (uint32_t)size, iters, json);
+        rc = client(c, argv[optind], (uint16_t)port, psk, (uint32_t)size, iters, json, security);
         mrc_ctx_destroy(c);
         return rc;
     }
     struct mrc_cm_listener *l;
-    if ((rc = mrc_cm_listen(bind, (uint16_t)port, psk, &l)) < 0)
+    if ((rc = mrc_cm_listen(bind, (uint16_t)port, psk, &l)) < 0
+        || (rc = mrc_cm_listener_security(l, (uint32_t)security)) < 0)
         return fail("listen", rc);
     fprintf(stderr, "pingpong: waiting on [%s]:%lu\n", bind ? bind : "::", port);
     do

@@ -37,6 +37,15 @@ static int fail(const char *what, int rc)
     return 1;
 }
 
+static int security_of(const char *name)
+{
+    static const char *const names[] = {"off", "auth", "encrypt"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, names[i]))
+            return i;
+    return -1;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: write_bw [options] SERVER\n"
@@ -48,6 +57,7 @@ static void usage(FILE *f)
                "  -t, --topology F  topology file (default $MRC_TOPOLOGY)\n"
                "  -P, --port N      the server's connection-setup port (default 18515)\n"
                "  -k, --psk-file F  prove the pre-shared key in F to the server\n"
+               "  -S, --security M  off, auth or encrypt (authenticated MRC; needs -k; the server's own)\n"
                "  -j, --json        print the result as JSON\n");
 }
 
@@ -56,12 +66,13 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"size", 1, 0, 's'}, {"iters", 1, 0, 'n'}, {"depth", 1, 0, 'd'}, {"ports", 1, 0, 'p'},
         {"topology", 1, 0, 't'}, {"port", 1, 0, 'P'}, {"psk-file", 1, 0, 'k'}, {"json", 0, 0, 'j'},
+        {"security", 1, 0, 'S'},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     struct mrc_open_attr oa = {0};
     unsigned long size = 1 << 20, iters = 100, depth = 16, port = MRC_CM_PORT;
     const char *psk = NULL;
-    int json = 0, o;
-    while ((o = getopt_long(argc, argv, "s:n:d:p:t:P:k:jh", opts, NULL)) != -1) {
+    int json = 0, security = 0, o;
+    while ((o = getopt_long(argc, argv, "s:n:d:p:t:P:k:S:jh", opts, NULL)) != -1) {
         switch (o) {
         case 's': size = strtoul(optarg, NULL, 0); break;
         case 'n': iters = strtoul(optarg, NULL, 0); break;
@@ -71,11 +82,12 @@ int main(int argc, char **argv)
         case 'P': port = strtoul(optarg, NULL, 0); break;
         case 'k': psk = optarg; break;
         case 'j': json = 1; break;
+        case 'S': security = security_of(optarg); break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (optind != argc - 1 || !size || size > 1u << 30 || !iters || !depth || depth > 4096 || port > 65535) {
+    if (optind != argc - 1 || security < 0 || !size || size > 1u << 30 || !iters || !depth || depth > 4096 || port > 65535) {
         usage(stderr);
         return 2;
     }
@@ -91,7 +103,7 @@ int main(int argc, char **argv)
         buf[i] = (unsigned char)rand();
     uint32_t lkey, rkey;
     struct mrc_qp_attr qa;
-    struct mrc_local me = {0};
+    struct mrc_local me = {.security = (uint32_t)security};
     if ((rc = mrc_mr_reg(c, 0, buf, size, MRC_ACCESS_LOCAL_WRITE, &lkey, &rkey)) < 0)
         return fail("register the buffer", rc);
     mrc_ctx_qp_attr_default(c, &qa);
@@ -106,7 +118,7 @@ int main(int argc, char **argv)
     snprintf(extra, sizeof(extra), "\"params\":{\"max_size\":%lu,\"imm\":false}", size);
     if ((rc = mrc_cm_connect(c, argv[optind], (uint16_t)port, psk, &me, extra, 0, &cm, &srv)) < 0)
         return fail("set up the connection", rc);
-    if ((rc = mrc_qp_connect(c, &me, &srv)) < 0)
+    if ((rc = mrc_cm_qp_connect(cm, c, &me, &srv)) < 0) /* under the setup's keys when secured */
         return fail("connect the QP", rc);
 
     unsigned long posted = 0, done = 0, failed = 0;

@@ -438,7 +438,14 @@ int mrc_ctx_qp_attr_default(struct mrc_ctx *c, struct mrc_qp_attr *a);
  * first call that needs it, mrc_qp_connect or mrc_cm_*, picks one at
  * random and writes it here) and a region the other side may write (0s:
  * none). */
-struct mrc_local { uint32_t qpn; uint32_t psn; uint64_t addr; uint32_t rkey; uint64_t length; };
+struct mrc_local {
+    uint32_t qpn;
+    uint32_t psn;
+    uint64_t addr;
+    uint32_t rkey;
+    uint64_t length;
+    uint32_t security;       /* enum mrc_security the connector asks for (the listener's is its own) */
+};
 /* The other side, as the exchange gives it: its QP, first PSN and region,
  * its host and topology names ("" when it gave none), and how to reach it
  * (per plane its port address and the paths this host's topology knows
@@ -483,6 +490,14 @@ int mrc_cm_reply(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, c
 int mrc_cm_connect(struct mrc_ctx *c, const char *server, uint16_t port, const char *psk_file,
                    struct mrc_local *mine, const char *extra, int timeout_ms, struct mrc_cm **out,
                    struct mrc_remote *peer);
+/* Authenticated MRC (mrc_security): the mode this listener's QPs run; a
+ * client asking for another is refused. A secured mode needs the key. */
+int mrc_cm_listener_security(struct mrc_cm_listener *l, uint32_t mode);
+/* mrc_qp_connect, under the keys the setup derived for this QP pair when
+ * it is secured (an X25519 exchange under the pre-shared key, as mrc.cm's):
+ * what a program calls instead of mrc_qp_connect after mrc_cm_connect or
+ * mrc_cm_accept. */
+int mrc_cm_qp_connect(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, const struct mrc_remote *peer);
 /* After setup the channel carries the application's own JSON objects. */
 int mrc_cm_send(struct mrc_cm *cm, const char *json_object);
 /* The next message (its length), or -errno: -ETIMEDOUT, -ECONNRESET, -EPROTO
