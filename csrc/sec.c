@@ -304,3 +304,42 @@ int mrc_sec_derive(const uint8_t priv[32], const uint8_t peer_pub[32], const uin
     OPENSSL_cleanse(okm, sizeof(okm));
     return ok ? 0 : -EIO;
 }
+
+int mrc_sec_hkdf(const uint8_t *salt, uint32_t salt_len, const uint8_t *ikm, uint32_t ikm_len, const uint8_t *info,
+                 uint32_t info_len, uint8_t *out, uint32_t out_len)
+{
+    if (!out_len || out_len > 255 * 32 || !ikm_len)
+        return -EINVAL;
+    return hkdf(0, salt, salt_len, ikm, ikm_len, info, info_len, out, out_len);
+}
+
+int mrc_sec_aead(uint32_t enc, const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, uint32_t aad_len,
+                 const uint8_t *in, uint32_t len, uint8_t *out)
+{
+    if (!enc && len < MRC_TAG_LEN)
+        return -EBADMSG;
+    if (len > (1u << 30))
+        return -EINVAL;
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    uint32_t body = enc ? len : len - MRC_TAG_LEN;
+    uint8_t none[MRC_TAG_LEN];
+    int n = 0, ok = ctx != NULL;
+    ok = ok && (enc ? EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, nonce)
+                    : EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, nonce)) == 1;
+    if (ok && aad_len)
+        ok = (enc ? EVP_EncryptUpdate(ctx, NULL, &n, aad, (int)aad_len)
+                  : EVP_DecryptUpdate(ctx, NULL, &n, aad, (int)aad_len)) == 1;
+    if (ok && body)
+        ok = (enc ? EVP_EncryptUpdate(ctx, out, &n, in, (int)body) : EVP_DecryptUpdate(ctx, out, &n, in, (int)body)) == 1;
+    if (ok && !enc)
+        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, MRC_TAG_LEN, (void *)(in + body)) == 1;
+    if (ok)
+        ok = (enc ? EVP_EncryptFinal_ex(ctx, none, &n) : EVP_DecryptFinal_ex(ctx, none, &n)) == 1;
+    if (ok && enc)
+        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, MRC_TAG_LEN, out + body) == 1;
+    EVP_CIPHER_CTX_free(ctx);
+    if (!ok && !enc)
+        OPENSSL_cleanse(out, body); /* nothing of what did not verify is left */
+    return ok ? 0 : enc ? -EIO : -EBADMSG;
+}
+

@@ -14,7 +14,11 @@ first packet is lost. For authenticated MRC (``security`` "auth" or
 "encrypt", which needs the key) both sides also send an ephemeral X25519
 public key (``kx``, inside what the proofs cover) and derive each QP
 pair's keys from the exchange, the key and everything both saw
-(:meth:`Connection.keys`, :mod:`mrc.secure`). Every number read from a peer is checked by one
+(:meth:`Connection.keys`, :mod:`mrc.secure`). Under a key, what the two
+messages carry (QP numbers, PSNs, regions and rkeys, the X25519 keys) is
+sealed as well: AES-256-GCM under keys from the pre-shared key, the
+challenge and the nonce (``sealed``), so a listener on the management
+network learns none of it. Every number read from a peer is checked by one
 strict reader (an int, not a bool, in range).
 
 The listener runs each handshake in a thread of its own as connections
@@ -119,6 +123,7 @@ class Connection:
         self.hello: dict = {}      # the connector's hello (listener side)
         self.answer: dict = {}     # the listener's answer (connector side)
         self._key: tuple[bytes, bytes] | None = None  # (pre-shared key, challenge) when the setup is authenticated
+        self._seal: tuple[bytes, bytes] | None = None  # (key, IV) the answer is sealed with, under a key
         self.addr = ""             # the other end's address (listener side)
         #: the QPs' security mode both sides agreed on ("off", "auth", "encrypt")
         self.security = "off"
@@ -179,6 +184,10 @@ class Connection:
         ans = {"info": info_to_json(info), **extra}
         if self.security != "off":
             ans["kx"] = self._kx["pub"].hex()
+        if self._seal is not None:
+            from mrc import secure
+
+            ans = {"sealed": secure.seal(self._seal, b"mrc answer", json.dumps(ans).encode()).hex()}
         if self._key is not None:
             ans["auth"] = _proof(*self._key, ans, b"answer")
         self.send(ans)
@@ -205,6 +214,21 @@ class Connection:
     def close(self) -> None:
         """Close the setup connection."""
         self.sock.close()
+
+
+def _unseal_json(key_iv: tuple[bytes, bytes], aad: bytes, sealed, what: str) -> dict:
+    """The JSON object a sealed message carries (EACCES when it does not verify, EPROTO when it is not one)."""
+    from mrc import secure
+
+    data = _hex(sealed, 16, MAX_LINE, f"the {what}'s sealed part")
+    try:
+        inner = json.loads(secure.unseal(key_iv, aad, data),
+                           parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    except (ValueError, RecursionError) as e:
+        raise _bad(f"the sealed {what} is not JSON ({str(e)[:60]})") from None
+    if not isinstance(inner, dict):
+        raise _bad(f"the sealed {what} is not a JSON object")
+    return inner
 
 
 def info_to_json(info: RemoteInfo) -> dict:
@@ -361,8 +385,15 @@ class Listener:
             c.send({"mrc": PROTOCOL, "challenge": challenge.hex(), "auth": self.psk is not None})
             hello = c.recv(timeout)
             if self.psk is not None:
+                from mrc import secure
+
                 _check_proof(self.psk, challenge, hello, b"", "client")
-                c._key = (self.psk, challenge + _hex(hello.get("nonce"), 16, 64, "the hello's nonce"))
+                nonce = _hex(hello.get("nonce"), 16, 64, "the hello's nonce")
+                c._key = (self.psk, challenge + nonce)
+                keys = secure.setup_keys(self.psk, challenge, nonce)
+                hello = {**_unseal_json(keys["c2s"], b"mrc hello", hello.get("sealed"), "hello"),
+                         "nonce": hello["nonce"]}
+                c._seal = keys["s2c"]
             c.peer = info_from_json(hello.get("info"))
             c.hello = hello
             self._key_exchange(c, hello, challenge)
@@ -465,12 +496,17 @@ def connect(addr: str, port: int, info: RemoteInfo, timeout: float = SETUP_TIMEO
             if psk is None:
                 raise ErrnoError(errno.EACCES, "the server wants a pre-shared key: give --psk-file")
             challenge = _hex(greeting["challenge"], 16, 64, "the greeting's challenge")
+            keys = secure.setup_keys(psk, challenge, nonce)
+            inner = {k: v for k, v in hello.items() if k != "nonce"}
+            hello = {"nonce": nonce.hex(), "sealed": secure.seal(keys["c2s"], b"mrc hello",
+                                                                  json.dumps(inner).encode()).hex()}
             hello["auth"] = _proof(psk, challenge, hello)
         c.send(hello)
         ans = c.recv(timeout)
         if greeting.get("auth"):
             # proven over our nonce too: a recorded answer does not pass
             _check_proof(psk, challenge + nonce, ans, b"answer", "server")
+            ans = _unseal_json(keys["s2c"], b"mrc answer", ans.get("sealed"), "answer")
         c.peer = info_from_json(ans.get("info"))
         c.answer = ans
         if security != "off":

@@ -60,3 +60,31 @@ def derive(priv: bytes, peer_pub: bytes, psk: bytes, transcript: bytes, initiato
                              mode_of(mode), out), "derive the QP's keys")
     out.rotate_every = rotate_every
     return out
+
+
+def setup_keys(psk: bytes, challenge: bytes, nonce: bytes) -> dict[str, tuple[bytes, bytes]]:
+    """The keys connection setup seals its two messages with under a
+    pre-shared key: (key, IV) from the connector to the listener ("c2s")
+    and back ("s2c"), from HKDF-SHA256 over the key, salted with the
+    greeting's challenge and the connector's nonce (fresh for each setup:
+    each key seals one message)."""
+    out = ffi.new("uint8_t[88]")
+    salt, info = challenge + nonce, b"mrc v1 setup"
+    check(lib.mrc_sec_hkdf(salt, len(salt), psk, len(psk), info, len(info), out, 88), "derive the setup's keys")
+    b = bytes(out)
+    return {"c2s": (b[:32], b[32:44]), "s2c": (b[44:76], b[76:88])}
+
+
+def seal(key_iv: tuple[bytes, bytes], aad: bytes, data: bytes) -> bytes:
+    """AES-256-GCM of ``data`` (the tag last)."""
+    out = ffi.new("uint8_t[]", len(data) + 16)
+    check(lib.mrc_sec_aead(1, key_iv[0], key_iv[1], aad, len(aad), data, len(data), out), "seal")
+    return bytes(out)
+
+
+def unseal(key_iv: tuple[bytes, bytes], aad: bytes, data: bytes) -> bytes:
+    """What :func:`seal` sealed; ErrnoError EACCES when it does not verify."""
+    out = ffi.new("uint8_t[]", max(1, len(data) - 16))
+    if lib.mrc_sec_aead(0, key_iv[0], key_iv[1], aad, len(aad), data, len(data), out) < 0:
+        raise ErrnoError(errno.EACCES, "a sealed connection-setup message did not verify (another key?)")
+    return bytes(ffi.buffer(out, len(data) - 16))

@@ -25,6 +25,7 @@
 #define MAX_LINE (64u << 10)
 #define SETUP_MS 10000
 #define MAX_PSK 1024
+#define SEAL_TAG 16 /* AES-GCM's tag, after what mrc_sec_aead seals */
 
 struct mrc_cm {
     int fd;
@@ -34,10 +35,13 @@ struct mrc_cm {
     int auth;          /* the setup was proven: key and challenge below */
     uint8_t key[MAX_PSK], challenge[128]; /* the greeting's challenge, then the connector's nonce */
     size_t klen, clen;
+    size_t glen;       /* the greeting's challenge alone: what the hello's proof covers */
     /* authenticated MRC: the mode, our X25519 pair, the peer's public key, who connected */
     uint32_t security;
     uint8_t kx_priv[32], kx_pub[32], kx_peer[32];
     int initiator;
+    /* under a key, the two messages travel sealed: (key, IV) each way, from the key, challenge and nonce */
+    uint8_t c2s[44], s2c[44];
 };
 
 struct mrc_cm_listener { int fd; int has_psk; uint8_t psk[MAX_PSK]; size_t psklen; uint32_t security; };
@@ -251,7 +255,62 @@ static int check_proof(const struct mrc_cm *cm, const char *role, const char *wh
     return diff ? app_fail(EACCES, "the %s did not prove it holds the pre-shared key", who) : 0;
 }
 
-/* {"info": our side, extra..., "nonce": nonce, "security" and "kx" (secured), "auth": proof (when proven)} */
+static int hex_decode(const char *hex, uint8_t *out, size_t max)
+{
+    size_t n = hex ? strlen(hex) : 1;
+    if (n % 2 || n / 2 > max)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdefABCDEF", hex[2 * i + 1])
+            || !strchr("0123456789abcdefABCDEF", hex[2 * i]))
+            return -1;
+        out[i] = (uint8_t)v;
+    }
+    return (int)(n / 2);
+}
+
+/* The setup's sealing keys, once the challenge and the connector's nonce
+ * are both in cm->challenge: HKDF(salt = them, the pre-shared key, "mrc v1
+ * setup"), as mrc.secure.setup_keys. */
+static int setup_keys(struct mrc_cm *cm)
+{
+    static const char info[] = "mrc v1 setup";
+    uint8_t out[88];
+    int rc = mrc_sec_hkdf(cm->challenge, (uint32_t)cm->clen, cm->key, (uint32_t)cm->klen, (const uint8_t *)info,
+                          sizeof(info) - 1, out, sizeof(out));
+    memcpy(cm->c2s, out, 44);
+    memcpy(cm->s2c, out + 44, 44);
+    explicit_bzero(out, sizeof(out));
+    return rc < 0 ? app_fail(-rc, "cannot derive the setup's keys") : 0;
+}
+
+/* Replace the message received by the JSON object its "sealed" member carries. */
+static int unseal_msg(struct mrc_cm *cm, const uint8_t key_iv[44], const char *aad, const char *what)
+{
+    const char *hex = json_str(&cm->msg, json_member(&cm->msg, 0, "sealed"));
+    size_t n = hex ? strlen(hex) / 2 : 0;
+    uint8_t *raw = n ? malloc(n) : NULL, *plain = n ? malloc(n) : NULL;
+    int rc = raw && plain && n > SEAL_TAG && hex_decode(hex, raw, n) == (int)n ? 0 : -EPROTO;
+    if (rc == 0)
+        rc = mrc_sec_aead(0, key_iv, key_iv + 32, (const uint8_t *)aad, (uint32_t)strlen(aad), raw, (uint32_t)n,
+                          plain);
+    if (rc == 0) {
+        json_free(&cm->msg);
+        rc = json_parse(&cm->msg, (const char *)plain, n - SEAL_TAG, "a sealed connection-setup message");
+        if (rc == 0 && cm->msg.n[0].type != J_OBJ)
+            rc = app_fail(EPROTO, "bad connection-setup message: the sealed %s is not a JSON object", what);
+    } else {
+        rc = rc == -EPROTO ? app_fail(EPROTO, "bad connection-setup message: the %s has no sealed part", what)
+                           : app_fail(EACCES, "the sealed %s did not verify (another key?)", what);
+    }
+    free(raw);
+    free(plain);
+    return rc;
+}
+
+/* {"info": our side, extra..., "nonce": nonce, "security" and "kx" (secured), "auth": proof (when proven)};
+ * under a key {"nonce": nonce, "sealed": the rest, sealed, "auth": proof} */
 static int send_side(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, const char *extra, const char *role,
                      const char *nonce)
 {
@@ -266,7 +325,7 @@ static int send_side(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *min
         text_put(&b, ",", 1);
         text_put(&b, extra, strlen(extra));
     }
-    if (nonce)
+    if (nonce && !cm->auth)
         text_printf(&b, ",\"nonce\":\"%s\"", nonce);
     if (cm->security) {
         char kx[65];
@@ -281,11 +340,46 @@ static int send_side(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *min
         return app_fail(ENOMEM, "out of memory");
     }
     int rc = 0;
+    if (cm->auth) { /* sealed: b becomes {"nonce", "sealed"} */
+        struct json check;
+        if ((rc = json_parse(&check, b.p, b.n, "our message (check `extra`)")) < 0) {
+            text_free(&b);
+            return rc;
+        }
+        json_free(&check);
+        const uint8_t *k = cm->initiator ? cm->c2s : cm->s2c;
+        const char *aad = cm->initiator ? "mrc hello" : "mrc answer";
+        uint8_t *sealed = malloc(b.n + SEAL_TAG);
+        char *hex = malloc(2 * (b.n + SEAL_TAG) + 1);
+        rc = sealed && hex ? mrc_sec_aead(1, k, k + 32, (const uint8_t *)aad, (uint32_t)strlen(aad),
+                                          (const uint8_t *)b.p, (uint32_t)b.n, sealed)
+                           : -ENOMEM;
+        if (rc == 0) {
+            hex_encode(sealed, b.n + SEAL_TAG, hex);
+            b.n = 0;
+            text_put(&b, "{", 1);
+            if (nonce)
+                text_printf(&b, "\"nonce\":\"%s\",", nonce);
+            text_put(&b, "\"sealed\":\"", 10);
+            text_put(&b, hex, strlen(hex));
+            text_put(&b, "\"}", 2);
+        }
+        free(sealed);
+        free(hex);
+        if (rc < 0 || b.oom) {
+            text_free(&b);
+            return app_fail(rc < 0 ? -rc : ENOMEM, "cannot seal our message");
+        }
+    }
     if (cm->auth) {
         struct json body;
         char mac[65];
         if ((rc = json_parse(&body, b.p, b.n, "our message (check `extra`)")) == 0) {
+            size_t all = cm->clen;
+            if (cm->initiator) /* the hello is proven over the challenge alone; the answer over the nonce too */
+                cm->clen = cm->glen;
             rc = proof(cm, &body, role, mac);
+            cm->clen = all;
             json_free(&body);
         }
         if (rc == 0) {
@@ -339,20 +433,6 @@ int mrc_cm_listener_security(struct mrc_cm_listener *l, uint32_t mode)
     return 0;
 }
 
-static int hex_decode(const char *hex, uint8_t *out, size_t max)
-{
-    size_t n = hex ? strlen(hex) : 1;
-    if (n % 2 || n / 2 > max)
-        return -1;
-    for (size_t i = 0; i < n / 2; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdefABCDEF", hex[2 * i + 1])
-            || !strchr("0123456789abcdefABCDEF", hex[2 * i]))
-            return -1;
-        out[i] = (uint8_t)v;
-    }
-    return (int)(n / 2);
-}
 
 /* Our half of the X25519 exchange, and the peer's public key from msg's "kx". */
 static int key_exchange(struct mrc_cm *cm, uint32_t mode, const char *who)
@@ -431,6 +511,8 @@ static int greet_and_hear(struct mrc_cm_listener *l, struct mrc_cm *cm, struct m
         if (rc == 0 && n < 16)
             rc = app_fail(EPROTO, "bad connection-setup message: the hello's nonce must be 16 to 64 bytes as hex");
         cm->clen += rc ? 0 : (size_t)n;
+        if (rc == 0 && (rc = setup_keys(cm)) == 0) /* what the hello carries is sealed */
+            rc = unseal_msg(cm, cm->c2s, "mrc hello", "hello");
     }
     struct app_ctx *a = rc == 0 ? app_of(c) : NULL;
     if (rc == 0)
@@ -540,7 +622,7 @@ static int exchange(struct mrc_cm *cm, struct mrc_ctx *c, const char *psk_file, 
         if (n < 16)
             return app_fail(EPROTO, "bad connection-setup message: the greeting's challenge is not hex of at "
                             "least 16 bytes");
-        cm->clen = (size_t)n;
+        cm->clen = cm->glen = (size_t)n;
         if ((rc = read_psk(psk_file, cm->key, &cm->klen)) < 0)
             return rc;
         cm->auth = 1;
@@ -550,13 +632,16 @@ static int exchange(struct mrc_cm *cm, struct mrc_ctx *c, const char *psk_file, 
     if (getrandom(nonce, sizeof(nonce), 0) != sizeof(nonce))
         return app_fail(EIO, "no randomness for the nonce");
     hex_encode(nonce, sizeof(nonce), nonce_hex);
+    memcpy(cm->challenge + cm->clen, nonce, sizeof(nonce)); /* the answer's proof and the sealing keys cover it */
+    cm->clen += sizeof(nonce);
+    if (auth && (rc = setup_keys(cm)) < 0)
+        return rc;
     if ((rc = send_side(cm, c, mine, extra, "", nonce_hex)) < 0)
         return rc;
-    memcpy(cm->challenge + cm->clen, nonce, sizeof(nonce)); /* the answer's proof covers it */
-    cm->clen += sizeof(nonce);
     if ((rc = mrc_cm_recv(cm, timeout_ms)) < 0)
         return rc;
-    if (auth && (rc = check_proof(cm, "answer", "server")) < 0)
+    if (auth && ((rc = check_proof(cm, "answer", "server")) < 0 || (rc = unseal_msg(cm, cm->s2c, "mrc answer",
+                                                                                    "answer")) < 0))
         return rc;
     if ((rc = key_exchange(cm, mine->security, "server")) < 0)
         return rc;

@@ -250,8 +250,8 @@ def test_a_recorded_answer_does_not_pass_for_the_server(listener):
         serve_one(lst, port, KEY)
     finally:
         cm.Connection.send = real_send
-    greeting, answer = [m for m in record["sent"] if "challenge" in m or "info" in m and "auth" in m
-                        and "nonce" not in m][:2]
+    greeting = next(m for m in record["sent"] if "challenge" in m)
+    answer = next(m for m in record["sent"] if "auth" in m and "nonce" not in m)  # the server's, sealed
     srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
     srv.bind(("::1", 0))
     srv.listen(1)
@@ -422,3 +422,19 @@ def _try(port: int, security: str):
         return cm.connect("::1", port, GOOD, timeout=5, psk=KEY, security=security)
     except Exception as e:  # noqa: BLE001 - the test inspects it
         return e
+
+
+@pytest.mark.parametrize("listener", [KEY], indirect=True)
+def test_with_a_key_what_the_setup_carries_is_sealed(listener, monkeypatch):
+    """Under a key, a listener on the management network sees no QP number,
+    address, rkey or X25519 key: the hello and the answer travel sealed."""
+    lst, port = listener
+    sent: list[str] = []
+    real_send = cm.Connection.send
+    monkeypatch.setattr(cm.Connection, "send", lambda self, obj: (sent.append(json.dumps(obj)), real_send(self, obj)))
+    serve_one(lst, port, KEY, params={"max_size": 4096})
+    assert len(sent) == 3  # greeting, hello, answer
+    for text in sent[1:]:
+        assert set(json.loads(text)) <= {"nonce", "sealed", "auth"}, text
+        for secret in ("qpn", "fd00::1", "fd00::2", "max_size", '"rkey"'):
+            assert secret not in text, (secret, text)

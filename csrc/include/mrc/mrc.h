@@ -345,6 +345,14 @@ int mrc_sec_keypair(uint8_t priv[32], uint8_t pub[32]);
 int mrc_sec_derive(const uint8_t priv[32], const uint8_t peer_pub[32], const uint8_t *psk, uint32_t psk_len,
                    const uint8_t *transcript, uint32_t transcript_len, uint32_t initiator, uint32_t mode,
                    struct mrc_qp_keys *out);
+/* The primitives connection setup seals its messages with under a
+ * pre-shared key: HKDF-SHA256 (out_len at most 255 x 32), and AES-256-GCM
+ * of len bytes into out (enc: len + 16 bytes, the tag last; open: len
+ * counts the tag, out gets len - 16 bytes, -EBADMSG when it does not verify). */
+int mrc_sec_hkdf(const uint8_t *salt, uint32_t salt_len, const uint8_t *ikm, uint32_t ikm_len, const uint8_t *info,
+                 uint32_t info_len, uint8_t *out, uint32_t out_len);
+int mrc_sec_aead(uint32_t enc, const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, uint32_t aad_len,
+                 const uint8_t *in, uint32_t len, uint8_t *out);
 
 /* ---------------------------------------------- a context with ports
  * How to reach one peer: per plane, its final address (for the UDP
