@@ -2,8 +2,9 @@
  * the data path to open a context by name and set up a connection, where
  * Python has mrc.ports, mrc.paths and mrc.cm. Shared by its files, lowest
  * first: err.c (the error sentence), sha256.c, json.c, ports.c (the kernel's
- * view of a port), topo.c (a topology file), open.c (a context opened by
- * name, connecting a QP), cm.c (the exchange). Not part of any contract
+ * view of a port), topo.c (a topology file), chan.c (a connection-setup
+ * channel), open.c (a context opened by name, connecting a QP), cm.c (the
+ * exchange: proofs, sealing, the listener and the connector). Not part of any contract
  * with users: mrc/mrc.h declares the calls. */
 #ifndef MRC_APP_H
 #define MRC_APP_H
@@ -28,6 +29,7 @@ void sha256_final(struct sha256 *s, uint8_t out[32]);
 void hmac_sha256(const uint8_t *key, size_t klen, const void *const *parts, const size_t *lens, int nparts,
                  uint8_t out[32]);
 void hex_encode(const uint8_t *in, size_t n, char *out); /* 2n digits and a NUL */
+int hex_decode(const char *hex, uint8_t *out, size_t max); /* bytes decoded, or -1 (not hex, or over max) */
 
 /* json.c: a growable text buffer, and a JSON document parsed into nodes
  * (objects, arrays, strings, integers, booleans, null; no fractions). */
@@ -96,4 +98,32 @@ void app_info_json(struct app_ctx *a, const struct mrc_local *mine, struct text 
 /* The other side from an "info" object, every field checked, with its paths. */
 int app_remote(struct app_ctx *a, const struct json *d, int info, struct mrc_remote *out);
 void app_pick_psn(struct mrc_local *mine); /* a random first PSN where it is 0 */
+/* chan.c: a connection-setup channel, and what cm.c's exchange keeps in it. */
+#define PROTOCOL 2
+#define MAX_LINE (64u << 10)
+#define SETUP_MS 10000
+#define MAX_PSK 1024
+#define SEAL_TAG 16 /* AES-GCM's tag, after what mrc_sec_aead seals */
+
+struct mrc_cm {
+    int fd;
+    char *in;          /* bytes read and not yet a message */
+    size_t n;
+    struct json msg;   /* the last message */
+    int auth;          /* the setup was proven: key and challenge below */
+    uint8_t key[MAX_PSK], challenge[128]; /* the greeting's challenge, then the connector's nonce */
+    size_t klen, clen;
+    size_t glen;       /* the greeting's challenge alone: what the hello's proof covers */
+    /* authenticated MRC: the mode, our X25519 pair, the peer's public key, who connected */
+    uint32_t security;
+    uint8_t kx_priv[32], kx_pub[32], kx_peer[32];
+    int initiator;
+    /* under a key, the two messages travel sealed: (key, IV) each way, from the key, challenge and nonce */
+    uint8_t c2s[44], s2c[44];
+};
+
+uint64_t chan_now_ms(void);
+int chan_read_psk(const char *path, uint8_t *key, size_t *len);
+struct mrc_cm *chan_new(int fd);           /* NULL (fd closed) when out of memory */
+void chan_refuse(struct mrc_cm *cm, int err); /* tell the peer why (mrc_last_error), then let it go */
 #endif

@@ -1,10 +1,13 @@
 /* Connection setup over TCP, the exchange of mrc.cm (its head comment has
- * the protocol): JSON lines of at most 64 KiB; a greeting with a fresh
- * 32-byte challenge; the connector's hello (with a fresh nonce of its own)
- * and the listener's answer, proven when the listener holds a pre-shared
- * key with HMAC-SHA256(key, challenge + role + canonical JSON), the
- * answer's over the connector's nonce too (challenge + nonce + "answer"). Every read is bounded in size and time;
- * a bad peer is told why, costs one bounded wait and is dropped. */
+ * the protocol) over a channel of chan.c: a greeting with a fresh 32-byte
+ * challenge; the connector's hello (with a fresh nonce of its own) and the
+ * listener's answer. Under a pre-shared key each is proven with
+ * HMAC-SHA256(key, challenge + role + canonical JSON), the answer over the
+ * connector's nonce too, and travels sealed (AES-256-GCM under keys from
+ * the key, the challenge and the nonce); for authenticated MRC each side
+ * adds an X25519 public key and the QP pair's keys come from the exchange
+ * (mrc_cm_qp_connect). A bad peer is told why, costs one bounded wait and
+ * is dropped. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,29 +23,6 @@
 #include <unistd.h>
 
 #include "app.h"
-
-#define PROTOCOL 2
-#define MAX_LINE (64u << 10)
-#define SETUP_MS 10000
-#define MAX_PSK 1024
-#define SEAL_TAG 16 /* AES-GCM's tag, after what mrc_sec_aead seals */
-
-struct mrc_cm {
-    int fd;
-    char *in;          /* bytes read and not yet a message */
-    size_t n;
-    struct json msg;   /* the last message */
-    int auth;          /* the setup was proven: key and challenge below */
-    uint8_t key[MAX_PSK], challenge[128]; /* the greeting's challenge, then the connector's nonce */
-    size_t klen, clen;
-    size_t glen;       /* the greeting's challenge alone: what the hello's proof covers */
-    /* authenticated MRC: the mode, our X25519 pair, the peer's public key, who connected */
-    uint32_t security;
-    uint8_t kx_priv[32], kx_pub[32], kx_peer[32];
-    int initiator;
-    /* under a key, the two messages travel sealed: (key, IV) each way, from the key, challenge and nonce */
-    uint8_t c2s[44], s2c[44];
-};
 
 struct mrc_cm_listener { int fd; int has_psk; uint8_t psk[MAX_PSK]; size_t psklen; uint32_t security; };
 
@@ -61,171 +41,6 @@ static int sec_mode_of(const struct json *d)
     return -1;
 }
 
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-static int read_psk(const char *path, uint8_t *key, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return app_fail(errno, "cannot read the pre-shared key file %s: %s", path, strerror(errno));
-    uint8_t raw[MAX_PSK + 2];
-    size_t n = fread(raw, 1, sizeof(raw), f), s = 0;
-    fclose(f);
-    while (s < n && (raw[s] == ' ' || (raw[s] >= '\t' && raw[s] <= '\r')))
-        s++;
-    while (n > s && (raw[n - 1] == ' ' || (raw[n - 1] >= '\t' && raw[n - 1] <= '\r')))
-        n--;
-    if (n - s > MAX_PSK)
-        return app_fail(EINVAL, "the pre-shared key in %s is over %d bytes", path, MAX_PSK);
-    if (n - s < 16)
-        return app_fail(EINVAL, "the pre-shared key in %s is %zu bytes: use at least 16 (e.g. `head -c 32 "
-                        "/dev/urandom | base64 > %s`)", path, n - s, path);
-    memcpy(key, raw + s, n - s);
-    *len = n - s;
-    return 0;
-}
-
-int mrc_cm_send(struct mrc_cm *cm, const char *json_object)
-{
-    size_t len = strlen(json_object);
-    if (len >= MAX_LINE || memchr(json_object, '\n', len))
-        return app_fail(EINVAL, "a connection-setup message is one line of less than %u bytes", MAX_LINE);
-    struct text b = {0};
-    text_put(&b, json_object, len);
-    text_put(&b, "\n", 1);
-    if (b.oom) {
-        text_free(&b);
-        return app_fail(ENOMEM, "out of memory");
-    }
-    for (size_t off = 0; off < b.n;) {
-        ssize_t k = send(cm->fd, b.p + off, b.n - off, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            int err = errno;
-            text_free(&b);
-            return app_fail(err, "cannot write the connection-setup channel: %s", strerror(err));
-        }
-        off += (size_t)k;
-    }
-    text_free(&b);
-    return 0;
-}
-
-int mrc_cm_recv(struct mrc_cm *cm, int timeout_ms)
-{
-    uint64_t deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : SETUP_MS);
-    char *nl;
-    json_free(&cm->msg);
-    while (!(nl = cm->n ? memchr(cm->in, '\n', cm->n) : NULL)) {
-        if (cm->n > MAX_LINE)
-            return app_fail(EMSGSIZE, "a connection-setup message over %u bytes", MAX_LINE);
-        uint64_t t = now_ms();
-        struct pollfd pf = {.fd = cm->fd, .events = POLLIN};
-        int r = t >= deadline ? 0 : poll(&pf, 1, (int)(deadline - t));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r == 0)
-            return app_fail(ETIMEDOUT, "the peer sent no complete message within %d ms",
-                            timeout_ms > 0 ? timeout_ms : SETUP_MS);
-        char *grown = realloc(cm->in, cm->n + 65536);
-        if (!grown)
-            return app_fail(ENOMEM, "out of memory");
-        cm->in = grown;
-        ssize_t k = recv(cm->fd, cm->in + cm->n, 65536, 0);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return app_fail(errno, "cannot read the connection-setup channel: %s", strerror(errno));
-        if (k == 0)
-            return app_fail(ECONNRESET, "the peer closed the connection-setup channel");
-        cm->n += (size_t)k;
-    }
-    size_t len = (size_t)(nl - cm->in);
-    if (len > MAX_LINE)
-        return app_fail(EMSGSIZE, "a connection-setup message over %u bytes", MAX_LINE);
-    int rc = json_parse(&cm->msg, cm->in, len, "a connection-setup message");
-    memmove(cm->in, nl + 1, cm->n - len - 1);
-    cm->n -= len + 1;
-    if (rc < 0)
-        return rc;
-    if (cm->msg.n[0].type != J_OBJ) {
-        json_free(&cm->msg);
-        return app_fail(EPROTO, "bad connection-setup message: not a JSON object");
-    }
-    int err = json_member(&cm->msg, 0, "error");
-    if (err >= 0) {
-        uint64_t code = EPROTO;
-        json_uint(&cm->msg, json_member(&cm->msg, 0, "errno"), 4095, &code);
-        const char *why = json_str(&cm->msg, err);
-        app_fail(code ? (int)code : EPROTO, "the peer refused: %.200s", why ? why : "(no reason given)");
-        json_free(&cm->msg);
-        return -(code ? (int)code : EPROTO);
-    }
-    return (int)len;
-}
-
-int mrc_cm_get(struct mrc_cm *cm, const char *path, uint64_t *value)
-{
-    if (!cm->msg.n)
-        return -ENOENT;
-    char part[128];
-    int node = 0;
-    for (const char *p = path; node >= 0;) {
-        size_t k = strcspn(p, ".");
-        if (k >= sizeof(part))
-            return -EINVAL;
-        memcpy(part, p, k);
-        part[k] = 0;
-        node = json_member(&cm->msg, node, part);
-        if (!p[k])
-            break;
-        p += k + 1;
-    }
-    if (node >= 0 && cm->msg.n[node].type == J_BOOL) {
-        *value = (uint64_t)cm->msg.n[node].val;
-        return 0;
-    }
-    return json_uint(&cm->msg, node, UINT64_MAX, value);
-}
-
-int mrc_cm_fd(struct mrc_cm *cm)
-{
-    return cm->fd;
-}
-
-void mrc_cm_close(struct mrc_cm *cm)
-{
-    if (!cm)
-        return;
-    if (cm->fd >= 0)
-        close(cm->fd);
-    json_free(&cm->msg);
-    free(cm->in);
-    explicit_bzero(cm->key, sizeof(cm->key));
-    explicit_bzero(cm->kx_priv, sizeof(cm->kx_priv));
-    free(cm);
-}
-
-static struct mrc_cm *cm_new(int fd)
-{
-    struct mrc_cm *cm = calloc(1, sizeof(*cm));
-    if (!cm) {
-        close(fd);
-        return NULL;
-    }
-    cm->fd = fd;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return cm;
-}
-
-/* hex HMAC-SHA256(key, challenge + role + canonical(msg without "auth")) */
 static int proof(const struct mrc_cm *cm, const struct json *msg, const char *role, char out[65])
 {
     struct text body = {0};
@@ -253,21 +68,6 @@ static int check_proof(const struct mrc_cm *cm, const char *role, const char *wh
     for (int i = 0; !diff && i < 64; i++)
         diff |= (unsigned)(got[i] ^ want[i]);
     return diff ? app_fail(EACCES, "the %s did not prove it holds the pre-shared key", who) : 0;
-}
-
-static int hex_decode(const char *hex, uint8_t *out, size_t max)
-{
-    size_t n = hex ? strlen(hex) : 1;
-    if (n % 2 || n / 2 > max)
-        return -1;
-    for (size_t i = 0; i < n / 2; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1 || !strchr("0123456789abcdefABCDEF", hex[2 * i + 1])
-            || !strchr("0123456789abcdefABCDEF", hex[2 * i]))
-            return -1;
-        out[i] = (uint8_t)v;
-    }
-    return (int)(n / 2);
 }
 
 /* The setup's sealing keys, once the challenge and the connector's nonce
@@ -404,7 +204,7 @@ int mrc_cm_listen(const char *addr, uint16_t port, const char *psk_file, struct 
     struct mrc_cm_listener *l = calloc(1, sizeof(*l));
     if (!l)
         return app_fail(ENOMEM, "out of memory");
-    int rc = psk_file ? read_psk(psk_file, l->psk, &l->psklen) : 0;
+    int rc = psk_file ? chan_read_psk(psk_file, l->psk, &l->psklen) : 0;
     l->has_psk = psk_file != NULL;
     struct sockaddr_in6 sa = {.sin6_family = AF_INET6, .sin6_port = htons(port), .sin6_addr = in6addr_any};
     if (rc == 0 && addr && parse_addr(addr, &sa.sin6_addr) < 0)
@@ -460,33 +260,6 @@ void mrc_cm_listener_close(struct mrc_cm_listener *l)
     free(l);
 }
 
-/* Tell the peer why (best effort), then read and drop what it still sends
- * for a moment, so that closing does not reset the connection first. */
-static void refuse(struct mrc_cm *cm, int err)
-{
-    struct text b = {0};
-    text_put(&b, "{\"error\":", 9);
-    text_quote(&b, mrc_last_error());
-    text_printf(&b, ",\"errno\":%d}", err);
-    if (!b.oom)
-        mrc_cm_send(cm, b.p);
-    text_free(&b);
-    shutdown(cm->fd, SHUT_WR);
-    char sink[4096];
-    uint64_t deadline = now_ms() + 500;
-    for (size_t left = 1u << 20; left > 0;) {
-        uint64_t t = now_ms();
-        struct pollfd pf = {.fd = cm->fd, .events = POLLIN};
-        if (t >= deadline || poll(&pf, 1, (int)(deadline - t)) <= 0)
-            break;
-        ssize_t k = recv(cm->fd, sink, sizeof(sink), 0);
-        if (k <= 0)
-            break;
-        left = (size_t)k > left ? 0 : left - (size_t)k;
-    }
-}
-
-
 static int greet_and_hear(struct mrc_cm_listener *l, struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_remote *peer)
 {
     uint8_t ch[32];
@@ -541,7 +314,7 @@ int mrc_cm_accept(struct mrc_cm_listener *l, struct mrc_ctx *c, int timeout_ms, 
     int fd = accept4(l->fd, (struct sockaddr *)&from, &flen, SOCK_CLOEXEC);
     if (fd < 0)
         return app_fail(errno, "accept: %s", strerror(errno));
-    struct mrc_cm *cm = cm_new(fd);
+    struct mrc_cm *cm = chan_new(fd);
     if (!cm)
         return app_fail(ENOMEM, "out of memory");
     int rc = greet_and_hear(l, cm, c, peer);
@@ -549,7 +322,7 @@ int mrc_cm_accept(struct mrc_cm_listener *l, struct mrc_ctx *c, int timeout_ms, 
         char who[INET6_ADDRSTRLEN], why[512];
         inet_ntop(AF_INET6, &from.sin6_addr, who, sizeof(who));
         snprintf(why, sizeof(why), "%s", mrc_last_error());
-        refuse(cm, -rc);
+        chan_refuse(cm, -rc);
         mrc_cm_close(cm);
         return app_fail(-rc, "client [%s]: %s", who, why);
     }
@@ -623,7 +396,7 @@ static int exchange(struct mrc_cm *cm, struct mrc_ctx *c, const char *psk_file, 
             return app_fail(EPROTO, "bad connection-setup message: the greeting's challenge is not hex of at "
                             "least 16 bytes");
         cm->clen = cm->glen = (size_t)n;
-        if ((rc = read_psk(psk_file, cm->key, &cm->klen)) < 0)
+        if ((rc = chan_read_psk(psk_file, cm->key, &cm->klen)) < 0)
             return rc;
         cm->auth = 1;
     }
@@ -659,7 +432,7 @@ int mrc_cm_connect(struct mrc_ctx *c, const char *server, uint16_t port, const c
     int fd = dial(c, server, port, timeout_ms);
     if (fd < 0)
         return fd;
-    struct mrc_cm *cm = cm_new(fd);
+    struct mrc_cm *cm = chan_new(fd);
     if (!cm)
         return app_fail(ENOMEM, "out of memory");
     int rc = exchange(cm, c, psk_file, mine, extra, timeout_ms, peer);

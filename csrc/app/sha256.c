@@ -137,6 +137,25 @@ void hex_encode(const uint8_t *in, size_t n, char *out)
     out[2 * n] = 0;
 }
 
+static int nibble(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+int hex_decode(const char *hex, uint8_t *out, size_t max)
+{
+    size_t n = hex ? strlen(hex) : 1;
+    if (n % 2 || n / 2 > max)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return (int)(n / 2);
+}
+
 void mrc_sha256_hex(const void *data, size_t len, char out[65])
 {
     struct sha256 s;
