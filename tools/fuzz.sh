@@ -10,7 +10,8 @@
 # Harnesses: parse (parse, build, parse round trip), responder (arbitrary
 # packets against one region between guard bytes), requester (arbitrary
 # control packets against writes in flight: exactly-once, in-order
-# completion), setup (a connection-setup message: the JSON parser, the
+# completion), secured (a responder whose QP is secured, fed packets sealed
+# under its peer's key and not), setup (a connection-setup message: the JSON parser, the
 # canonical text a key's proof covers, the peer's "info"). Exit status: 0 when nothing was found; 1 when a harness
 # crashed or broke an invariant (its input is left as
 # $MRC_FUZZ_DIR/<harness>/crash-*, replay it as above); 2 on a usage or
@@ -21,7 +22,7 @@ cd "$(dirname "$0")/.."
 secs="${1:-20}"
 [ "$#" -gt 0 ] && shift
 case "$secs" in ''|*[!0-9]*) echo "tools/fuzz.sh: SECONDS must be a whole number, not '$secs'" >&2; exit 2 ;; esac
-all="parse responder requester setup"
+all="parse responder requester setup secured"
 which="${1:-$all}"
 [ "$#" -gt 0 ] && shift
 for h in $which; do
@@ -58,7 +59,7 @@ if [ "$secs" = 0 ]; then  # replay the files given
     exit 0
 fi
 
-if [ ! -d "$out/seeds/setup" ]; then
+if [ ! -d "$out/seeds/secured" ]; then
     echo "== seed corpus from the in-memory link"
     "$py" tools/fuzz_seeds.py "$out/seeds" || exit 2
 fi

@@ -6,7 +6,7 @@ finds no receive. The packets each side received become records in the
 harnesses' format (csrc/fuzz/fuzz.h). The setup harness starts from the
 messages of the connection-setup exchange (mrc.cm) and a topology file.
 
-    python tools/fuzz_seeds.py OUT_DIR     # writes OUT_DIR/{parse,responder,requester,setup}/*
+    python tools/fuzz_seeds.py OUT_DIR     # writes OUT_DIR/{parse,responder,requester,setup,secured}/*
 """
 from __future__ import annotations
 
@@ -77,11 +77,11 @@ def scenario(name: str, recv: bool = True, **link) -> list[dict]:
     return out
 
 
-def records(pkts: list[dict], flags: int) -> bytes:
+def records(pkts: list[dict], flags: int, aux: int = 0) -> bytes:
     out = bytearray()
     for p in pkts[:512]:
         f = flags | (CE if p["ecn_ce"] else 0) | (TRIM if p["trimmed"] else 0)
-        out += struct.pack("<BBIH", f, p["port"], p["ev"], len(p["packet"])) + p["packet"]
+        out += struct.pack("<BBIH", f, p["port"] | aux << 4, p["ev"], len(p["packet"])) + p["packet"]
     return bytes(out)
 
 
@@ -111,7 +111,7 @@ def main(out_dir: str) -> int:
             "ecn": scenario("ecn", rate_bps=2_000_000_000, ecn_queue_bytes=8_000, trim_queue_bytes=30_000),
             "plane_down": scenario("plane_down", down_plane=1),
             "no_receive": scenario("no_receive", recv=False)}
-    for h in ("parse", "responder", "requester", "setup"):
+    for h in ("parse", "responder", "requester", "setup", "secured"):
         os.makedirs(os.path.join(out_dir, h), exist_ok=True)
     for name, msg in setup_messages().items():
         with open(os.path.join(out_dir, "setup", name), "w") as f:
@@ -122,6 +122,9 @@ def main(out_dir: str) -> int:
         req = [p for p in pkts if not p["to_responder"]]
         with open(os.path.join(out_dir, "responder", name), "wb") as f:
             f.write(records(resp, FIX_ICRC | PATCH_QP | PATCH_KEY | PATCH_VA))
+        for first in (0, 1):  # AUTH, ENCRYPT: every record sealed by the harness (aux bit 1)
+            with open(os.path.join(out_dir, "secured", f"{name}-{first}"), "wb") as f:
+                f.write(bytes([first]) + records(resp, FIX_ICRC | PATCH_QP | PATCH_KEY | PATCH_VA, aux=2))
         with open(os.path.join(out_dir, "requester", name), "wb") as f:
             f.write(records(req, FIX_ICRC | PATCH_QP))
         seen = set()

@@ -86,9 +86,23 @@ struct fz_ctx {
 
 /* A context driven by hand with one QP connected to FZ_PEER's FZ_DEST_QPN,
  * both initial PSNs 0 (the seed corpus is recorded that way). */
+static inline void fz_open_qp(struct fz_ctx *f, const struct mrc_qp_keys *keys);
+
 static inline void fz_open(struct fz_ctx *f, uint32_t pd_regions_hint)
 {
     (void)pd_regions_hint;
+    fz_open_qp(f, NULL);
+}
+
+/* The same context; its QP still in RESET, to be secured (fz_secure). */
+static inline void fz_open_secured(struct fz_ctx *f, uint32_t mode)
+{
+    (void)mode;
+    fz_open_qp(f, (const struct mrc_qp_keys *)f); /* marks "wait": the QP connects in fz_secure */
+}
+
+static inline void fz_open_qp(struct fz_ctx *f, const struct mrc_qp_keys *keys)
+{
     memset(f, 0, sizeof(*f));
     struct mrc_ep_attr ea = {.max_qps = 4, .cq_depth = 1024, .planes = FZ_PLANES, .seed = 1};
     FZ_CHECK(mrc_ctx_create(&ea, NULL, 0, &f->c) == 0, "create context");
@@ -99,12 +113,26 @@ static inline void fz_open(struct fz_ctx *f, uint32_t pd_regions_hint)
     a.ev_count = 8;
     a.rq_depth = 64;
     FZ_CHECK(mrc_qp_create(f->c, &a, &f->qpn) == 0, "create QP");
-    struct mrc_qp_conn conn = {.dest_qpn = FZ_DEST_QPN, .peer = FZ_PEER, .rq_psn = 0, .sq_psn = 0};
-    FZ_CHECK(mrc_qp_modify(f->c, f->qpn, MRC_QPS_INIT, NULL) == 0, "INIT");
-    FZ_CHECK(mrc_qp_modify(f->c, f->qpn, MRC_QPS_RTR, &conn) == 0, "RTR");
-    FZ_CHECK(mrc_qp_modify(f->c, f->qpn, MRC_QPS_RTS, &conn) == 0, "RTS");
     f->txbuf = malloc(FZ_TXBUF);
     FZ_CHECK(f->txbuf != NULL, "tx buffer");
+    if (!keys) {
+        struct mrc_qp_conn conn = {.dest_qpn = FZ_DEST_QPN, .peer = FZ_PEER, .rq_psn = 0, .sq_psn = 0};
+        FZ_CHECK(mrc_qp_modify(f->c, f->qpn, MRC_QPS_INIT, NULL) == 0, "INIT");
+        FZ_CHECK(mrc_qp_modify(f->c, f->qpn, MRC_QPS_RTR, &conn) == 0, "RTR");
+        FZ_CHECK(mrc_qp_modify(f->c, f->qpn, MRC_QPS_RTS, &conn) == 0, "RTS");
+    }
+}
+
+/* Secure the QP fz_open_secured made with keys, then connect it as fz_open does. */
+static inline int fz_secure(struct fz_ctx *f, const struct mrc_qp_keys *keys)
+{
+    int rc = mrc_qp_set_keys(f->c, f->qpn, keys);
+    struct mrc_qp_conn conn = {.dest_qpn = FZ_DEST_QPN, .peer = FZ_PEER, .rq_psn = 0, .sq_psn = 0};
+    if (rc == 0)
+        rc = mrc_qp_modify(f->c, f->qpn, MRC_QPS_INIT, NULL);
+    if (rc == 0)
+        rc = mrc_qp_modify(f->c, f->qpn, MRC_QPS_RTR, &conn);
+    return rc == 0 ? mrc_qp_modify(f->c, f->qpn, MRC_QPS_RTS, &conn) : rc;
 }
 
 static inline void fz_close(struct fz_ctx *f)
@@ -125,7 +153,8 @@ static inline void fz_drain(struct fz_ctx *f)
             FZ_CHECK(f->txd[i].off + f->txd[i].len <= FZ_TXBUF, "tx descriptor out of the buffer");
             FZ_CHECK(mrc_pkt_parse(f->txbuf + f->txd[i].off, f->txd[i].len, 0, &p) == 0,
                      "the context sent a packet it cannot parse (opcode %u)", f->txbuf[f->txd[i].off]);
-            FZ_CHECK(mrc_pkt_icrc_ok(f->txbuf + f->txd[i].off, f->txd[i].len), "the context sent a bad ICRC");
+            FZ_CHECK(p.sec_mode || mrc_pkt_icrc_ok(f->txbuf + f->txd[i].off, f->txd[i].len),
+                     "the context sent a bad ICRC"); /* a secured one carries its tag instead */
         }
         f->tx_packets += (uint64_t)n;
     } while (n == FZ_TXD);

@@ -34,7 +34,8 @@ C_LAYERS = [
     ["app/open.c"],
     ["app/cm.c"],
     ["bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c",
-     "fuzz/fuzz_parse.c", "fuzz/fuzz_responder.c", "fuzz/fuzz_requester.c", "fuzz/fuzz_setup.c"],
+     "fuzz/fuzz_parse.c", "fuzz/fuzz_responder.c", "fuzz/fuzz_requester.c", "fuzz/fuzz_setup.c",
+     "fuzz/fuzz_secured.c"],
     ["bpf/port_queue.bpf.c", "bpf/usid_end.bpf.c",  # the switches' queues and End, and the hosts'
      "bpf/host_encap.bpf.c", "bpf/host_decap.bpf.c"],  # encap and End.DT6 (kernel side): call nothing
 ]
