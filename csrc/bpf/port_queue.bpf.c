@@ -9,7 +9,7 @@
  *     header of an IPv6-in-IPv6 packet too, when it is ECN-capable: the
  *     kernel's End.DT6 decapsulation does not copy the outer mark inward);
  *   - above trim_bytes, an MRC data packet is trimmed: its headers through
- *     ImmDt are kept, its payload and ICRC cut, its DSCP set to TRIMMED (46),
+ *     ImmDt (a secured packet's SECH among them) are kept, its payload and ICRC cut, its DSCP set to TRIMMED (46),
  *     its IPv6 payload length, UDP length and UDP checksum fixed (the checksum
  *     over the final destination, the one left after the last uSID shift);
  *   - above buffer_bytes, the packet is dropped (a trimmed one only if even
@@ -37,7 +37,8 @@ ARRAY_MAP(cfg, struct port_cfg, 1);
 ARRAY_MAP(st, struct port_st, 1);
 
 enum {
-    ETH = 14, IP6 = 40, UDP = 8, BTH = 12, METH = 4, TSETH = 4, RETH = 16, IMM = 4,
+    ETH = 14, IP6 = 40, UDP = 8, BTH = 12, SECH = 12, METH = 4, TSETH = 4, RETH = 16, IMM = 4,
+    TVER_SECURED = 2, /* a secured packet (protocol.md section 8): SECH after BTH */
     ROCE_PORT = 4791, DSCP_TRIMMED = 46, NH_UDP = 17, NH_IPV6 = 41,
     OP_DATA_FIRST = 0xC6, OP_DATA_LAST = 0xCB, OP_LAST_IMM = 0xC9, OP_ONLY_IMM = 0xCB,
     BTH_TS = 0x20, /* in BTH byte 8: A, RTX, TS */
@@ -77,7 +78,7 @@ static __always_inline __u16 udp_csum(struct __sk_buff *skb, const __u8 *src, co
     __builtin_memcpy(&pseudo[4], dst, 16);
     pseudo[8] = bpf_htonl(udp_len);
     pseudo[9] = bpf_htonl(NH_UDP);
-    __u32 seg[12] = {};
+    __u32 seg[15] = {}; /* the longest trimmed segment: UDP, BTH, SECH, METH, TSETH, RETH, ImmDt */
     long rc = -1;
     if (udp_len == 40)
         rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 40);
@@ -85,6 +86,12 @@ static __always_inline __u16 udp_csum(struct __sk_buff *skb, const __u8 *src, co
         rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 44);
     else if (udp_len == 48)
         rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 48);
+    else if (udp_len == 52) /* a secured packet's (SECH) */
+        rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 52);
+    else if (udp_len == 56)
+        rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 56);
+    else if (udp_len == 60)
+        rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 60);
     if (rc)
         return 0;
     ((__u16 *)seg)[3] = 0;
@@ -117,8 +124,8 @@ static __always_inline __u32 trim(struct __sk_buff *skb)
     __u8 dscp = (ip.priority << 2) | (ip.flow_lbl[0] >> 6);
     if (dscp == DSCP_TRIMMED)
         return 0; /* already trimmed upstream */
-    __u32 seg = UDP + BTH + METH + RETH + ((bth[8] & BTH_TS) ? TSETH : 0) +
-                ((op == OP_LAST_IMM || op == OP_ONLY_IMM) ? IMM : 0);
+    __u32 seg = UDP + BTH + ((bth[1] & 0x0F) == TVER_SECURED ? SECH : 0) + METH + RETH +
+                ((bth[8] & BTH_TS) ? TSETH : 0) + ((op == OP_LAST_IMM || op == OP_ONLY_IMM) ? IMM : 0);
     __u32 len = ETH + IP6 + seg;
     if (skb->len <= len)
         return 0; /* no payload to cut (or too short to be what it says) */

@@ -137,6 +137,20 @@ def test_above_the_trim_threshold_mrc_data_is_trimmed_exactly_as_the_protocol_sa
     assert (verdict, again, d["trimmed"]) == (TC_ACT_OK, out, 0)
 
 
+def test_a_secured_packet_is_trimmed_after_its_sech(port):
+    """Authenticated MRC (protocol.md section 8): the SECH stays with the
+    headers, so the trimmed packet still parses (its receiver, which cannot
+    verify it without its tag, drops and counts it)."""
+    t = port[0]
+    f = mrc_frame(t, opcode=wire.OP_WRITE_ONLY_IMM, sec_mode=2, pn=77, imm=5)
+    verdict, out, d = run(port, f, T + 1)
+    keep = 14 + 40 + 8 + 12 + 12 + 4 + 16 + 4
+    assert verdict == TC_ACT_OK and d["trimmed"] == 1 and len(out) == keep and out[62:keep] == f[62:keep]
+    parsed = wire.parse(bytes(Ether(out)[dissect.BTH]), trimmed=True)
+    assert (parsed["sec_mode"], parsed["pn"], parsed["imm"], parsed["payload_len"]) == (2, 77, 5, 0)
+    assert checksum_ok(t, out)
+
+
 def test_tcp_and_other_udp_are_never_trimmed(port):
     t = port[0]
     ip = IPv6(src=t.port_address(0, 0), dst=t.port_address(1, 0), tc=wire.ECN_ECT0)
