@@ -160,6 +160,20 @@ static inline void fz_drain(struct fz_ctx *f)
     } while (n == FZ_TXD);
 }
 
+/* A record's fix-ups (FZ_PATCH_*) on its parsed packet; ``base``/``rkey``: our region. */
+static inline void fz_patch(const struct fz_ctx *f, struct mrc_pkt *p, uint8_t flags, uint64_t base, uint32_t rkey)
+{
+    if (flags & FZ_PATCH_QP) {
+        p->dqpn = f->qpn;
+        p->scid = FZ_DEST_QPN & 0xFFFF;
+        p->dcid = f->qpn & 0xFFFF;
+    }
+    if (mrc_opcode_is_data(p->opcode) && (flags & FZ_PATCH_KEY))
+        p->rkey = rkey;
+    if (mrc_opcode_is_data(p->opcode) && (flags & FZ_PATCH_VA))
+        p->va = base + (p->va & 0xFFFFF);
+}
+
 /* Feed one record, with its fix-ups; ``base``/``rkey``: our region. */
 static inline void fz_feed(struct fz_ctx *f, const struct fz_rec *r, uint64_t base, uint32_t rkey)
 {
@@ -168,15 +182,7 @@ static inline void fz_feed(struct fz_ctx *f, const struct fz_rec *r, uint64_t ba
     memcpy(buf, r->pkt, len);
     struct mrc_pkt p;
     if ((r->flags & (FZ_PATCH_QP | FZ_PATCH_KEY | FZ_PATCH_VA)) && mrc_pkt_parse(buf, len, 0, &p) == 0) {
-        if (r->flags & FZ_PATCH_QP) {
-            p.dqpn = f->qpn;
-            p.scid = FZ_DEST_QPN & 0xFFFF;
-            p.dcid = f->qpn & 0xFFFF;
-        }
-        if (mrc_opcode_is_data(p.opcode) && (r->flags & FZ_PATCH_KEY))
-            p.rkey = rkey;
-        if (mrc_opcode_is_data(p.opcode) && (r->flags & FZ_PATCH_VA))
-            p.va = base + (p.va & 0xFFFFF);
+        fz_patch(f, &p, r->flags, base, rkey);
         static uint8_t out[FZ_MAXPKT + 64];
         int n = mrc_pkt_build(&p, buf + p.payload_off, out, sizeof(out));
         if (n > 0) {

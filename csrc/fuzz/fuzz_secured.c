@@ -10,12 +10,9 @@
  * region keep their pattern; completions name our QP and a posted receive;
  * the context sends only packets that parse, sealed ones with its own
  * mode; nothing crashes or reads out of bounds (ASan, UBSan). */
-#include "fuzz.h"
+#include "fuzz_target.h"
 
-enum { SIZE = 64 * 1024, GUARD = 4096, PAT = 0xA5, OTHER_PAT = 0x5A };
-
-static uint8_t mem[GUARD + SIZE + GUARD];
-static uint8_t other[4096];
+static struct fz_target t;
 
 /* The record as the peer would send it on a secured connection. */
 static uint32_t seal(uint8_t *buf, uint32_t len, const struct fz_rec *r, struct fz_ctx *f, uint64_t base,
@@ -25,13 +22,7 @@ static uint32_t seal(uint8_t *buf, uint32_t len, const struct fz_rec *r, struct 
     static uint8_t out[FZ_MAXPKT + 64], body[FZ_MAXPKT + 64];
     if (mrc_pkt_parse(buf, len, 0, &p) < 0)
         return len;
-    p.dqpn = f->qpn;
-    p.scid = FZ_DEST_QPN & 0xFFFF;
-    p.dcid = f->qpn & 0xFFFF;
-    if (mrc_opcode_is_data(p.opcode) && (r->flags & FZ_PATCH_KEY))
-        p.rkey = rkey;
-    if (mrc_opcode_is_data(p.opcode) && (r->flags & FZ_PATCH_VA))
-        p.va = base + (p.va & 0xFFFFF);
+    fz_patch(f, &p, r->flags | FZ_PATCH_QP, base, rkey);
     p.sec_mode = (uint8_t)peer->mode;
     p.key_id = 0;
     p.pn = (r->aux & 4) ? 0 : (*pn)++;
@@ -67,20 +58,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     mine.mode = peer.mode = mode;
     FZ_CHECK(fz_secure(&f, &mine) == 0, "secure the QP");
-    memset(mem, PAT, sizeof(mem));
-    memset(mem + GUARD, 0, SIZE);
-    memset(other, OTHER_PAT, sizeof(other));
-    uint32_t lkey, rkey, olkey, orkey, pd1;
-    FZ_CHECK(mrc_mr_reg(f.c, 0, mem + GUARD, SIZE, MRC_ACCESS_LOCAL_WRITE | MRC_ACCESS_REMOTE_WRITE, &lkey, &rkey)
-                 == 0, "register the region");
-    FZ_CHECK(mrc_pd_alloc(f.c, &pd1) == 0, "second PD");
-    FZ_CHECK(mrc_mr_reg(f.c, pd1, other, sizeof(other), MRC_ACCESS_LOCAL_WRITE | MRC_ACCESS_REMOTE_WRITE, &olkey,
-                        &orkey) == 0, "register the other PD's region");
-    uint64_t ids[64], pn = 0;
-    for (uint32_t i = 0; i < 64; i++)
-        ids[i] = i;
-    FZ_CHECK(mrc_post_recv(f.c, f.qpn, ids, 64) >= 0, "post receives");
-    uint64_t base = (uint64_t)(uintptr_t)(mem + GUARD);
+    fz_target_open(&f, &t);
+    uint64_t pn = 0;
     const uint8_t *p = data + 1, *end = data + size;
     struct fz_rec r;
     int n = 0;
@@ -89,8 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint32_t len = r.len < FZ_MAXPKT ? r.len : FZ_MAXPKT;
         memcpy(buf, r.pkt, len);
         if (r.aux & 2)
-            len = seal(buf, len, &r, &f, (r.aux & 1) ? (uint64_t)(uintptr_t)other : base, (r.aux & 1) ? orkey : rkey,
-                       &peer, &pn);
+            len = seal(buf, len, &r, &f, fz_target_base(&t, &r), fz_target_rkey(&t, &r), &peer, &pn);
         else if ((r.flags & FZ_FIX_ICRC) && len >= 16)
             mrc_pkt_finish(buf, len - 4);
         f.now += (r.flags & FZ_TICK) ? 1001000 : 1000;
@@ -98,26 +76,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                              .ecn_ce = !!(r.flags & FZ_CE), .trimmed = !!(r.flags & FZ_TRIM)};
         FZ_CHECK(mrc_ep_input(f.ep, buf, len, &m, f.now) <= 0, "mrc_ep_input returned a count");
         fz_drain(&f);
-        struct mrc_wc wc[64];
-        int k = mrc_poll_cq(f.c, 0, wc, 64);
-        FZ_CHECK(k >= 0, "poll CQ: %d", k);
-        for (int i = 0; i < k; i++) {
-            FZ_CHECK(wc[i].qpn == f.qpn, "completion for QP %u", wc[i].qpn);
-            if (wc[i].status == MRC_WC_SUCCESS) {
-                FZ_CHECK(wc[i].opcode == MRC_WC_RECV_WRITE_IMM && wc[i].wr_id < 64 && wc[i].byte_len <= SIZE,
-                         "a completion that is not a receive of the region");
-                uint64_t again = wc[i].wr_id;
-                mrc_post_recv(f.c, f.qpn, &again, 1);
-            }
-        }
+        fz_target_reap(&f);
     }
     fz_run_timers(&f, 64);
-    for (size_t i = 0; i < GUARD; i++) {
-        FZ_CHECK(mem[i] == PAT, "guard byte %zu before the region overwritten", GUARD - i);
-        FZ_CHECK(mem[GUARD + SIZE + i] == PAT, "guard byte %zu after the region overwritten", i);
-    }
-    for (size_t i = 0; i < sizeof(other); i++)
-        FZ_CHECK(other[i] == OTHER_PAT, "a region of another protection domain was written (byte %zu)", i);
+    fz_target_check(&t);
     fz_close(&f);
     return 0;
 }

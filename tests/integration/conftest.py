@@ -1,6 +1,7 @@
 import os
 import secrets
 import selectors
+import subprocess
 import time
 
 import pytest
@@ -61,3 +62,16 @@ def wait_for_line(proc, text, timeout=20):
             if text in lines[-1]:
                 return lines
     raise AssertionError(f"{text!r} never appeared: {lines + [buf.decode(errors='replace')]}")
+
+
+def stop_process(proc) -> None:
+    """End a process a test started: asked first (SIGTERM: mrc's commands take
+    down what they built), made after 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    proc.wait()
+

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import wait_for_line
+from tests.integration.conftest import stop_process, wait_for_line
 
 pytestmark = pytest.mark.root
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,14 +49,8 @@ def start(t, host, *cmd, ready="waiting on"):
 
 
 def stop(proc):
-    """End a server we started: asked first (mrc perf removes its control socket), then made."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    proc.wait()
+    """End a server we started (mrc perf removes its control socket when asked)."""
+    stop_process(proc)
     proc.stderr.close()
 
 

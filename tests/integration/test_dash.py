@@ -19,7 +19,7 @@ import pytest
 
 from mrc.dash.server import view_token_of
 from mrc.fabric import apply
-from tests.integration.conftest import wait_for_line
+from tests.integration.conftest import stop_process, wait_for_line
 from tests.waiting import wait_for as _wait_for
 
 pytestmark = pytest.mark.root
@@ -53,16 +53,6 @@ def request(port, method, path, body=None, headers=None, raw=False):
         c.close()
 
 
-def stop(proc):
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture
 def lab(small_fabric, monkeypatch):
     """The fabric, a transfer h0 -> h1 (mrc perf, long enough for the test),
@@ -90,7 +80,7 @@ def lab(small_fabric, monkeypatch):
         yield t, port
     finally:
         for p in reversed(procs):
-            stop(p)
+            stop_process(p)
         apply.heal(t.name, None)
         shutil.rmtree(d, ignore_errors=True)
 
