@@ -29,7 +29,7 @@ HEADERS = [os.path.join(HERE, "include", h)
 # connection setup for C programs (app/); then benchmark support (csrc/core.h, io.h)
 SOURCES = ["wire.c", "crc32c.c", "ep.c", "rings.c", "ev.c", "cc_nscc.c", "sec.c", "qp.c", "requester.c", "completer.c",
            "responder.c", "evprobe.c", "dispatch.c", "simlink.c", "io_packet.c", "link_watch.c", "engine.c",
-           "verbs.c", "simfab.c", "simfab_setup.c", "app/err.c", "app/sha256.c", "app/json.c", "app/ports.c",
+           "verbs.c", "simfab.c", "simfab_setup.c", "app/err.c", "app/digest.c", "app/json.c", "app/ports.c",
            "app/topo.c", "app/open.c", "app/chan.c", "app/cm.c", "bench/blast.c", "bench/verify.c", "bench/udpping.c",
            "bench/pingpong.c"]
 LIBRARY = "libmrc.so"

@@ -426,9 +426,12 @@ int sec_set(struct qp *q, const struct mrc_qp_keys *k);
 int sec_ctl_set(struct mrc_ep *ep, uint32_t qpn, const struct mrc_qp_keys *k);
 void sec_free(struct qp *q);
 uint8_t sec_mode(const struct qp *q);
-int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len);
+/* hl: where the packet's payload starts (len - MRC_TAG_LEN: it has none) */
+int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len, uint32_t hl);
+/* for a packet to q when q or the packet is secured */
 int sec_open(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t len, const struct mrc_pkt *p,
              int trimmed, const uint8_t **out);
+
 int ep_pd_alloc(struct mrc_ep *ep, uint32_t *pdn);
 int ep_pd_dealloc(struct mrc_ep *ep, uint32_t pdn);
 int ep_pd_hold(struct mrc_ep *ep, uint32_t pdn, int hold);
@@ -465,6 +468,15 @@ struct ctrl *ep_ctrl_pending(struct mrc_ep *ep, struct qp *q);
 void ep_ctrl_mark_pending(struct mrc_ep *ep, struct ctrl *c, struct qp *q);
 struct ctrl *ep_ctrl_peek(struct mrc_ep *ep);
 void ep_ctrl_pop(struct mrc_ep *ep);
+/* A control-ring slot for a packet of q to its peer on ev: a secured QP's
+ * is sealed as it leaves (tx_ctrl). NULL, counted, when the ring is full. */
+static inline struct ctrl *qp_ctrl_to(struct mrc_ep *ep, const struct qp *q, uint32_t ev)
+{
+    struct ctrl *c = ep_ctrl_to(ep, q->peer, ev);
+    if (c)
+        c->sec_qpn = q->sec ? q->qpn : 0;
+    return c;
+}
 void ep_ev_event(struct mrc_ep *ep, const struct mrc_ev_event *e);
 int ep_ev_events(struct mrc_ep *ep, struct mrc_ev_event *out, uint32_t max);
 void ep_async_event(struct mrc_ep *ep, uint32_t type, uint32_t qpn, uint32_t info);

@@ -75,8 +75,7 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
     }
     /* a secured QP acts only on packets that verify (and only once): the
      * rest are counted and change nothing */
-    rc = sec_open(ep, q, pkt, len, &p, trimmed, &pkt);
-    if (rc < 0)
+    if ((q->sec || p.sec_mode) && (rc = sec_open(ep, q, pkt, len, &p, trimmed, &pkt)) < 0)
         return rc;
     ep_dl_stale(ep, q->idx); /* whatever it is, what is kept of the QP is computed again */
     if (mrc_opcode_is_data(p.opcode)) {
@@ -195,7 +194,7 @@ static uint32_t tx_ctrl(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
         memcpy(buf + *used, c->buf, c->len);
         if (c->sec_qpn) { /* a secured QP's: numbered and sealed now, in the order packets leave */
             struct qp *q = ep_qp(ep, c->sec_qpn);
-            if (!q || !q->sec || sec_seal(q, buf + *used, c->len) < 0) {
+            if (!q || !q->sec || sec_seal(q, buf + *used, c->len, c->len - MRC_TAG_LEN) < 0) {
                 ep_ctrl_pop(ep); /* its QP is gone, or changed: nothing leaves unsealed */
                 continue;
             }
@@ -368,12 +367,12 @@ int mrc_ep_set_port(struct mrc_ep *ep, uint32_t plane, int up, uint64_t now)
         for (uint32_t pl = 0; pl < q->a.planes; pl++) {
             if (!(ep->port_up & (1u << pl)))
                 continue;
-            struct ctrl *c = ep_ctrl_to(ep, q->peer, ev_make(pl, 0));
+            struct ctrl *c = qp_ctrl_to(ep, q, ev_make(pl, 0));
             if (!c)
                 break;
-            c->sec_qpn = q->sec ? q->qpn : 0;
             ctrl_put(ep, c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_REQUEST, .pkey = q->pkey, .dqpn = q->dqpn,
-                                              .sec_mode = sec_mode(q), .ep_op = MRC_EP_PORT_STATUS, .port_bitmap = ep->port_up, .t1 = now});
+                                              .sec_mode = sec_mode(q), .ep_op = MRC_EP_PORT_STATUS,
+                                              .port_bitmap = ep->port_up, .t1 = now});
         }
     }
     return 0;

@@ -56,7 +56,7 @@ static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int ack
         return hl;
     gather(w, pe->off, pe->len, out + hl);
     int len = mrc_pkt_finish(out, (uint32_t)hl + pe->len);
-    return q->sec && sec_seal(q, out, (uint32_t)len) < 0 ? -EIO : len;
+    return q->sec && sec_seal(q, out, (uint32_t)len, (uint32_t)hl) < 0 ? -EIO : len;
 }
 
 static void emit(struct mrc_ep *ep, uint64_t now, struct mrc_txdesc *d, uint32_t off, int len, uint32_t ev,
@@ -130,7 +130,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         struct mrc_pkt p = {.opcode = MRC_OP_RELIABILITY_PROBE, .pkey = q->pkey, .dqpn = q->dqpn, .probe_id = pid,
                             .ev = e->ev, .t1 = now, .sec_mode = sec_mode(q)};
         int len = mrc_pkt_build(&p, NULL, buf + *used, buflen - *used);
-        if (len < 0 || (q->sec && sec_seal(q, buf + *used, (uint32_t)len) < 0))
+        if (len < 0 || (q->sec && sec_seal(q, buf + *used, (uint32_t)len, (uint32_t)len - MRC_TAG_LEN) < 0))
             break;
         emit(ep, now, &d[n++], *used, len, e->ev, q, MRC_DSCP_CONTROL << 2, 0);
         *used += (uint32_t)len;

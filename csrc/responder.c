@@ -46,7 +46,7 @@ static void send_sack(struct mrc_ep *ep, struct qp *q, uint8_t port, uint32_t ec
     int plain = !ecn && !flags;
     struct ctrl *c = plain ? ep_ctrl_pending(ep, q) : NULL;
     int update = c != NULL;
-    if (!c && !(c = ep_ctrl_to(ep, q->peer, reply_ev(port, echo))))
+    if (!c && !(c = qp_ctrl_to(ep, q, reply_ev(port, echo))))
         return;
     c->ev = reply_ev(port, echo);
     uint32_t cack = psn_add(q->epsn, MRC_PSN_MASK); /* epsn - 1 */
@@ -75,7 +75,6 @@ static void send_sack(struct mrc_ep *ep, struct qp *q, uint8_t port, uint32_t ec
                         .cack_psn = cack, .mpr = (uint8_t)q->a.mpr, .sack_base_off = (int16_t)(o + 1), .bitmap = bm,
                         .ts_echo = ts, .ooo_cnt = (uint16_t)q->ooo, .rcv_bytes = q->rcv_bytes >> 8,
                         .sec_mode = sec_mode(q)};
-    c->sec_qpn = q->sec ? q->qpn : 0;
     if ((update ? ctrl_rebuild(ep, c, &p) : ctrl_put(ep, c, &p)) < 0)
         return;
     if (plain)
@@ -88,13 +87,12 @@ static void send_sack(struct mrc_ep *ep, struct qp *q, uint8_t port, uint32_t ec
 static void send_nack(struct mrc_ep *ep, struct qp *q, uint8_t reason, uint32_t psn, uint8_t port, uint32_t echo,
                       uint16_t ts)
 {
-    struct ctrl *c = ep_ctrl_to(ep, q->peer, reply_ev(port, echo));
+    struct ctrl *c = qp_ctrl_to(ep, q, reply_ev(port, echo));
     if (!c)
         return;
     struct mrc_pkt p = {.opcode = MRC_OP_NACK, .pkey = q->pkey, .dqpn = q->dqpn, .nack_reason = reason, .ev = echo,
                         .scid = (uint16_t)q->qpn, .dcid = (uint16_t)q->dqpn, .nack_psn = psn, .ts_echo = ts,
                         .sec_mode = sec_mode(q)};
-    c->sec_qpn = q->sec ? q->qpn : 0;
     if (ctrl_put(ep, c, &p) == 0)
         q->st.nacks_tx++;
 }

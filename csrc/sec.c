@@ -129,37 +129,32 @@ static void nonce_of(const uint8_t iv[12], uint64_t pn, uint8_t out[12])
         out[4 + i] ^= (uint8_t)(pn >> (56 - 8 * i));
 }
 
-/* AES-GCM over pkt[0, len - TAG): AAD up to hl (all of it in AUTH mode),
- * the rest encrypted or decrypted into out (NULL: nothing to write, AUTH
- * mode opening); the tag compared (open) or written after it (seal). */
-static int gcm(EVP_CIPHER_CTX *ctx, int enc, const uint8_t nonce[12], const uint8_t *pkt, uint32_t len,
-               uint32_t hl, uint8_t *out)
+/* AES-GCM under ctx's key: aad, then len bytes of in to out (len 0: no
+ * body), the tag written (enc) or checked (open). */
+static int gcm(EVP_CIPHER_CTX *ctx, int enc, const uint8_t nonce[12], const uint8_t *aad, uint32_t aad_len,
+               const uint8_t *in, uint32_t len, uint8_t *out, uint8_t tag[MRC_TAG_LEN])
 {
-    uint32_t body = len - MRC_TAG_LEN;
     uint8_t none[MRC_TAG_LEN];
     int n = 0, ok = enc ? EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce)
                         : EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce);
-    if (ok && hl)
-        ok = enc ? EVP_EncryptUpdate(ctx, NULL, &n, pkt, (int)hl) : EVP_DecryptUpdate(ctx, NULL, &n, pkt, (int)hl);
-    if (ok && body > hl && out)
-        ok = enc ? EVP_EncryptUpdate(ctx, out + hl, &n, pkt + hl, (int)(body - hl))
-                 : EVP_DecryptUpdate(ctx, out + hl, &n, pkt + hl, (int)(body - hl));
-    else if (body > hl)
-        ok = 0;
+    if (ok && aad_len)
+        ok = enc ? EVP_EncryptUpdate(ctx, NULL, &n, aad, (int)aad_len) : EVP_DecryptUpdate(ctx, NULL, &n, aad,
+                                                                                         (int)aad_len);
+    if (ok && len)
+        ok = enc ? EVP_EncryptUpdate(ctx, out, &n, in, (int)len) : EVP_DecryptUpdate(ctx, out, &n, in, (int)len);
     if (ok && !enc)
-        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, MRC_TAG_LEN, (void *)(pkt + body));
+        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, MRC_TAG_LEN, tag);
     if (ok) /* GCM writes nothing more here */
         ok = enc ? EVP_EncryptFinal_ex(ctx, none, &n) : EVP_DecryptFinal_ex(ctx, none, &n);
     if (ok && enc)
-        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, MRC_TAG_LEN, out + body);
+        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, MRC_TAG_LEN, tag);
     return ok == 1 ? 0 : -EBADMSG;
 }
 
-int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len)
+int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len, uint32_t hl)
 {
     struct qp_sec *s = q->sec;
-    int hl = mrc_pkt_hdr_len(pkt, len);
-    if (!s || hl < 0 || (pkt[1] & 0x0F) != MRC_WIRE_SECURED)
+    if (!s || hl + MRC_TAG_LEN > len || (pkt[1] & 0x0F) != MRC_WIRE_SECURED)
         return -EINVAL;
     if (s->tx_pn && s->tx_pn % s->rotate == 0) { /* time for the next key */
         struct sec_key next = {0};
@@ -176,7 +171,8 @@ int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len)
     for (int i = 0; i < 8; i++)
         x[4 + i] = (uint8_t)(pn >> (56 - 8 * i));
     nonce_of(s->tx.iv, pn, nonce);
-    return gcm(s->tx.ctx, 1, nonce, pkt, len, s->mode == MRC_SEC_ENCRYPT ? (uint32_t)hl : len - MRC_TAG_LEN, pkt);
+    uint32_t body = len - MRC_TAG_LEN, aad = s->mode == MRC_SEC_ENCRYPT ? hl : body; /* AUTH: all of it */
+    return gcm(s->tx.ctx, 1, nonce, pkt, aad, pkt + aad, body - aad, pkt + aad, pkt + body);
 }
 
 static int seen(const struct qp_sec *s, uint64_t pn)
@@ -205,10 +201,7 @@ int sec_open(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t len, 
 {
     struct qp_sec *s = q->sec;
     *out = pkt;
-    if (!s && !p->sec_mode)
-        return 0; /* neither secured: as before */
-    int hl = mrc_pkt_hdr_len(pkt, len);
-    if (!s || p->sec_mode != s->mode || trimmed || hl < 0) {
+    if (!s || p->sec_mode != s->mode || trimmed || len < MRC_TAG_LEN) {
         ep_drop(ep, MRC_DROP_AUTH);
         return -EACCES;
     }
@@ -229,16 +222,16 @@ int sec_open(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t len, 
         k = &next;
         moved = 1;
     }
-    uint8_t nonce[12];
-    uint8_t *dst = s->mode == MRC_SEC_ENCRYPT ? ep->sec_buf : NULL;
+    /* where the payload starts, from the parse: only data packets have one */
+    uint32_t body = len - MRC_TAG_LEN, hl = mrc_opcode_is_data(p->opcode) ? p->payload_off : body;
+    uint32_t aad = s->mode == MRC_SEC_ENCRYPT ? hl : body; /* AUTH: all of it */
+    uint8_t nonce[12], *dst = s->mode == MRC_SEC_ENCRYPT ? ep->sec_buf : NULL;
     int rc = -EACCES;
     if (k && len <= sizeof(ep->sec_buf)) {
         nonce_of(k->iv, p->pn, nonce);
-        if (dst) { /* the headers as they are, the payload decrypted after them, the tag after that */
-            memcpy(dst, pkt, (size_t)hl);
-            memcpy(dst + len - MRC_TAG_LEN, pkt + len - MRC_TAG_LEN, MRC_TAG_LEN);
-        }
-        rc = gcm(k->ctx, 0, nonce, pkt, len, s->mode == MRC_SEC_ENCRYPT ? (uint32_t)hl : len - MRC_TAG_LEN, dst);
+        if (dst) /* the headers as they are, the payload decrypted after them */
+            memcpy(dst, pkt, hl);
+        rc = gcm(k->ctx, 0, nonce, pkt, aad, pkt + aad, body - aad, dst ? dst + aad : NULL, (uint8_t *)pkt + body);
     }
     if (rc < 0) {
         if (moved)
@@ -316,30 +309,21 @@ int mrc_sec_hkdf(const uint8_t *salt, uint32_t salt_len, const uint8_t *ikm, uin
 int mrc_sec_aead(uint32_t enc, const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, uint32_t aad_len,
                  const uint8_t *in, uint32_t len, uint8_t *out)
 {
-    if (!enc && len < MRC_TAG_LEN)
-        return -EBADMSG;
-    if (len > (1u << 30))
-        return -EINVAL;
-    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    if ((!enc && len < MRC_TAG_LEN) || len > (1u << 30))
+        return enc ? -EINVAL : -EBADMSG;
+    struct sec_key k = {0};
     uint32_t body = enc ? len : len - MRC_TAG_LEN;
-    uint8_t none[MRC_TAG_LEN];
-    int n = 0, ok = ctx != NULL;
-    ok = ok && (enc ? EVP_EncryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, nonce)
-                    : EVP_DecryptInit_ex(ctx, EVP_aes_256_gcm(), NULL, key, nonce)) == 1;
-    if (ok && aad_len)
-        ok = (enc ? EVP_EncryptUpdate(ctx, NULL, &n, aad, (int)aad_len)
-                  : EVP_DecryptUpdate(ctx, NULL, &n, aad, (int)aad_len)) == 1;
-    if (ok && body)
-        ok = (enc ? EVP_EncryptUpdate(ctx, out, &n, in, (int)body) : EVP_DecryptUpdate(ctx, out, &n, in, (int)body)) == 1;
-    if (ok && !enc)
-        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, MRC_TAG_LEN, (void *)(in + body)) == 1;
-    if (ok)
-        ok = (enc ? EVP_EncryptFinal_ex(ctx, none, &n) : EVP_DecryptFinal_ex(ctx, none, &n)) == 1;
-    if (ok && enc)
-        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, MRC_TAG_LEN, out + body) == 1;
-    EVP_CIPHER_CTX_free(ctx);
-    if (!ok && !enc)
+    uint8_t tag[MRC_TAG_LEN];
+    if (!enc)
+        memcpy(tag, in + body, MRC_TAG_LEN);
+    int rc = key_init(&k, key, nonce, 0, (int)enc);
+    if (rc == 0)
+        rc = gcm(k.ctx, (int)enc, nonce, aad, aad_len, in, body, out, tag);
+    if (rc == 0 && enc)
+        memcpy(out + body, tag, MRC_TAG_LEN);
+    if (rc < 0 && !enc)
         OPENSSL_cleanse(out, body); /* nothing of what did not verify is left */
-    return ok ? 0 : enc ? -EIO : -EBADMSG;
+    key_free(&k);
+    return rc < 0 ? (enc ? -EIO : -EBADMSG) : 0;
 }
 

@@ -1,7 +1,7 @@
 /* The application side of libmrc (csrc/app/): what a C program needs around
  * the data path to open a context by name and set up a connection, where
  * Python has mrc.ports, mrc.paths and mrc.cm. Shared by its files, lowest
- * first: err.c (the error sentence), sha256.c, json.c, ports.c (the kernel's
+ * first: err.c (the error sentence), digest.c (HMAC, SHA-256, hex), json.c, ports.c (the kernel's
  * view of a port), topo.c (a topology file), chan.c (a connection-setup
  * channel), open.c (a context opened by name, connecting a QP), cm.c (the
  * exchange: proofs, sealing, the listener and the connector). Not part of any contract
@@ -20,14 +20,9 @@
 int app_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void app_clear_error(void);
 
-/* sha256.c */
-struct sha256 { uint32_t h[8]; uint64_t len; uint8_t buf[64]; size_t n; };
-void sha256_init(struct sha256 *s);
-void sha256_update(struct sha256 *s, const void *data, size_t len);
-void sha256_final(struct sha256 *s, uint8_t out[32]);
-/* HMAC-SHA256 of the concatenation of `parts` */
-void hmac_sha256(const uint8_t *key, size_t klen, const void *const *parts, const size_t *lens, int nparts,
-                 uint8_t out[32]);
+/* digest.c: HMAC-SHA256 of the concatenation of `parts` (libcrypto): 0 or -1. */
+int hmac_sha256(const uint8_t *key, size_t klen, const void *const *parts, const size_t *lens, int nparts,
+                uint8_t out[32]);
 void hex_encode(const uint8_t *in, size_t n, char *out); /* 2n digits and a NUL */
 int hex_decode(const char *hex, uint8_t *out, size_t max); /* bytes decoded, or -1 (not hex, or over max) */
 

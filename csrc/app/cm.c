@@ -52,10 +52,10 @@ static int proof(const struct mrc_cm *cm, const struct json *msg, const char *ro
     }
     const void *parts[3] = {cm->challenge, role, body.p};
     size_t lens[3] = {cm->clen, strlen(role), body.n};
-    hmac_sha256(cm->key, cm->klen, parts, lens, 3, mac);
+    int rc = hmac_sha256(cm->key, cm->klen, parts, lens, 3, mac);
     hex_encode(mac, 32, out);
     text_free(&body);
-    return 0;
+    return rc < 0 ? app_fail(ENOMEM, "out of memory") : 0;
 }
 
 static int check_proof(const struct mrc_cm *cm, const char *role, const char *who)

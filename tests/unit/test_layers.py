@@ -30,7 +30,7 @@ C_LAYERS = [
     ["simfab.c", "simfab_setup.c"],  # the fabric simulator drives whole contexts
     # a C program's side (csrc/app/app.h): the error sentence, digests, JSON, the kernel's
     # view of a port, topology files; then a context opened by name; then connection setup
-    ["app/err.c", "app/sha256.c", "app/json.c", "app/ports.c", "app/topo.c", "app/chan.c"],
+    ["app/err.c", "app/digest.c", "app/json.c", "app/ports.c", "app/topo.c", "app/chan.c"],
     ["app/open.c"],
     ["app/cm.c"],
     ["bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c",
