@@ -102,15 +102,16 @@ def _check_proof(key: bytes, challenge: bytes, msg: dict, role: bytes, who: str)
         raise ErrnoError(errno.EACCES, f"the {who} did not prove it holds the pre-shared key")
 
 
-def read_psk(path: str) -> bytes:
-    """A pre-shared key from a file (its bytes, surrounding white space removed)."""
+def read_psk(path: str, what: str = "pre-shared key") -> bytes:
+    """A pre-shared key (or another secret: ``what``) from a file: its bytes,
+    surrounding white space removed, at least 16 of them."""
     try:
         with open(path, "rb") as f:
             key = f.read().strip()
     except OSError as e:
-        raise UsageError(f"cannot read the pre-shared key file {path}: {e.strerror}") from None
+        raise UsageError(f"cannot read the {what} file {path}: {e.strerror}") from None
     if len(key) < 16:
-        raise UsageError(f"the pre-shared key in {path} is {len(key)} bytes: use at least 16 (e.g. `head -c 32 "
+        raise UsageError(f"the {what} in {path} is {len(key)} bytes: use at least 16 (e.g. `head -c 32 "
                          f"/dev/urandom | base64 > {path}`)")
     return key
 

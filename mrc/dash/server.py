@@ -99,14 +99,25 @@ class Dash:
         given = request.headers.get(TOKEN_HEADER, "")
         return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
 
-    def read_ok(self, request) -> bool:
-        """Whether the request carries a token that allows reading: either
-        one, in the header, as a bearer token or in the query."""
+    @staticmethod
+    def _given(request) -> str:
+        """The token a read names: in the header, as a bearer token, or in the query (the event stream)."""
         auth = request.headers.get("Authorization", "")
-        given = (request.headers.get(TOKEN_HEADER) or (auth[7:] if auth.startswith("Bearer ") else "")
-                 or request.query.get("token", ""))
-        return bool(given) and any(t and hmac.compare_digest(given.encode(), t.encode())
-                                   for t in (self.token, self.view_token))
+        return (request.headers.get(TOKEN_HEADER) or (auth[7:] if auth.startswith("Bearer ") else "")
+                or request.query.get("token", ""))
+
+    @staticmethod
+    def _same(given: str, token: str | None) -> bool:
+        return bool(given) and bool(token) and hmac.compare_digest(given.encode(), token.encode())
+
+    def read_ok(self, request) -> bool:
+        """Whether the request carries a token that allows reading: either one."""
+        given = self._given(request)
+        return self._same(given, self.token) or self._same(given, self.view_token)
+
+    def reads_with_change_token(self, request) -> bool:
+        """Whether a read came with the change token (its page may offer changes)."""
+        return self._same(self._given(request), self.token)
 
 
 def make_app(dash: Dash):
@@ -238,14 +249,9 @@ def _sse(event: str, obj) -> bytes:
 
 def _hello(dash: Dash, request=None) -> dict:
     why = dash.can_modify
-    if why is None and request is not None and not dash.token_ok(request) and not _query_token_is(dash, request):
+    if why is None and request is not None and not dash.reads_with_change_token(request):
         why = "read only: this is the read-only token (open the URL with the change token to change the fabric)"
     return {**dash.c.hello(), "read_only_reason": why, "pages": dash.streams}
-
-
-def _query_token_is(dash: Dash, request) -> bool:
-    given = request.query.get("token", "")
-    return bool(given) and hmac.compare_digest(given.encode(), dash.token.encode())
 
 
 WILDCARDS = ("0.0.0.0", "::", "")

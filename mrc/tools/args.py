@@ -100,13 +100,11 @@ def print_result(obj, as_json: bool, text: str) -> None:
 
 
 def read_token(path: str) -> str:
-    """A token from a file: its text, surrounding white space removed (at least 16 characters)."""
-    try:
-        with open(path) as f:
-            token = f.read().strip()
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"cannot read the token file {path}: {getattr(e, 'strerror', None) or e}") from None
-    if len(token) < 16 or any(c.isspace() for c in token):
-        raise UsageError(f"the token in {path} must be at least 16 characters without spaces (e.g. `head -c 18 "
+    """A token from a file (``mrc.cm.read_psk``'s rules), printable ASCII without spaces: it travels in headers."""
+    from mrc import cm
+
+    token = cm.read_psk(path, "token")
+    if not all(33 <= b < 127 for b in token):
+        raise UsageError(f"the token in {path} must be printable ASCII without spaces (e.g. `head -c 18 "
                          f"/dev/urandom | base64 > {path}`)")
-    return token
+    return token.decode()
