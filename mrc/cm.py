@@ -50,6 +50,7 @@ import threading
 import time
 from dataclasses import asdict
 
+from mrc import secure
 from mrc.errors import ErrnoError, UsageError, errno_error
 from mrc.paths import PathResolver
 from mrc.verbs import RemoteInfo
@@ -136,8 +137,6 @@ class Connection:
         the connection is not secured."""
         if self.security == "off":
             return None
-        from mrc import secure
-
         kx = self._kx
         pair = (my_qpn, peer_qpn) if kx["initiator"] else (peer_qpn, my_qpn)  # the connector's QP first
         seen = kx["transcript"] + b"".join(n.to_bytes(4, "big") for n in pair)
@@ -186,8 +185,6 @@ class Connection:
         if self.security != "off":
             ans["kx"] = self._kx["pub"].hex()
         if self._seal is not None:
-            from mrc import secure
-
             ans = {"sealed": secure.seal(self._seal, b"mrc answer", json.dumps(ans).encode()).hex()}
         if self._key is not None:
             ans["auth"] = _proof(*self._key, ans, b"answer")
@@ -219,8 +216,6 @@ class Connection:
 
 def _unseal_json(key_iv: tuple[bytes, bytes], aad: bytes, sealed, what: str) -> dict:
     """The JSON object a sealed message carries (EACCES when it does not verify, EPROTO when it is not one)."""
-    from mrc import secure
-
     data = _hex(sealed, 16, MAX_LINE, f"the {what}'s sealed part")
     try:
         inner = json.loads(secure.unseal(key_iv, aad, data),
@@ -315,9 +310,7 @@ class Listener:
 
     def __init__(self, addr: str = "::", port: int = DEFAULT_PORT, psk: bytes | None = None,
                  setup_timeout: float = SETUP_TIMEOUT, security: str = "off") -> None:
-        from mrc.secure import mode_of
-
-        mode_of(security)
+        secure.mode_of(security)
         if security != "off" and psk is None:
             raise UsageError(f"security {security} needs a pre-shared key: give --psk-file")
         self.psk = psk
@@ -386,8 +379,6 @@ class Listener:
             c.send({"mrc": PROTOCOL, "challenge": challenge.hex(), "auth": self.psk is not None})
             hello = c.recv(timeout)
             if self.psk is not None:
-                from mrc import secure
-
                 _check_proof(self.psk, challenge, hello, b"", "client")
                 nonce = _hex(hello.get("nonce"), 16, 64, "the hello's nonce")
                 c._key = (self.psk, challenge + nonce)
@@ -397,7 +388,7 @@ class Listener:
                 c._seal = keys["s2c"]
             c.peer = info_from_json(hello.get("info"))
             c.hello = hello
-            self._key_exchange(c, hello, challenge)
+            self._key_exchange(c, hello)
             self._done.put((who, c))
         except (ErrnoError, OSError) as e:
             c.refuse(e)
@@ -408,7 +399,7 @@ class Listener:
             self._release(who)
             raise
 
-    def _key_exchange(self, c: Connection, hello: dict, challenge: bytes) -> None:
+    def _key_exchange(self, c: Connection, hello: dict) -> None:
         """The security the client asks for must be ours; then our half of the X25519 exchange."""
         asked = hello.get("security", "off")
         if asked != self.security:
@@ -416,14 +407,11 @@ class Listener:
                                            f"{str(asked)[:20]!r} (give the same --security on both sides)")
         if asked == "off":
             return
-        from mrc import secure
-
         peer = _hex(hello.get("kx"), 32, 32, "the hello's kx (an X25519 public key)")
         priv, pub = secure.keypair()
-        nonce = _hex(hello.get("nonce"), 16, 64, "the hello's nonce")
         c.security = asked
         c._kx = {"priv": priv, "pub": pub, "peer": peer, "psk": self.psk, "initiator": False,
-                 "transcript": challenge + nonce + peer + pub}
+                 "transcript": c._key[1] + peer + pub}  # challenge + the client's nonce, then both public keys
 
     def accept(self, timeout: float | None = None) -> Connection:
         """The next connection whose hello is well formed (and authenticated).
@@ -468,8 +456,6 @@ def connect(addr: str, port: int, info: RemoteInfo, timeout: float = SETUP_TIMEO
     """Send our info (with proof of ``psk`` when the listener asks), wait for
     the peer's (it is at RTS when it answers). ``security`` "auth" or
     "encrypt" (with ``psk``) exchanges the keys of authenticated MRC."""
-    from mrc import secure
-
     secure.mode_of(security)
     if security != "off" and psk is None:
         raise UsageError(f"security {security} needs a pre-shared key: give --psk-file")

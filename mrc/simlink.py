@@ -20,6 +20,7 @@ True
 
 from __future__ import annotations
 
+from mrc import secure
 from mrc._dp import ffi, lib
 from mrc.core import QPAttr, QueuePair
 from mrc.errors import check
@@ -58,8 +59,6 @@ class Sim:
         ia, ib = self.index(a), self.index(b)
         qa, qb = a.create_qp(attr), b.create_qp(attr)
         if security != "off":
-            from mrc import secure
-
             ka, kb = secure.pair_keys(qa.qpn, qb.qpn, security, rotate_every=rotate_every)
             qa.set_keys(ka)
             qb.set_keys(kb)

@@ -45,6 +45,7 @@ from mrc.ctl.profiles import SRV6, Registry
 from mrc.errors import ErrnoError, MrcError, check
 from mrc.paths import PathResolver, from_environment
 from mrc.ports import Port, discover_ports, port_cfgs
+from mrc.secure import mode_of
 from mrc.wire import ev_entropy, ev_plane
 
 ACCESS_LOCAL_WRITE = lib.MRC_ACCESS_LOCAL_WRITE
@@ -207,8 +208,6 @@ class Context(Device):
     def __init__(self, ports: list[Port] | None = None, *, resolver: PathResolver | None = None,
                  max_qps: int = 1024, cq_depth: int = 65536, start: bool = True, spin_us: float = 200.0,
                  port_rate_bps: int = 0, security: str = "off") -> None:
-        from mrc.secure import mode_of
-
         mode_of(security)
         #: the security mode of this context's QPs, unless create_qp says otherwise
         self.security = security
@@ -483,8 +482,6 @@ class ConnectedQP(QueuePair):
             raise ErrnoError(errno.EINVAL, f"QP {self.qpn} runs security {self.security}: connect it with the keys "
                                            f"of its connection setup (conn.keys(qp.qpn, peer.qpn))")
         if keys is not None:
-            from mrc.secure import mode_of
-
             if keys.mode != mode_of(self.security):
                 raise ErrnoError(errno.EINVAL, f"QP {self.qpn} runs security {self.security}, the keys another mode")
             self.set_keys(keys)

@@ -14,6 +14,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 
+from mrc import secure
 from mrc.fabric import ns, resolver
 from mrc.fabric.topology import Topology
 from mrc.verbs import CompletionQueue, Context, MemoryRegion, QPAttr, QueuePair, RemoteInfo
@@ -74,8 +75,6 @@ def connect_pair(ca: Context, cb: Context, size: int, attr: QPAttr | None = None
     ia, ib = ca.local_info(qa, ms), cb.local_info(qb, md)
     ka = kb = None
     if security != "off":
-        from mrc import secure
-
         ka, kb = secure.pair_keys(qa.qpn, qb.qpn, security)
         qa.security = qb.security = security
     qb.connect(ia, kb)  # the receiver first: it is at RTS before the first packet
