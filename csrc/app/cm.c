@@ -41,7 +41,8 @@ static int sec_mode_of(const struct json *d)
     return -1;
 }
 
-static int proof(const struct mrc_cm *cm, const struct json *msg, const char *role, char out[65])
+/* hex HMAC-SHA256(key, the first clen bytes of challenge + nonce, role, canonical(msg without "auth")) */
+static int proof(const struct mrc_cm *cm, const struct json *msg, const char *role, size_t clen, char out[65])
 {
     struct text body = {0};
     uint8_t mac[32];
@@ -51,7 +52,7 @@ static int proof(const struct mrc_cm *cm, const struct json *msg, const char *ro
         return app_fail(ENOMEM, "out of memory");
     }
     const void *parts[3] = {cm->challenge, role, body.p};
-    size_t lens[3] = {cm->clen, strlen(role), body.n};
+    size_t lens[3] = {clen, strlen(role), body.n};
     int rc = hmac_sha256(cm->key, cm->klen, parts, lens, 3, mac);
     hex_encode(mac, 32, out);
     text_free(&body);
@@ -62,7 +63,7 @@ static int check_proof(const struct mrc_cm *cm, const char *role, const char *wh
 {
     char want[65];
     const char *got = json_str(&cm->msg, json_member(&cm->msg, 0, "auth"));
-    if (proof(cm, &cm->msg, role, want) < 0)
+    if (proof(cm, &cm->msg, role, cm->clen, want) < 0)
         return -ENOMEM;
     unsigned diff = !got || strlen(got) != 64;
     for (int i = 0; !diff && i < 64; i++)
@@ -109,6 +110,32 @@ static int unseal_msg(struct mrc_cm *cm, const uint8_t key_iv[44], const char *a
     return rc;
 }
 
+/* b (our message) becomes {"nonce": nonce, "sealed": b sealed}: the
+ * connector's key and "mrc hello", or the listener's and "mrc answer". */
+static int seal_text(struct mrc_cm *cm, struct text *b, const char *nonce)
+{
+    const uint8_t *k = cm->initiator ? cm->c2s : cm->s2c;
+    const char *aad = cm->initiator ? "mrc hello" : "mrc answer";
+    uint8_t *sealed = malloc(b->n + SEAL_TAG);
+    char *hex = malloc(2 * (b->n + SEAL_TAG) + 1);
+    int rc = sealed && hex ? mrc_sec_aead(1, k, k + 32, (const uint8_t *)aad, (uint32_t)strlen(aad),
+                                          (const uint8_t *)b->p, (uint32_t)b->n, sealed)
+                           : -ENOMEM;
+    if (rc == 0) {
+        hex_encode(sealed, b->n + SEAL_TAG, hex);
+        b->n = 0;
+        text_put(b, "{", 1);
+        if (nonce)
+            text_printf(b, "\"nonce\":\"%s\",", nonce);
+        text_put(b, "\"sealed\":\"", 10);
+        text_put(b, hex, strlen(hex));
+        text_put(b, "\"}", 2);
+    }
+    free(sealed);
+    free(hex);
+    return rc < 0 || b->oom ? app_fail(rc < 0 ? -rc : ENOMEM, "cannot seal our message") : 0;
+}
+
 /* {"info": our side, extra..., "nonce": nonce, "security" and "kx" (secured), "auth": proof (when proven)};
  * under a key {"nonce": nonce, "sealed": the rest, sealed, "auth": proof} */
 static int send_side(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, const char *extra, const char *role,
@@ -135,61 +162,22 @@ static int send_side(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *min
         text_printf(&b, ",\"kx\":\"%s\"", kx);
     }
     text_put(&b, "}", 1);
-    if (b.oom) {
-        text_free(&b);
-        return app_fail(ENOMEM, "out of memory");
-    }
-    int rc = 0;
-    if (cm->auth) { /* sealed: b becomes {"nonce", "sealed"} */
-        struct json check;
-        if ((rc = json_parse(&check, b.p, b.n, "our message (check `extra`)")) < 0) {
-            text_free(&b);
-            return rc;
-        }
+    struct json check;
+    int rc = b.oom ? app_fail(ENOMEM, "out of memory") : json_parse(&check, b.p, b.n, "our message (check `extra`)");
+    if (rc == 0)
         json_free(&check);
-        const uint8_t *k = cm->initiator ? cm->c2s : cm->s2c;
-        const char *aad = cm->initiator ? "mrc hello" : "mrc answer";
-        uint8_t *sealed = malloc(b.n + SEAL_TAG);
-        char *hex = malloc(2 * (b.n + SEAL_TAG) + 1);
-        rc = sealed && hex ? mrc_sec_aead(1, k, k + 32, (const uint8_t *)aad, (uint32_t)strlen(aad),
-                                          (const uint8_t *)b.p, (uint32_t)b.n, sealed)
-                           : -ENOMEM;
-        if (rc == 0) {
-            hex_encode(sealed, b.n + SEAL_TAG, hex);
-            b.n = 0;
-            text_put(&b, "{", 1);
-            if (nonce)
-                text_printf(&b, "\"nonce\":\"%s\",", nonce);
-            text_put(&b, "\"sealed\":\"", 10);
-            text_put(&b, hex, strlen(hex));
-            text_put(&b, "\"}", 2);
-        }
-        free(sealed);
-        free(hex);
-        if (rc < 0 || b.oom) {
-            text_free(&b);
-            return app_fail(rc < 0 ? -rc : ENOMEM, "cannot seal our message");
-        }
-    }
-    if (cm->auth) {
-        struct json body;
+    if (rc == 0 && cm->auth && (rc = seal_text(cm, &b, nonce)) == 0) { /* {"nonce", "sealed"}, then its proof */
+        struct json outer;
         char mac[65];
-        if ((rc = json_parse(&body, b.p, b.n, "our message (check `extra`)")) == 0) {
-            size_t all = cm->clen;
-            if (cm->initiator) /* the hello is proven over the challenge alone; the answer over the nonce too */
-                cm->clen = cm->glen;
-            rc = proof(cm, &body, role, mac);
-            cm->clen = all;
-            json_free(&body);
+        if ((rc = json_parse(&outer, b.p, b.n, "our sealed message")) == 0) {
+            /* the hello is proven over the challenge alone; the answer over the nonce too */
+            rc = proof(cm, &outer, role, cm->initiator ? cm->glen : cm->clen, mac);
+            json_free(&outer);
         }
         if (rc == 0) {
             b.n--; /* the closing brace */
             text_printf(&b, ",\"auth\":\"%s\"}", mac);
         }
-    } else {
-        struct json body;
-        if ((rc = json_parse(&body, b.p, b.n, "our message (check `extra`)")) == 0)
-            json_free(&body);
     }
     if (rc == 0)
         rc = b.oom ? app_fail(ENOMEM, "out of memory") : mrc_cm_send(cm, b.p);
