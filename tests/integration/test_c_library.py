@@ -174,3 +174,77 @@ def test_the_c_examples_run_secured_against_mrc_perf_and_each_other(fabric, exam
         assert bad.returncode == 1 and "security" in bad.stderr, bad.stderr
     finally:
         stop(server)
+
+
+def _hostile_server(port: int, replies: list[bytes]) -> None:
+    """A setup server in this namespace that answers each connection with the
+    next reply (bytes as they are: a greeting, then maybe an answer after
+    the hello has come)."""
+    srv = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("::", port))
+    srv.listen(4)
+    print("listening", flush=True)
+    for reply in replies:
+        c, _ = srv.accept()
+        with c:
+            c.settimeout(5)
+            greeting, _, answer = reply.partition(b"\n")
+            c.sendall(greeting + b"\n")
+            if answer:
+                try:
+                    c.recv(1 << 20)  # the hello
+                except OSError:
+                    pass
+                c.sendall(answer)
+    srv.close()
+
+
+HOSTILE_SERVERS = [
+    ("not JSON", b"hello there\n"),
+    ("an older protocol", b'{"mrc": 1, "challenge": "' + b"ab" * 32 + b'", "auth": false}\n'),
+    ("a challenge that is not hex", b'{"mrc": 2, "challenge": "zz", "auth": true}\n'),  # the client has a key
+    ("an answer that does not prove the key", b'{"mrc": 2, "challenge": "' + b"ab" * 32 + b'", "auth": true}\n'
+                                              b'{"sealed": "00", "auth": "' + b"00" * 32 + b'"}\n'),
+    ("an answer that is not JSON", b'{"mrc": 2, "challenge": "' + b"ab" * 32 + b'", "auth": false}\n{nope\n'),
+    ("a refusal with a strange errno", b'{"mrc": 2, "challenge": "' + b"ab" * 32 + b'", "auth": false}\n'
+                                       + '{"error": "x", "errno": "²"}\n'.encode()),
+    ("an answer without info", b'{"mrc": 2, "challenge": "' + b"ab" * 32 + b'", "auth": false}\n{"qpn": 5}\n'),
+    ("a line over 64 KiB", b'{"mrc": 2, "challenge": "' + b"ab" * 32 + b'", "auth": false}\n{"a": "'
+                           + b"x" * 70000 + b'"}\n'),
+    ("a hang-up", b'{"mrc": 2, "challenge": "' + b"ab" * 32 + b'", "auth": false}\n'),
+]
+
+
+def test_the_c_client_refuses_a_hostile_server_in_one_line(fabric, examples, tmp_path):
+    """The connector side of the C library against a server that lies: each
+    reply is refused with a sentence, and the client exits 1, never crashes."""
+    port = 18777
+    key = tmp_path / "key"
+    key.write_text("h" * 32)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from tests.integration.test_c_library import "
+            "_hostile_server, HOSTILE_SERVERS; _hostile_server(int(sys.argv[2]), [r for _, r in HOSTILE_SERVERS])")
+    srv = subprocess.Popen(["ip", "netns", "exec", f"mrc-{fabric.name}-h1", sys.executable, "-c", code, str(ROOT),
+                            str(port)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert srv.stdout.readline().strip() == "listening"
+        for what, reply in HOSTILE_SERVERS:
+            keyed = ["--psk-file", key] if b'"auth": true' in reply else []
+            out = run(fabric, "h0", examples / "write_bw", "h1", "--port", port, "--size", "4096", "--iters", "1",
+                      *keyed, timeout=60)
+            assert out.returncode == 1, (what, out.returncode, out.stderr)
+            assert "write_bw: set up the connection: " in out.stderr and len(out.stderr.splitlines()) == 1, (what,
+                                                                                                       out.stderr)
+        assert srv.wait(10) == 0
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+        srv.wait()
+        srv.stdout.close()
+
+
+def test_the_examples_refuse_bad_options(examples):
+    for args in (["pingpong", "--security", "strong", "h1"], ["pingpong", "--size", "0", "h1"],
+                 ["write_bw", "--depth", "0", "h1"], ["write_bw"], ["pingpong", "--server", "extra"]):
+        out = subprocess.run([str(examples / args[0]), *args[1:]], capture_output=True, text=True, timeout=10)
+        assert out.returncode == 2 and "usage:" in out.stderr, (args, out.returncode, out.stderr)

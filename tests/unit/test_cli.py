@@ -161,3 +161,27 @@ def test_a_reader_that_goes_away_ends_the_command_without_a_traceback():
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_token_file_must_hold_a_usable_token(tmp_path):
+    """--token-file (mrc dash, mrc ctl metrics): missing, short, or with what a header cannot carry."""
+    from mrc.errors import UsageError
+    from mrc.tools.args import read_token
+
+    cases = [(tmp_path / "missing", None, "cannot read the token file"), (tmp_path / "short", b"abc\n", "at least 16"),
+             (tmp_path / "space", b"abcdefgh ijklmnopq", "without spaces"),
+             (tmp_path / "utf8", "é".encode() * 10, "printable ASCII")]
+    for path, data, says in cases:
+        if data is not None:
+            path.write_bytes(data)
+        with pytest.raises(UsageError, match=says):
+            read_token(str(path))
+    good = tmp_path / "good"
+    good.write_bytes(b"  " + b"t" * 20 + b"\n")
+    assert read_token(str(good)) == "t" * 20
+
+
+def test_a_security_mode_that_is_not_one_is_refused():
+    r = subprocess.run([sys.executable, "-m", "mrc", "perf", "client", "h1", "--security", "strong"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--security" in r.stderr and "Traceback" not in r.stderr

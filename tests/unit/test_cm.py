@@ -5,6 +5,7 @@ costs one bounded wait, and a pre-shared key lets only its holders in (and
 shows the client that the answer comes from a holder too)."""
 import errno
 import json
+import os
 import socket
 import threading
 import time
@@ -438,3 +439,87 @@ def test_with_a_key_what_the_setup_carries_is_sealed(listener, monkeypatch):
         assert set(json.loads(text)) <= {"nonce", "sealed", "auth"}, text
         for secret in ("qpn", "fd00::1", "fd00::2", "max_size", '"rkey"'):
             assert secret not in text, (secret, text)
+
+
+def _secured_hello(port: int, inner, sealed_hex: str | None = None, key: bytes = KEY) -> list[dict]:
+    """A client under the key that proves its hello but seals ``inner`` (any JSON value)
+    or sends ``sealed_hex`` as it is; returns what the listener answered."""
+    from mrc import secure
+
+    with socket.create_connection(("::1", port), timeout=5) as s, s.makefile("rwb") as f:
+        challenge = bytes.fromhex(json.loads(f.readline())["challenge"])
+        nonce = os.urandom(32)
+        if sealed_hex is None:
+            keys = secure.setup_keys(key, challenge, nonce)
+            sealed_hex = secure.seal(keys["c2s"], b"mrc hello", json.dumps(inner).encode()).hex()
+        hello = {"nonce": nonce.hex(), "sealed": sealed_hex}
+        hello["auth"] = cm._proof(key, challenge, hello)
+        f.write(json.dumps(hello).encode() + b"\n")
+        f.flush()
+        return [json.loads(x) for x in f.read().splitlines() if x]
+
+
+HOSTILE_SECURED = [
+    ("sealed not hex", None, "zz" * 40, errno.EPROTO),
+    ("sealed too short", None, "00" * 8, errno.EPROTO),
+    ("sealed under another key", None, "00" * 64, errno.EACCES),
+    ("a list inside", [1, 2], None, errno.EPROTO),
+    ("not JSON inside", None, None, errno.EPROTO),
+    ("an unknown mode", {"info": cm.info_to_json(GOOD), "security": "strong", "kx": "00" * 32}, None, errno.EPROTO),
+    ("a short kx", {"info": cm.info_to_json(GOOD), "security": "auth", "kx": "00" * 8}, None, errno.EPROTO),
+    ("kx not hex", {"info": cm.info_to_json(GOOD), "security": "auth", "kx": "x" * 64}, None, errno.EPROTO),
+    ("a bool for a number", {"info": {**cm.info_to_json(GOOD), "qpn": True}, "security": "auth", "kx": "00" * 32},
+     None, errno.EPROTO),
+]
+
+
+@pytest.mark.parametrize("what,inner,sealed,code", HOSTILE_SECURED, ids=[h[0] for h in HOSTILE_SECURED])
+def test_a_hostile_sealed_hello_is_refused_and_the_listener_goes_on(what, inner, sealed, code):
+    """A client that holds the key but sends a sealed part that is not hex, does
+    not verify, or carries what a hello may not: refused with an errno, told
+    why, and the next client is served."""
+    from mrc import secure
+
+    lst = cm.listen("::1", 0, KEY, security="auth")
+    port = lst.sock.getsockname()[1]
+    try:
+        if what == "not JSON inside":
+            out: dict = {}
+
+            def garbage():
+                with socket.create_connection(("::1", port), timeout=5) as s, s.makefile("rwb") as f:
+                    challenge = bytes.fromhex(json.loads(f.readline())["challenge"])
+                    nonce = os.urandom(32)
+                    keys = secure.setup_keys(KEY, challenge, nonce)
+                    hello = {"nonce": nonce.hex(), "sealed": secure.seal(keys["c2s"], b"mrc hello", b"{nope").hex()}
+                    hello["auth"] = cm._proof(KEY, challenge, hello)
+                    f.write(json.dumps(hello).encode() + b"\n")
+                    f.flush()
+                    out["lines"] = [json.loads(x) for x in f.read().splitlines() if x]
+            th = threading.Thread(target=garbage, daemon=True)
+        else:
+            out = {}
+            th = threading.Thread(target=lambda: out.update(lines=_secured_hello(port, inner, sealed)), daemon=True)
+        th.start()
+        with pytest.raises(ErrnoError) as e:
+            lst.accept(timeout=5)
+        th.join(5)
+        assert e.value.errno == code, (what, e.value)
+        assert out["lines"][-1]["errno"] == code and out["lines"][-1]["error"]
+    finally:
+        lst.close()
+
+
+def test_secure_refuses_what_does_not_verify():
+    from mrc import secure
+
+    k = (b"k" * 32, b"i" * 12)
+    sealed = secure.seal(k, b"aad", b"payload")
+    assert secure.unseal(k, b"aad", sealed) == b"payload"
+    for bad_data, aad in [(sealed[:-1] + bytes([sealed[-1] ^ 1]), b"aad"), (sealed, b"other"), (sealed[:10], b"aad"),
+                          (b"", b"aad")]:
+        with pytest.raises(ErrnoError) as e:
+            secure.unseal(k, aad, bad_data)
+        assert e.value.errno == errno.EACCES
+    with pytest.raises(ErrnoError):
+        secure.derive(b"short", b"x" * 32, b"k" * 32, b"", True, "auth")

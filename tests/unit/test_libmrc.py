@@ -95,3 +95,51 @@ def test_the_c_defaults_are_the_software_data_path_of_mrc_verbs():
     assert tuple(int(x) for x in sizes.split(",")) == verbs.PAYLOAD_SIZES
     room = re.search(r"#define HEADER_ROOM \(([\d +]+)\)", src).group(1)
     assert sum(int(x) for x in room.split("+")) == verbs.HEADER_ROOM
+
+
+@pytest.mark.parametrize("ports,says", [("", "no MRC ports"), (",,", "no MRC ports"), ("x" * 20, "not an interface"),
+                                        ("lo:x", "plane"), ("lo:-1", "plane"), (":0", "not an interface"),
+                                        (",".join(["lo"] * 17), "at most 16"), ("a" * 600, "too long")])
+def test_a_bad_port_list_is_refused_in_one_sentence(lib, ports, says):
+    err, why = _open(lib, ports=ports)
+    assert err == errno.EINVAL and says in why, why
+
+
+def test_a_topology_with_bad_paths_is_refused(lib, tmp_path):
+    host = {"ports": [{"plane": 0, "ifname": "lo", "address": "fc00::1"}]}
+    for paths, says in [([{"src": "a", "dst": "nobody", "plane": 0, "addresses": ["fc00::1"]}], "paths[0]"),
+                        ([{"src": "a", "dst": "a", "plane": 0, "addresses": ["fc00::1"] * 17}], "1 to 16"),
+                        ([{"src": "a", "dst": "a", "plane": 0, "addresses": ["fc00::1", 5]}], "address 1"),
+                        ([{"src": "a", "dst": "a", "plane": 16, "addresses": ["fc00::1"]}], "paths[0]")]:
+        topo = tmp_path / "t.json"
+        topo.write_text(json.dumps({"hosts": {"a": host}, "paths": paths}))
+        err, why = _open(lib, topology=str(topo), host="a")
+        assert err == errno.EINVAL and says in why, (paths, why)
+
+
+def test_a_listener_refuses_a_bad_key_file_address_or_mode(lib, tmp_path):
+    """The C library's listener (no context needed): each bad input is an errno and a sentence."""
+    lib.mrc_cm_listen.argtypes = [ctypes.c_char_p, ctypes.c_uint16, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    lib.mrc_cm_listener_security.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+    lib.mrc_cm_listener_close.argtypes = [ctypes.c_void_p]
+    short, good = tmp_path / "short", tmp_path / "good"
+    short.write_bytes(b" secret \n")
+    good.write_bytes(b"k" * 32)
+    out = ctypes.c_void_p()
+    for addr, key, err, says in [(b"::1", str(tmp_path / "missing").encode(), errno.ENOENT, "cannot read"),
+                                 (b"::1", str(short).encode(), errno.EINVAL, "at least 16"),
+                                 (b"not-an-address", None, errno.EINVAL, "not an IPv6 address")]:
+        assert lib.mrc_cm_listen(addr, 0, key, ctypes.byref(out)) == -err
+        assert says in lib.mrc_last_error().decode()
+    assert lib.mrc_cm_listen(b"::1", 0, None, ctypes.byref(out)) == 0
+    try:
+        assert lib.mrc_cm_listener_security(out, 1) == -errno.EINVAL  # a secured mode needs the key
+        assert "pre-shared key" in lib.mrc_last_error().decode()
+        assert lib.mrc_cm_listener_security(out, 7) == -errno.EINVAL
+    finally:
+        lib.mrc_cm_listener_close(out)
+    assert lib.mrc_cm_listen(b"::1", 0, str(good).encode(), ctypes.byref(out)) == 0
+    try:
+        assert lib.mrc_cm_listener_security(out, 2) == 0
+    finally:
+        lib.mrc_cm_listener_close(out)

@@ -110,6 +110,13 @@ def test_served_over_http_on_localhost(sockdir):
                                      headers={"Authorization": "Bearer " + "t" * 24})
         with urllib.request.urlopen(req, timeout=5) as r:
             text = r.read().decode()
+        for path in ("/", "/metrics/../etc", "/x" * 100):  # only /metrics is served, token or not
+            bad = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                         headers={"Authorization": "Bearer " + "t" * 24})
+            with pytest.raises(urllib.error.HTTPError) as e:
+                urllib.request.urlopen(bad, timeout=5)
+            assert e.value.code == 404
+            e.value.close()
         assert r.headers["Content-Type"].startswith("text/plain")
     finally:
         server.shutdown()
