@@ -42,7 +42,8 @@ struct json { struct jnode *n; int count, cap; char *strs; size_t slen, scap; };
 int json_parse(struct json *d, const char *text, size_t len, const char *what);
 void json_free(struct json *d);
 int json_member(const struct json *d, int node, const char *key); /* the member's node, or -1 */
-int json_item(const struct json *d, int node, int i);              /* an array's i-th node, or -1 */
+int json_first(const struct json *d, int node);                   /* its first item or member, or -1 */
+int json_next(const struct json *d, int node);                    /* the one after it, or -1 */
 int json_len(const struct json *d, int node);                      /* members or items */
 const char *json_str(const struct json *d, int node);             /* a string's text (NULL: not a string) */
 const char *json_key(const struct json *d, int node);             /* a member's key */

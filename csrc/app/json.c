@@ -408,15 +408,12 @@ int json_member(const struct json *d, int node, const char *key)
     return -1;
 }
 
-int json_item(const struct json *d, int node, int i)
+int json_first(const struct json *d, int node)
 {
-    if (node < 0 || d->n[node].type != J_ARR)
-        return -1;
-    int m = d->n[node].first;
-    while (m >= 0 && i-- > 0)
-        m = d->n[m].next;
-    return m;
+    return node >= 0 && (d->n[node].type == J_ARR || d->n[node].type == J_OBJ) ? d->n[node].first : -1;
 }
+
+int json_next(const struct json *d, int node) { return node >= 0 ? d->n[node].next : -1; }
 
 int json_len(const struct json *d, int node)
 {

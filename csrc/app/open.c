@@ -260,8 +260,9 @@ int app_remote(struct app_ctx *a, const struct json *d, int info, struct mrc_rem
         int list = any_paths ? json_member(d, paths, key) : -1, n = json_len(d, list);
         if (list >= 0 && (d->n[list].type != J_ARR || n > MRC_MAX_PATHS))
             return bad_info("a plane's paths are a list of at most 16 addresses");
-        for (int k = 0; k < n; k++)
-            if (parse_addr(json_str(d, json_item(d, list, k)), (struct in6_addr *)pp->paths[k]) < 0)
+        int k = 0;
+        for (int x = json_first(d, list); x >= 0; x = json_next(d, x))
+            if (parse_addr(json_str(d, x), (struct in6_addr *)pp->paths[k++]) < 0)
                 return bad_info("a path is not an IPv6 address");
         pp->npaths = (uint32_t)n;
         if (!n && !any_paths && ours)

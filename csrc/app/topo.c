@@ -43,14 +43,14 @@ static int check(struct topo *t)
         uint32_t planes = 0;
         if (ports < 0 || d->n[ports].type != J_ARR || !json_len(d, ports))
             return app_fail(EINVAL, "%s: host '%s' needs a non-empty 'ports' list", t->path, name);
-        for (int i = 0, p; (p = json_item(d, ports, i)) >= 0; i++)
+        for (int i = 0, p = json_first(d, ports); p >= 0; i++, p = json_next(d, p))
             if (check_port(t, name, p, i, &planes) < 0)
                 return -EINVAL;
         if (mgmt >= 0 && d->n[mgmt].type != J_NULL && parse_addr(json_str(d, mgmt), &a) < 0)
             return app_fail(EINVAL, "%s: host '%s': 'mgmt' is not an IPv6 address", t->path, name);
     }
     int paths = json_member(d, 0, "paths");
-    for (int i = 0, p; (p = json_item(d, paths, i)) >= 0; i++) {
+    for (int i = 0, p = json_first(d, paths); p >= 0; i++, p = json_next(d, p)) {
         int addrs = json_member(d, p, "addresses"), n = json_len(d, addrs);
         uint64_t plane;
         const char *src = json_str(d, json_member(d, p, "src")), *dst = json_str(d, json_member(d, p, "dst"));
@@ -59,8 +59,9 @@ static int check(struct topo *t)
             || d->n[addrs].type != J_ARR || n < 1 || n > MRC_MAX_PATHS)
             return app_fail(EINVAL, "%s: paths[%d] needs 'src' and 'dst' (hosts of the topology), 'plane' and "
                             "'addresses' (1 to 16)", t->path, i);
-        for (int k = 0; k < n; k++)
-            if (parse_addr(json_str(d, json_item(d, addrs, k)), &a) < 0)
+        int k = 0;
+        for (int x = json_first(d, addrs); x >= 0; x = json_next(d, x), k++)
+            if (parse_addr(json_str(d, x), &a) < 0)
                 return app_fail(EINVAL, "%s: paths[%d]: address %d is not an IPv6 address", t->path, i, k);
     }
     return 0;
@@ -75,7 +76,7 @@ static void find_me(struct topo *t)
     const char *found = NULL;
     for (int h = d->n[t->hosts].first; h >= 0; h = d->n[h].next) {
         int ports = json_member(d, h, "ports");
-        for (int i = 0, p; (p = json_item(d, ports, i)) >= 0; i++) {
+        for (int p = json_first(d, ports); p >= 0; p = json_next(d, p)) {
             parse_addr(json_str(d, json_member(d, p, "address")), &a);
             for (int k = 0; k < n; k++)
                 if (!memcmp(&a, &mine[k], 16)) {
@@ -143,7 +144,7 @@ int topo_local_ports(const struct topo *t, struct app_port *out, uint32_t max)
                         "namespace: give the host ($MRC_HOST, or mrc_open_attr.host)", t->path);
     int ports = json_member(d, json_member(d, t->hosts, t->host), "ports");
     uint32_t n = 0;
-    for (int i = 0, p; (p = json_item(d, ports, i)) >= 0 && n < max; i++) {
+    for (int p = json_first(d, ports); p >= 0 && n < max; p = json_next(d, p)) {
         uint64_t plane;
         const char *ifname = json_str(d, json_member(d, p, "ifname"));
         json_uint(d, json_member(d, p, "plane"), MRC_MAX_PLANES - 1, &plane);
@@ -170,17 +171,17 @@ int topo_paths(const struct topo *t, const char *dst, uint32_t plane, uint8_t ou
     uint64_t pl;
     if (!t->host[0] || json_member(d, t->hosts, dst) < 0)
         return 0;
-    for (int i = 0, p; (p = json_item(d, paths, i)) >= 0; i++) {
+    for (int p = json_first(d, paths); p >= 0; p = json_next(d, p)) {
         if (strcmp(json_str(d, json_member(d, p, "src")), t->host) || strcmp(json_str(d, json_member(d, p, "dst")), dst)
             || json_uint(d, json_member(d, p, "plane"), MRC_MAX_PLANES - 1, &pl) < 0 || pl != plane)
             continue;
-        int addrs = json_member(d, p, "addresses"), n = json_len(d, addrs);
-        for (int k = 0; k < n; k++)
-            parse_addr(json_str(d, json_item(d, addrs, k)), (struct in6_addr *)out[k]);
-        return n;
+        int k = 0; /* checked when the file was read: 1 to 16 addresses */
+        for (int x = json_first(d, json_member(d, p, "addresses")); x >= 0; x = json_next(d, x))
+            parse_addr(json_str(d, x), (struct in6_addr *)out[k++]);
+        return k;
     }
     int ports = json_member(d, json_member(d, t->hosts, dst), "ports");
-    for (int i = 0, p; (p = json_item(d, ports, i)) >= 0; i++)
+    for (int p = json_first(d, ports); p >= 0; p = json_next(d, p))
         if (json_uint(d, json_member(d, p, "plane"), MRC_MAX_PLANES - 1, &pl) == 0 && pl == plane)
             return parse_addr(json_str(d, json_member(d, p, "address")), (struct in6_addr *)out[0]) == 0;
     return 0;
