@@ -169,30 +169,23 @@ def serve(listen: str, *collectors, token: str | None = None):
     """Serve ``collectors`` at http://ADDR:PORT/metrics in a thread; returns
     (server, thread). With ``token``, a scrape must send it as a bearer
     token (Prometheus's ``bearer_token``; 401 otherwise): what is served
-    comes from root-only control sockets."""
+    comes from root-only control sockets. prometheus-client's own handler
+    writes the answer (content negotiation, compression)."""
     import hmac
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import ThreadingHTTPServer
+
+    from prometheus_client.exposition import MetricsHandler
 
     addr, port = parse_listen(listen)
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(MetricsHandler.factory(registry(*collectors))):
         def do_GET(self):  # noqa: N802 - http.server's name
             if self.path.split("?")[0] != "/metrics":
-                return self._send(404, b"only /metrics is here\n")
+                return self.send_error(404, "only /metrics is here")
             given = self.headers.get("Authorization", "")
             if token is not None and not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return self._send(401, b"a scrape needs the bearer token mrc ctl metrics printed\n")
-            return self._send(200, exposition(*collectors), "text/plain; version=0.0.4; charset=utf-8")
-
-        def _send(self, code: int, body: bytes, ctype: str = "text/plain; charset=utf-8") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:  # no line per scrape
-            pass
+                return self.send_error(401, "a scrape needs the bearer token mrc ctl metrics printed")
+            return super().do_GET()
 
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
