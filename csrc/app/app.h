@@ -118,7 +118,6 @@ struct mrc_cm {
     uint8_t c2s[44], s2c[44];
 };
 
-uint64_t chan_now_ms(void);
 int chan_read_psk(const char *path, uint8_t *key, size_t *len);
 struct mrc_cm *chan_new(int fd);           /* NULL (fd closed) when out of memory */
 void chan_refuse(struct mrc_cm *cm, int err); /* tell the peer why (mrc_last_error), then let it go */

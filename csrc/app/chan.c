@@ -10,17 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "app.h"
-
-uint64_t chan_now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
 
 int chan_read_psk(const char *path, uint8_t *key, size_t *len)
 {
@@ -73,13 +65,13 @@ int mrc_cm_send(struct mrc_cm *cm, const char *json_object)
 
 int mrc_cm_recv(struct mrc_cm *cm, int timeout_ms)
 {
-    uint64_t deadline = chan_now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : SETUP_MS);
+    uint64_t deadline = mrc_ctx_now_ns() / 1000000 + (uint64_t)(timeout_ms > 0 ? timeout_ms : SETUP_MS);
     char *nl;
     json_free(&cm->msg);
     while (!(nl = cm->n ? memchr(cm->in, '\n', cm->n) : NULL)) {
         if (cm->n > MAX_LINE)
             return app_fail(EMSGSIZE, "a connection-setup message over %u bytes", MAX_LINE);
-        uint64_t t = chan_now_ms();
+        uint64_t t = mrc_ctx_now_ns() / 1000000;
         struct pollfd pf = {.fd = cm->fd, .events = POLLIN};
         int r = t >= deadline ? 0 : poll(&pf, 1, (int)(deadline - t));
         if (r < 0 && errno == EINTR)
@@ -194,9 +186,9 @@ void chan_refuse(struct mrc_cm *cm, int err)
     text_free(&b);
     shutdown(cm->fd, SHUT_WR);
     char sink[4096];
-    uint64_t deadline = chan_now_ms() + 500;
+    uint64_t deadline = mrc_ctx_now_ns() / 1000000 + 500;
     for (size_t left = 1u << 20; left > 0;) {
-        uint64_t t = chan_now_ms();
+        uint64_t t = mrc_ctx_now_ns() / 1000000;
         struct pollfd pf = {.fd = cm->fd, .events = POLLIN};
         if (t >= deadline || poll(&pf, 1, (int)(deadline - t)) <= 0)
             break;

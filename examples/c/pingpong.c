@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <mrc/mrc.h>
@@ -47,25 +46,18 @@ static int fail(const char *what, int rc)
     return 1;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* The next completion: for 50 us drive the NIC from this thread (or give
  * the core to the engine thread while it runs: two spinning threads on a
  * small machine starve it), then sleep on the CQ's completion channel.
  * 0, or -ETIMEDOUT after timeout_ms. */
 static int next_wc(struct mrc_ctx *c, struct mrc_wc *wc, int timeout_ms)
 {
-    uint64_t start = now_ns();
+    uint64_t start = mrc_ctx_now_ns();
     for (;;) {
         int n = mrc_poll_cq(c, 0, wc, 1);
         if (n != 0)
             return n < 0 ? n : 0;
-        uint64_t waited = now_ns() - start;
+        uint64_t waited = mrc_ctx_now_ns() - start;
         if (waited > (uint64_t)timeout_ms * 1000000u)
             return -ETIMEDOUT;
         if (waited < 50000) {
@@ -198,7 +190,7 @@ static int client(struct mrc_ctx *c, const char *server, uint16_t port, const ch
         return fail("connect the QP", rc);
     uint64_t *rtt = calloc(iters, sizeof(*rtt));
     for (unsigned long i = 0; rtt && i < iters; i++) {
-        uint64_t t0 = now_ns();
+        uint64_t t0 = mrc_ctx_now_ns();
         if ((rc = write_imm(&s, size, srv.addr, srv.rkey, (uint32_t)i)) < 0)
             return fail("post", rc);
         for (int got_echo = 0; !got_echo;) {
@@ -219,7 +211,7 @@ static int client(struct mrc_ctx *c, const char *server, uint16_t port, const ch
                     return fail("post a receive", rc);
             }
         }
-        rtt[i] = now_ns() - t0;
+        rtt[i] = mrc_ctx_now_ns() - t0;
     }
     mrc_ctx_progress_done(c);
     mrc_cm_send(cm, "{\"bye\":true}");
