@@ -10,6 +10,9 @@ appears as ``X`` (``wire.OP_SACK``, ``wire.NACK_TRIMMED``, ``wire.UDP_PORT``).
 
 from __future__ import annotations
 
+import socket
+import struct
+
 from mrc._dp import ffi, lib
 
 _names = [n for n in dir(lib) if n.startswith("MRC_") and isinstance(getattr(lib, n), int)]
@@ -79,6 +82,23 @@ def psn_cmp(a: int, b: int) -> int:
 def crc32c(data: bytes, crc: int = 0) -> int:
     """CRC32C of ``data`` (continuing ``crc``)."""
     return lib.mrc_crc32c(crc, data, len(data))
+
+
+def udp6_checksum(src: str, dst: str, seg: bytes) -> int:
+    """The UDP checksum of ``seg`` (UDP header and payload) between IPv6
+    addresses ``src`` and ``dst``: RFC 8200 8.1, over the pseudo-header and
+    the segment with its checksum field read as zero.
+
+    >>> hex(udp6_checksum("::1", "::1", bytes(8)))
+    '0xffe4'
+    """
+    data = (socket.inet_pton(socket.AF_INET6, src) + socket.inet_pton(socket.AF_INET6, dst)
+            + struct.pack("!I3xB", len(seg), 17) + seg[:6] + b"\0\0" + seg[8:])
+    data += b"\0" * (len(data) % 2)
+    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while s >> 16:
+        s = (s & 0xFFFF) + (s >> 16)
+    return (~s & 0xFFFF) or 0xFFFF
 
 
 PKT_FIELDS = [name for name, _ in ffi.typeof("struct mrc_pkt").fields]

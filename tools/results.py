@@ -363,9 +363,12 @@ def security_latency(runs: list[dict]) -> tuple[list[str], list[list]]:
 def hostile(runs: list[dict]) -> tuple[list[str], list[list]]:
     r = runs[-1]
     lines = ["A process on the peer host, with the peer's address and a plain UDP socket, forges a write (the real "
-             "rkey, the PSN the receiver expects), a SACK for writes that never arrived, a NACK REMOTE_ACCESS and a "
-             "port status with no plane up; each against a fresh connection of each mode. `effects`: what changed "
-             "at the target; `counted`: what it dropped and counted.", ""]
+             "rkey, the PSN the receiver expects), a SACK for writes that never arrived, a NACK REMOTE_ACCESS, a "
+             "port status with no plane up, a trimmed data packet and answers to the probes of a path whose link is "
+             "down (`probe`); a forger on the receiver's leaf port (a raw "
+             "socket in the switch) replays a captured frame (`replay`) and sends one with its payload changed "
+             "and its PSN moved to the expected one (`tamper`); each against a fresh connection of each mode. "
+             "`effects`: what changed at the target; `counted`: what it dropped and counted.", ""]
     modes = r.get("modes") or {}
     rows = []
     for mode, attacks in modes.items():
@@ -375,7 +378,7 @@ def hostile(runs: list[dict]) -> tuple[list[str], list[list]]:
             rows.append([mode, kind, eff, cnt])
     lines += table(["mode", "attack", "effects", "counted"], rows)
     n = len(next(iter(modes.values()), {}))
-    head = [["hostile peer (forged write, SACK, NACK, port status): attacks with an effect, off / auth / encrypt",
+    head = [["hostile peer and on-path forger: attacks with an effect, off / auth / encrypt",
              " / ".join(f"{r.get(f'{m}_attacks_with_effect')} of {n}" for m in ("off", "auth", "encrypt")),
              "- / 0 / 0"]]
     return lines, head

@@ -56,23 +56,12 @@ def run(port, frame: bytes, backlog_kb: float) -> tuple[int, bytes, dict]:
     return verdict, out, delta
 
 
-def udp6_checksum(src: str, dst: str, seg: bytes) -> int:
-    """RFC 8200 8.1: over the pseudo-header and the segment (its checksum field zero)."""
-    data = socket.inet_pton(socket.AF_INET6, src) + socket.inet_pton(socket.AF_INET6, dst) + \
-        struct.pack("!I3xB", len(seg), 17) + seg[:6] + b"\0\0" + seg[8:]
-    data += b"\0" * (len(data) % 2)
-    s = sum(struct.unpack(f"!{len(data) // 2}H", data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return (~s & 0xFFFF) or 0xFFFF
-
-
 def mrc_frame(t, opcode=wire.OP_WRITE_MIDDLE, payload=b"\xab" * 2048, ecn=wire.ECN_ECT0, **fields):
     """An MRC data frame on its way from h0 to h1 (uSID container destination),
     UDP checksum over the final destination as the engine writes it."""
     body = wire.build(payload, opcode=opcode, dqpn=7, psn=100, va=0x1000, rkey=0x55, dma_len=1 << 20, **fields)
     seg = struct.pack("!HHHH", 0xC001, wire.UDP_PORT, 8 + len(body), 0) + body
-    ck = udp6_checksum(t.port_address(0, 0), t.port_address(1, 0), seg)
+    ck = wire.udp6_checksum(t.port_address(0, 0), t.port_address(1, 0), seg)
     ip = struct.pack("!IHBB", 6 << 28 | (wire.DSCP_DATA << 2 | ecn) << 20 | 0x12345, len(seg), 17, 64)
     ip += socket.inet_pton(socket.AF_INET6, t.port_address(0, 0))
     ip += socket.inet_pton(socket.AF_INET6, t.path_address(0, 1, 0, 0))
@@ -82,7 +71,7 @@ def mrc_frame(t, opcode=wire.OP_WRITE_MIDDLE, payload=b"\xab" * 2048, ecn=wire.E
 def checksum_ok(t, frame: bytes) -> bool:
     """The UDP checksum over the final destination (where the receiver checks it)."""
     seg = frame[54:]
-    return udp6_checksum(t.port_address(0, 0), t.port_address(1, 0), seg) == struct.unpack("!H", seg[6:8])[0]
+    return wire.udp6_checksum(t.port_address(0, 0), t.port_address(1, 0), seg) == struct.unpack("!H", seg[6:8])[0]
 
 
 def test_below_the_thresholds_a_packet_passes_untouched(port):
