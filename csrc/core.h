@@ -248,6 +248,7 @@ struct probe {
     uint32_t id;
     uint32_t ev;
     uint16_t peer;
+    uint32_t qpn;            /* sent sealed through this secured QP (its answer must be too); 0: in the clear */
     uint8_t state;           /* PROBE_FREE, _PENDING, _ANSWERED */
     uint8_t port;
     uint64_t t_sent, rtt;
@@ -553,6 +554,7 @@ void disp_stats(const struct mrc_ep *ep, struct mrc_ep_stats *st);
 void disp_device_attr(const struct mrc_ep *ep, struct mrc_device_attr *out);
 
 /* evprobe.c: connectionless EV probes (mrc_ep_probe_*). Calls ep.c. */
-int evprobe_on_packet(struct mrc_ep *ep, const struct mrc_pkt *p, const struct mrc_meta *m, uint64_t now);
+int evprobe_on_packet(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const struct mrc_meta *m,
+                      uint64_t now);
 void evprobe_left(struct mrc_ep *ep, uint32_t id, uint64_t now);
 #endif

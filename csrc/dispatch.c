@@ -52,9 +52,11 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
         ep_drop(ep, MRC_DROP_ICRC);
         return -EBADMSG;
     }
-    if ((p.opcode == MRC_OP_ENDPOINT_REQUEST || p.opcode == MRC_OP_ENDPOINT_RESPONSE) && p.ep_op == MRC_EP_EV_PROBE) {
+    int ev_probe = (p.opcode == MRC_OP_ENDPOINT_REQUEST || p.opcode == MRC_OP_ENDPOINT_RESPONSE) &&
+                   p.ep_op == MRC_EP_EV_PROBE;
+    if (ev_probe && !p.dqpn) {
         ep->dl_all = 1; /* connectionless: no QP (and what it learns may reach any) */
-        return evprobe_on_packet(ep, &p, m, now);
+        return evprobe_on_packet(ep, NULL, &p, m, now);
     }
     struct qp *q = ep_qp(ep, p.dqpn);
     if (!q) {
@@ -90,6 +92,9 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
         resp_on_probe(ep, q, &p, m);
     } else if (p.opcode == MRC_OP_ENDPOINT_REQUEST && p.ep_op == MRC_EP_PORT_STATUS) {
         on_port_status(ep, q, &p);
+    } else if (ev_probe && q->sec) { /* the controller's, sealed under q's keys (evprobe.c) */
+        ep->dl_all = 1;
+        return evprobe_on_packet(ep, q, &p, m, now);
     } else {
         ep_drop(ep, MRC_DROP_MALFORMED);
         return -EPROTO;

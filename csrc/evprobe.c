@@ -2,10 +2,43 @@
  * connectionless ENDPOINT_REQUESTs on a chosen EV to a peer, answered by
  * the peer's endpoint on the EV they came on; the table of probes in flight
  * and their round trips. (A QP's own probes of its ASSUMED_BAD EVs are
- * RELIABILITY_PROBEs: requester.c and responder.c.)
+ * RELIABILITY_PROBEs: requester.c and responder.c.) A probe to a peer
+ * with which a secured QP is connected goes through that QP, sealed under
+ * its keys, and only an answer that comes back through it, verified, counts
+ * (protocol.md 8): a forger on the path cannot make a dead path look alive.
  *
  * Lock: every function here runs with the endpoint lock held. Calls ep.c. */
 #include "core.h"
+
+/* A secured QP of ours that can send, to the host of peer (any of its
+ * addresses): the probes to that host go through it. */
+static struct qp *sealed_qp_to(struct mrc_ep *ep, uint16_t peer)
+{
+    for (uint32_t i = 0; i < ep->nact; i++) {
+        struct qp *q = ep->qps[ep->act[i]];
+        if (q->sec && ep->peer_host[q->peer] == ep->peer_host[peer])
+            return q;
+    }
+    return NULL;
+}
+
+/* A probe packet (request or answer) to peer on ev, through q when it is
+ * secured (sealed as it leaves) and in the clear otherwise. */
+static int probe_put(struct mrc_ep *ep, struct qp *q, uint16_t peer, uint32_t ev, struct mrc_pkt *p)
+{
+    struct ctrl *c = ep_ctrl_to(ep, peer, ev);
+    if (!c)
+        return -ENOSPC;
+    if (q && q->sec) {
+        c->sec_qpn = q->qpn;
+        p->dqpn = q->dqpn;
+        p->pkey = q->pkey;
+        p->sec_mode = sec_mode(q);
+    }
+    if (p->opcode == MRC_OP_ENDPOINT_REQUEST)
+        c->probe_id = p->probe_id;
+    return ctrl_put(ep, c, p);
+}
 
 int mrc_ep_probe_send(struct mrc_ep *ep, uint16_t peer, uint32_t ev, uint64_t now, uint32_t *id)
 {
@@ -23,16 +56,15 @@ int mrc_ep_probe_send(struct mrc_ep *ep, uint16_t peer, uint32_t ev, uint64_t no
     struct probe *pr = &ep->probes[pid % MRC_PROBE_MAX];
     if (pr->state != PROBE_FREE)
         return -EBUSY;
-    struct ctrl *c = ep_ctrl_to(ep, peer, ev);
-    if (!c)
-        return -ENOSPC;
-    c->probe_id = pid;
-    int rc = ctrl_put(ep, c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_REQUEST, .dqpn = 0, .probe_id = pid,
-                                                .ep_op = MRC_EP_EV_PROBE, .port_bitmap = ep->port_up, .t1 = now});
+    struct qp *q = sealed_qp_to(ep, peer);
+    int rc = probe_put(ep, q, peer, ev, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_REQUEST, .probe_id = pid,
+                                                          .ep_op = MRC_EP_EV_PROBE, .port_bitmap = ep->port_up,
+                                                          .t1 = now});
     if (rc < 0)
         return rc;
     ep->probe_seq = seq;
-    *pr = (struct probe){.id = pid, .ev = ev, .peer = peer, .state = PROBE_PENDING, .t_sent = now};
+    *pr = (struct probe){.id = pid, .ev = ev, .peer = peer, .qpn = q ? q->qpn : 0, .state = PROBE_PENDING,
+                         .t_sent = now};
     *id = pid;
     return 0;
 }
@@ -66,22 +98,23 @@ void evprobe_left(struct mrc_ep *ep, uint32_t id, uint64_t now)
         pr->t_sent = now;
 }
 
-/* A request: answer on the EV it came in on, with the plane it arrived on.
- * An answer: the RTT of the probe it names. */
-int evprobe_on_packet(struct mrc_ep *ep, const struct mrc_pkt *p, const struct mrc_meta *m, uint64_t now)
+/* A request: answer on the EV it came in on, with the plane it arrived on
+ * (through q, sealed, when it came through q). An answer: the RTT of the
+ * probe it names, when it came the way the probe went. q: the secured QP
+ * the packet came through, verified (dispatch.c); NULL: in the clear. */
+int evprobe_on_packet(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const struct mrc_meta *m,
+                      uint64_t now)
 {
-    if (p->opcode == MRC_OP_ENDPOINT_REQUEST) {
-        /* back on the plane it came on (one of our paths there), echoing its EV */
-        struct ctrl *c = ep_ctrl_to(ep, m->peer, ev_make(m->port, ev_entropy(m->ev)));
-        if (!c)
-            return -ENOSPC; /* the prober times out, as on a congested path */
-        return ctrl_put(ep, c, &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_RESPONSE, .dqpn = 0,
-                                                 .probe_id = p->probe_id, .ep_op = MRC_EP_EV_PROBE,
-                                                 .rx_port = m->port, .port_bitmap = ep->port_up, .ev = m->ev,
-                                                 .t1 = p->t1, .t2 = 0});
-    }
+    if (p->opcode == MRC_OP_ENDPOINT_REQUEST)
+        /* back on the plane it came on (one of our paths there), echoing its
+         * EV; no room: the prober times out, as on a congested path */
+        return probe_put(ep, q, m->peer, ev_make(m->port, ev_entropy(m->ev)),
+                         &(struct mrc_pkt){.opcode = MRC_OP_ENDPOINT_RESPONSE, .probe_id = p->probe_id,
+                                           .ep_op = MRC_EP_EV_PROBE, .rx_port = m->port, .port_bitmap = ep->port_up,
+                                           .ev = m->ev, .t1 = p->t1, .t2 = 0});
     struct probe *pr = &ep->probes[p->probe_id % MRC_PROBE_MAX];
-    if (!p->probe_id || pr->id != p->probe_id || pr->state != PROBE_PENDING || pr->peer != m->peer) {
+    if (!p->probe_id || pr->id != p->probe_id || pr->state != PROBE_PENDING || pr->peer != m->peer ||
+        pr->qpn != (q ? q->qpn : 0)) {
         ep_drop(ep, MRC_DROP_STALE_PROBE);
         return -ENOENT;
     }

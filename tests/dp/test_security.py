@@ -156,3 +156,41 @@ def test_keys_are_set_before_the_qp_connects_and_need_a_pre_shared_key():
         secure.derive(*secure.keypair(), b"", b"", True, "auth")
     with pytest.raises(ErrnoError, match="security mode"):
         secure.mode_of("strong")
+
+
+def test_a_controller_probe_to_a_secured_peer_goes_sealed_and_only_a_sealed_answer_counts():
+    """The controller's EV probes to a host with which a secured QP is
+    connected go through that QP under its keys: an answer in the clear,
+    with the right probe id (an on-path forger reads it), counts for
+    nothing; the real one, verified, gives the round trip."""
+    h = Hand("auth")
+    ev = wire.ev_make(1, 3)
+    pid = h.a.probe_send(0, ev, now_ns=h.now)
+    h.now += 1000
+    (req,) = [p for p, _ in h.a.poll_tx(now_ns=h.now)]
+    p = wire.parse(req)
+    assert p["tver"] == lib.MRC_WIRE_SECURED and p["dqpn"] == h.qb.qpn and p["probe_id"] == pid
+    forged = wire.build(opcode=wire.OP_ENDPOINT_RESPONSE, dqpn=0, probe_id=pid, ep_op=wire.EP_EV_PROBE, ev=ev,
+                        rx_port=1, t1=p["t1"])
+    assert h.a.input(forged, now_ns=h.now) < 0 and h.a.probe_result(pid) is None
+    assert h.a.drops()["stale_probe"] == 1
+    assert h.to_b(req) == 0
+    (ans,) = h.back()
+    assert wire.parse(ans)["tver"] == lib.MRC_WIRE_SECURED and wire.parse(ans)["dqpn"] == h.qa.qpn
+    assert h.a.input(_flip(ans, len(ans) - 1), now_ns=h.now) < 0 and h.a.drops()["auth"] == 1
+    assert h.a.probe_result(pid) is None
+    assert h.a.input(ans, now_ns=h.now + 1000) == 0
+    r = h.a.probe_result(pid)
+    assert r["ev"] == ev and r["rtt_ns"] > 0
+
+
+def test_a_controller_probe_to_a_peer_without_a_secured_qp_stays_in_the_clear():
+    a, b = ManualContext(planes=2, seed=3), ManualContext(planes=2, seed=4)
+    pid = a.probe_send(0, wire.ev_make(0, 1), now_ns=0)
+    (req,) = [p for p, _ in a.poll_tx(now_ns=1000)]
+    assert wire.parse(req)["tver"] == 1 and wire.parse(req)["dqpn"] == 0
+    assert b.input(req, now_ns=2000) == 0
+    (ans,) = [p for p, _ in b.poll_tx(now_ns=3000)]
+    assert a.input(ans, now_ns=4000) == 0 and a.probe_result(pid)["rtt_ns"] > 0
+    a.close()
+    b.close()

@@ -41,3 +41,33 @@ def test_without_security_a_plain_replay_is_only_a_duplicate(fabric):
     """The PSN window stops a frame sent again as it was: it writes nothing."""
     r = hostile_peer.attack(fabric, "off", "replay")
     assert not r["any_effect"] and r["counted"] == {"duplicate": 1}, r
+
+
+def test_the_controllers_probes_to_a_secured_peer_go_sealed_and_are_answered(fabric):
+    """On the wire at the receiver's leaf port, the controller's EV probes to
+    a host with a secured connection are sealed requests to that connection's
+    QP; each is answered (through the QP, verified)."""
+    from mrc import wire
+    from mrc.fabric.pair import qp_pair
+
+    with qp_pair(fabric, 0, 1, 1 << 16, security="auth") as p:
+        p.qa.post_write(p.ms, 0, 4096, p.remote.addr, p.remote.rkey, wr_id=1)
+        assert p.cq.wait(1, timeout=5)[0].ok
+        peer = next(i for i, v in p.ca.peers().items() if v["host"] == fabric.host(1))
+        tap = hostile_peer.tap(fabric, 1)
+        try:
+            res = p.ca.probe([(peer, wire.ev_make(0, e)) for e in range(4)], timeout=1.0)
+            seen = []
+            while True:
+                try:
+                    frame, addr = tap.recvfrom(1 << 16)
+                except OSError:
+                    break
+                m = frame[hostile_peer.HDRS:]
+                if addr[2] == hostile_peer.PACKET_OUTGOING and frame[12:14] == b"\x86\xdd" and len(m) > 12 \
+                        and m[0] == wire.OP_ENDPOINT_REQUEST:
+                    seen.append((m[1] & 0xF, int.from_bytes(m[5:8], "big")))
+        finally:
+            tap.close()
+        assert [r["status"] for r in res] == ["ok"] * 4, res
+        assert len(seen) == 4 and set(seen) == {(2, p.qb.qpn)}, seen
