@@ -3,8 +3,10 @@
 4 KiB payloads, no loss; the measured loop is mrc_sim_run() in C (Python
 only starts it and reads the counters). Prints packets per second per core
 (data packets per CPU second of this process, which runs both engines and
-the link), bytes per second, and the per-QP engine memory at the default
-MPR (1024 PSNs).
+the link), bytes per second, cycles per byte (both ends and the link)
+against the machine's floor measured in the same run (a packet copied and
+checksummed in one pass at each end: bench/cpu.py), and the per-QP engine
+memory at the default MPR (1024 PSNs).
 
     python bench/engine_bench.py [--json] [--mib 512] [--qps-check 1000]
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -20,6 +23,9 @@ from mrc._dp import ffi, lib
 from mrc.core import QPAttr
 from mrc.manual import ManualContext
 from mrc.simlink import Sim
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cpu import ghz, minimum  # noqa: E402 (bench/, beside this file)
 
 
 def run(mib: int, payload: int) -> dict:
@@ -53,6 +59,8 @@ def run(mib: int, payload: int) -> dict:
         "packets_per_sec_per_core": round(pkts / cpu),
         "bytes_per_sec": round(st["tx_bytes"] / cpu),
         "gbps_per_core": round(st["tx_bytes"] * 8 / cpu / 1e9, 2),
+        # both engines and the link run on this CPU: cycles per byte of sender and receiver together
+        "cycles_per_byte": round(cpu * ghz() * 1e9 / st["tx_bytes"], 4),
         "simulated_gbps": round(st["tx_bytes"] * 8 / (sim.now / 1e9) / 1e9, 1),
         "retransmits": st["rtx_packets"],
     }
@@ -84,6 +92,10 @@ def main() -> int:
     store.add_argument(ap)
     a = ap.parse_args()
     res = run(a.mib, a.payload)
+    floor = minimum(a.payload)
+    res["min_cycles_per_byte"] = round(2 * floor["fused_cycles_per_byte"], 4)  # one fused pass at each end
+    res["cpu_vs_min"] = round(res["cycles_per_byte"] / res["min_cycles_per_byte"], 2)
+    res["floor"] = floor
     res["qp_state_bytes"] = qp_state_bytes()
     res["qps_created"] = a.qps_check if create_qps(a.qps_check) else 0
     res["target_packets_per_sec_per_core"] = 1_000_000

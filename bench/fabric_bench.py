@@ -46,6 +46,9 @@ from mrc.signals import exit_cleanly_on_sigterm
 from mrc.tools.perf import stream
 from mrc.verbs import RemoteInfo
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cpu  # noqa: E402 (bench/, beside this file)
+
 
 def _info(t: Topology, ctx, host: int) -> RemoteInfo:
     """What a peer needs to send to ``ctx`` (host ``host``): no QP, no region."""
@@ -53,17 +56,25 @@ def _info(t: Topology, ctx, host: int) -> RemoteInfo:
 
 
 def raw_ceiling(t, src, dst, seconds, payload):
+    """The blaster's rate in Gb/s, the bytes that arrived (whole frames) and
+    the CPU of its two threads (the sender's, this one, and the receiving
+    context's engine thread)."""
     ca = host_context(t, src, start=False)  # the blaster sends from this thread
     cb = host_context(t, dst)  # counts what arrives
     try:
         peer = ca.peer_index(_info(t, cb, dst))
         cb.peer_index(_info(t, ca, src))  # the receiver counts only packets from a known peer
         before = sum(p["rx_bytes"] for p in cb.port_stats())
+        th = cpu.Threads()
+        th.this_thread("sender")
+        th.engine("receiver", cb)
+        th.start()
         t0 = time.perf_counter()
         ca.engine.blast(peer, payload, seconds)
         time.sleep(0.2)  # let the last packets arrive
         got = sum(p["rx_bytes"] for p in cb.port_stats()) - before
-        return got * 8 / (time.perf_counter() - t0 - 0.2) / 1e9
+        use = th.stop()
+        return got * 8 / (time.perf_counter() - t0 - 0.2) / 1e9, got, use
     finally:
         ca.close()
         cb.close()
@@ -83,14 +94,50 @@ def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut", security="
                 faults.now("fail", cut) if mode == "cut" else faults.now("loss", cut, 100)
                 return cut
 
+            th = cpu.Threads()
+            th.this_thread("sender_app")
+            th.engine("sender_engine", p.ca)
+            th.engine("receiver_engine", p.cb)
+            th.start()
             r = stream(p.ca, p.qa, p.ms, p.remote, total, msg=msg, depth=max(16, min(64, (16 << 20) // msg)),
                        window=window, events=[(0.5, do_cut)] if cut else None)
+            r["cpu"] = th.stop()
+            r["tx_path"] = p.ca.engine.tx_path()
             r["payload"] = p.qa.attr_mtu
             return r
     finally:
         if faults:
             faults.close()
             apply.heal(t.name, cut)
+
+
+def cpu_per_byte(m: dict, raw_bytes: int, raw_cpu: dict, tcp_use: dict, floor: dict) -> dict:
+    """Cycles per delivered byte of MRC's threads (the sender's application
+    and engine threads, the receiver's engine thread), of the raw blaster's
+    and of kernel TCP's (each side's one thread), against the machine's floor:
+    one fused copy-and-CRC pass at each end."""
+    hz = floor["cpu_ghz"]
+    use = m["cpu"]
+    tcp_cpu = {side: cpu._delta(*tcp_use[side]) for side in ("sender", "receiver")}
+    mrc_all = cpu.per_byte(use, ["sender_app", "sender_engine", "receiver_engine"], m["bytes"], hz)
+    raw_all = cpu.per_byte(raw_cpu, ["sender", "receiver"], raw_bytes, hz)
+    tcp_all = cpu.per_byte(tcp_cpu, ["sender", "receiver"], tcp_use["bytes"], hz)
+    least = round(2 * floor["fused_cycles_per_byte"], 4)
+    return {
+        "tx_path": m["tx_path"],
+        "mrc_cycles_per_byte": mrc_all["cycles_per_byte"],
+        "mrc_user_cycles_per_byte": mrc_all["user_cycles_per_byte"],
+        "mrc_sender_cycles_per_byte": cpu.per_byte(use, ["sender_app", "sender_engine"], m["bytes"], hz)[
+            "cycles_per_byte"],
+        "mrc_receiver_cycles_per_byte": cpu.per_byte(use, ["receiver_engine"], m["bytes"], hz)["cycles_per_byte"],
+        "raw_cycles_per_byte": raw_all["cycles_per_byte"],
+        "tcp_cycles_per_byte": tcp_all["cycles_per_byte"],
+        "min_cycles_per_byte": least,
+        "cpu_vs_min": round(mrc_all["cycles_per_byte"] / least, 2),
+        "user_cpu_vs_min": round(mrc_all["user_cycles_per_byte"] / least, 2),
+        "mrc_cpu_over_raw": round(mrc_all["cycles_per_byte"] / raw_all["cycles_per_byte"], 3),
+        "cpu": {"mrc": use, "raw": raw_cpu, "tcp": tcp_cpu, "floor": floor},
+    }
 
 
 def _median_spread(xs: list[float]) -> tuple[float, list[float]]:
@@ -151,12 +198,15 @@ def main() -> int:
         m = mrc_rate(t, src, dst, a.seconds)
         payload = m["payload"]
         log(f"  {m['gbps']:.2f} Gb/s ({payload} B packets)\nraw ceiling, same packets ...")
-        raw = raw_ceiling(t, src, dst, a.seconds, payload)
+        raw, raw_bytes, raw_cpu = raw_ceiling(t, src, dst, a.seconds, payload)
         log(f"  {raw:.2f} Gb/s\nmrc, 64 KiB writes, no fault ...")
         small = mrc_rate(t, src, dst, a.seconds / 2, msg=64 << 10)
         log(f"  {small['gbps']:.2f} Gb/s\nkernel TCP, one stream over plane 0 ...")
-        tcp = stream_gbps(t, src, dst, a.seconds)
-        log(f"  {tcp:.2f} Gb/s\nMPTCP, one subflow per plane ...")
+        tcp_use: dict = {}
+        tcp = stream_gbps(t, src, dst, a.seconds, clock=cpu.own_cpu, readings=tcp_use)
+        log(f"  {tcp:.2f} Gb/s\nthe machine's floor: a packet copied and checksummed ...")
+        floor = cpu.minimum(payload)
+        log(f"  {floor['fused_cycles_per_byte']} cycles per byte in one pass\nMPTCP, one subflow per plane ...")
         mptcp_setup(t, src)
         mptcp_setup(t, dst)
         mp = stream_gbps(t, src, dst, a.seconds, proto=IPPROTO_MPTCP)
@@ -173,7 +223,8 @@ def main() -> int:
                "stall_ms": cut["max_stall_after_event_ms"], "stall_ms_whole_run": cut["max_stall_ms"],
                "stall_ms_no_fault": small["max_stall_ms"], "stall_ms_blackhole": hole["max_stall_after_event_ms"],
                "stall_msg_bytes": 64 << 10,
-               "targets": {"ratio_raw": 0.9, "ratio_mptcp": 1.2, "ratio_tcp": 0.8, "stall_ms": 1.0}}
+               **cpu_per_byte(m, raw_bytes, raw_cpu, tcp_use, floor),
+               "targets": {"ratio_raw": 0.8, "ratio_mptcp": 1.3, "ratio_tcp": 1.0, "stall_ms": 1.0, "cpu_vs_min": 1.5}}
         if a.save:
             store.save("fabric_bench", res, a.save, srv6=res["srv6"])
         print(json.dumps(res, indent=1) if a.json else "\n".join(f"{k:20} {v}" for k, v in res.items()))

@@ -5,6 +5,7 @@
  * off (the control for a before/after measurement). */
 #include "mrc_wire.h"
 #include <stdlib.h>
+#include <string.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -164,6 +165,44 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) static uint32_t crc_fold(ui
     return crc_hw_serial(crc_hw_serial(0, last, sizeof(last)), p, n);
 }
 
+/* crc_fold that also stores every byte it reads at dst: the copy and the
+ * CRC in one pass, each 64-byte block loaded once (n >= 256). */
+__attribute__((target("avx512f,vpclmulqdq,sse4.2"))) static uint32_t crc_fold_copy(uint32_t crc, uint8_t *d,
+                                                                                  const uint8_t *p, size_t n)
+{
+    const __m512i k256 = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k[1], (long long)fold_k[0]));
+    const __m512i k64 = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k[3], (long long)fold_k[2]));
+    __m512i x0 = _mm512_loadu_si512((const void *)p), x1 = _mm512_loadu_si512((const void *)(p + 64));
+    __m512i x2 = _mm512_loadu_si512((const void *)(p + 128)), x3 = _mm512_loadu_si512((const void *)(p + 192));
+    _mm512_storeu_si512((void *)d, x0);
+    _mm512_storeu_si512((void *)(d + 64), x1);
+    _mm512_storeu_si512((void *)(d + 128), x2);
+    _mm512_storeu_si512((void *)(d + 192), x3);
+    x0 = _mm512_xor_si512(x0, _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (int)crc));
+    for (p += 256, d += 256, n -= 256; n >= 256; p += 256, d += 256, n -= 256) {
+        __m512i y0 = _mm512_loadu_si512((const void *)p), y1 = _mm512_loadu_si512((const void *)(p + 64));
+        __m512i y2 = _mm512_loadu_si512((const void *)(p + 128)), y3 = _mm512_loadu_si512((const void *)(p + 192));
+        _mm512_storeu_si512((void *)d, y0);
+        _mm512_storeu_si512((void *)(d + 64), y1);
+        _mm512_storeu_si512((void *)(d + 128), y2);
+        _mm512_storeu_si512((void *)(d + 192), y3);
+        x0 = fold_step(x0, k256, y0);
+        x1 = fold_step(x1, k256, y1);
+        x2 = fold_step(x2, k256, y2);
+        x3 = fold_step(x3, k256, y3);
+    }
+    __m512i x = fold_step(fold_step(fold_step(x0, k64, x1), k64, x2), k64, x3);
+    for (; n >= 64; p += 64, d += 64, n -= 64) {
+        __m512i y = _mm512_loadu_si512((const void *)p);
+        _mm512_storeu_si512((void *)d, y);
+        x = fold_step(x, k64, y);
+    }
+    memcpy(d, p, n);
+    uint8_t last[64];
+    _mm512_storeu_si512((void *)last, x);
+    return crc_hw_serial(crc_hw_serial(0, last, sizeof(last)), p, n);
+}
+
 /* Several threads may ask first: each computes the same constants, and the
  * flag is published after them. */
 static int fold_ok(void)
@@ -199,6 +238,20 @@ int mrc_crc32c_hw(void)
 #else
     return 0;
 #endif
+}
+
+/* Copy len bytes from src to dst and extend crc over them, as
+ * mrc_crc32c(crc, src, len) would: one pass where the CPU folds (each byte
+ * read once), a copy and a CRC of the copy otherwise. The regions must not
+ * overlap. */
+uint32_t mrc_crc32c_copy(uint32_t crc, uint8_t *dst, const uint8_t *src, size_t len)
+{
+#if defined(__x86_64__)
+    if (len >= 512 && fold_ok())
+        return ~crc_fold_copy(~crc, dst, src, len);
+#endif
+    memcpy(dst, src, len);
+    return mrc_crc32c(crc, dst, len);
 }
 
 /* Standard CRC32C: pass crc = 0 to start; chain calls to extend. */

@@ -22,6 +22,7 @@ struct mrc_ctx {
     uint64_t sleep_until;    /* when the sleeping engine wakes by itself */
     uint64_t progress_until; /* an application thread progresses the NIC (mrc_ctx_progress) until then */
     pthread_t thread;
+    int32_t tid;             /* the engine thread's id, once it runs (0 before) */
     int running, started;
     int wake_fd, async_fd;
     int cq_fd[MRC_MAX_CQS];  /* each CQ's completion channel (-1: none) */

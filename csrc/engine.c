@@ -344,6 +344,8 @@ void mrc_ctx_progress_done(struct mrc_ctx *c)
 static void *engine_main(void *arg)
 {
     struct mrc_ctx *c = arg;
+    __atomic_store_n(&c->tid, (int32_t)gettid(), __ATOMIC_RELEASE);
+    pthread_setname_np(pthread_self(), "mrc-engine"); /* top, perf: whose CPU it is */
     struct pollfd pf[MRC_MAX_PORTS + 2];
     uint32_t np = io_pollfds(c->io, pf);
     pf[np] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
@@ -400,6 +402,22 @@ static void *engine_main(void *arg)
     pthread_mutex_unlock(&c->lock);
     return NULL;
 }
+
+/* Lock: none (the thread handle is set before started, and read after). */
+int mrc_ctx_engine_cpu(struct mrc_ctx *c, uint64_t *cpu_ns, int32_t *tid)
+{
+    clockid_t id;
+    struct timespec ts;
+    int32_t t = __atomic_load_n(&c->tid, __ATOMIC_ACQUIRE);
+    if (!c->started || !t || pthread_getcpuclockid(c->thread, &id) || clock_gettime(id, &ts))
+        return -ENOENT;
+    *cpu_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    *tid = t;
+    return 0;
+}
+
+/* Lock: none (the I/O's path is chosen when it opens and never changes). */
+const char *mrc_ctx_tx_path(struct mrc_ctx *c) { return c->io ? io_tx_path(c->io) : "none"; }
 
 /* Lock: none held. */
 int mrc_ctx_start(struct mrc_ctx *c)

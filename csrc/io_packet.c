@@ -186,6 +186,7 @@ void io_close(struct io *io)
     free(io);
 }
 
+const char *io_tx_path(const struct io *io) { return "sendmmsg"; }
 uint32_t io_nports(const struct io *io) { return io->nports; }
 struct io_port *io_port(struct io *io, uint32_t i) { return i < io->nports ? &io->ports[i] : NULL; }
 

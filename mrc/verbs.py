@@ -174,6 +174,17 @@ class EngineThread:
             out.append(d)
         return out
 
+    def cpu(self) -> dict:
+        """The engine thread's CPU time so far (``cpu_ns``, user and system
+        from its thread CPU clock) and its thread id (``tid``)."""
+        ns, tid = ffi.new("uint64_t *"), ffi.new("int32_t *")
+        check(lib.mrc_ctx_engine_cpu(self._dev.handle(), ns, tid), "engine thread CPU time")
+        return {"cpu_ns": ns[0], "tid": tid[0]}
+
+    def tx_path(self) -> str:
+        """How packets leave: "tx_ring", "sendmmsg" or "none" (mrc_ctx_tx_path)."""
+        return ffi.string(lib.mrc_ctx_tx_path(self._dev.handle())).decode()
+
     @property
     def async_fd(self) -> int:
         """An eventfd that is readable when asynchronous events wait."""

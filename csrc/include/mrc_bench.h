@@ -31,6 +31,13 @@ int64_t mrc_bench_udp_echo(int fd, uint32_t n);
  * -errno on an error. */
 int64_t mrc_bench_pingpong(struct mrc_ctx *c, uint32_t qpn, uint32_t cqn, const struct mrc_wr *tmpl, uint32_t n,
                            int echo, uint64_t timeout_ns, uint64_t *rtt_ns);
+/* (csrc/bench/passes.c) The machine's cost of a byte: bytes of src
+ * (chunks of len bytes, walking span bytes in turn) copied to dst
+ * (MRC_PASS_COPY), checksummed (MRC_PASS_CRC), copied then checksummed
+ * (MRC_PASS_APART) or both in one pass (MRC_PASS_FUSED, mrc_crc32c_copy).
+ * Returns the calling thread's CPU nanoseconds, or -EINVAL. */
+enum { MRC_PASS_COPY = 0, MRC_PASS_CRC = 1, MRC_PASS_APART = 2, MRC_PASS_FUSED = 3 };
+int64_t mrc_bench_pass(int kind, uint8_t *dst, const uint8_t *src, uint64_t span, uint32_t len, uint64_t bytes);
 /* CDEF END */
 
 #endif

@@ -26,10 +26,13 @@ def mptcp_setup(t: Topology, h: int) -> None:
 
 
 def stream_gbps(t: Topology, src: int, dst: int, seconds: float, plane: int = 0, proto: int = 0,
-                port: int = 5201) -> float:
+                port: int = 5201, clock=None, readings: dict | None = None) -> float:
     """One stream from ``src`` to ``dst`` (TCP, or MPTCP with
     ``proto=IPPROTO_MPTCP``) to the receiver's kernel address on ``plane``,
-    for ``seconds``; returns the receiver's goodput in Gb/s."""
+    for ``seconds``; returns the receiver's goodput in Gb/s. With ``clock``
+    (a function that reads the calling thread's CPU time), ``readings`` gets
+    each side's, taken in its own thread as the stream starts and ends:
+    ``readings["receiver"]`` and ``readings["sender"]`` = (start, end)."""
     srv = ns.run_in(t.ns(t.host(dst)), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM, proto))
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("::", port))
@@ -39,6 +42,7 @@ def stream_gbps(t: Topology, src: int, dst: int, seconds: float, plane: int = 0,
     def serve():
         c, _ = srv.accept()
         t0 = time.perf_counter()
+        c0 = clock() if clock else None
         n = 0
         buf = bytearray(1 << 20)
         while True:
@@ -47,6 +51,8 @@ def stream_gbps(t: Topology, src: int, dst: int, seconds: float, plane: int = 0,
                 break
             n += k
         got[0], got[1] = n, time.perf_counter() - t0
+        if clock:
+            readings["receiver"], readings["bytes"] = (c0, clock()), n
         c.close()
 
     th = threading.Thread(target=serve)
@@ -55,9 +61,12 @@ def stream_gbps(t: Topology, src: int, dst: int, seconds: float, plane: int = 0,
     try:
         cli.connect((t.inner_address(dst, plane), port))
         chunk = b"\0" * (1 << 20)
+        c0 = clock() if clock else None
         end = time.perf_counter() + seconds
         while time.perf_counter() < end:
             cli.sendall(chunk)
+        if clock:
+            readings["sender"] = (c0, clock())
     finally:
         cli.close()
         th.join(30)

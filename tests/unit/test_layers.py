@@ -33,7 +33,7 @@ C_LAYERS = [
     ["app/err.c", "app/digest.c", "app/json.c", "app/ports.c", "app/topo.c", "app/chan.c"],
     ["app/open.c"],
     ["app/cm.c"],
-    ["bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c",
+    ["bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c", "bench/passes.c",
      "fuzz/fuzz_parse.c", "fuzz/fuzz_responder.c", "fuzz/fuzz_requester.c", "fuzz/fuzz_setup.c",
      "fuzz/fuzz_secured.c"],
     ["bpf/port_queue.bpf.c", "bpf/usid_end.bpf.c",  # the switches' queues and End, and the hosts'

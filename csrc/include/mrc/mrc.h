@@ -397,6 +397,14 @@ int mrc_ctx_async_fd(struct mrc_ctx *c);
  * memory registration pins pages on a NIC; 0 or -errno (contents unchanged). */
 int mrc_ctx_populate(void *addr, uint64_t len);
 uint64_t mrc_ctx_now_ns(void);
+/* The CPU time the context's engine thread has used (user and system, its
+ * thread CPU clock) and its thread id (for /proc/self/task/<tid>): 0, or
+ * -ENOENT for a context whose thread is not running. */
+int mrc_ctx_engine_cpu(struct mrc_ctx *c, uint64_t *cpu_ns, int32_t *tid);
+/* How the context's packets leave: "tx_ring" (frames built in place in
+ * each port's PACKET_TX_RING), "sendmmsg" (the fallback), or "none" (a
+ * context driven by hand). */
+const char *mrc_ctx_tx_path(struct mrc_ctx *c);
 /* mrc_ctl_ep_batch_send_wait for EV probes: send one probe per request and
  * wait until every one is answered or timeout_ns has passed. out[i].status:
  * 0 answered (port = local plane the answer arrived on, rtt_ns), -ETIMEDOUT,
