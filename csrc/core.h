@@ -272,6 +272,7 @@ struct mrc_ep {
     struct cq cqs[MRC_MAX_CQS];
     uint64_t cq_live;        /* bit n: CQ n exists */
     uint32_t data_first;     /* poll_tx sends data before control packets */
+    uint8_t tx_sums;         /* data packets leave with their ones'-complement sum (mrc_txdesc.sum) */
     uint64_t cq_dirty;       /* bit n: completions were added to CQ n (the engine signals and clears) */
     uint32_t cq_waiters;     /* QPs whose completions wait for room in a CQ */
     uint32_t cq_polls;       /* bumped by every poll that took completions (the application's side) */

@@ -3,6 +3,7 @@
  * instruction otherwise, a slicing table without either (protocol.md
  * section 2, "ICRC"). MRC_CRC_NO_FOLD in the environment keeps the folding
  * off (the control for a before/after measurement). */
+#include "csum.h"
 #include "mrc_wire.h"
 #include <stdlib.h>
 #include <string.h>
@@ -165,19 +166,34 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) static uint32_t crc_fold(ui
     return crc_hw_serial(crc_hw_serial(0, last, sizeof(last)), p, n);
 }
 
-/* crc_fold that also stores every byte it reads at dst: the copy and the
- * CRC in one pass, each 64-byte block loaded once (n >= 256). */
-__attribute__((target("avx512f,vpclmulqdq,sse4.2"))) static uint32_t crc_fold_copy(uint32_t crc, uint8_t *d,
-                                                                                  const uint8_t *p, size_t n)
+/* crc_fold that also stores every byte it reads at dst, and with sum adds
+ * the bytes' ones'-complement sum to *sum (csrc/csum.h: native 32-bit
+ * words): the copy, the CRC and the checksum in one pass, each 64-byte
+ * block loaded once (n >= 256). */
+__attribute__((target("avx512f,vpclmulqdq,sse4.2"), always_inline)) static inline uint32_t
+crc_fold_copy_impl(uint32_t crc, uint8_t *d, const uint8_t *p, size_t n, uint64_t *sum)
 {
     const __m512i k256 = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k[1], (long long)fold_k[0]));
     const __m512i k64 = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)fold_k[3], (long long)fold_k[2]));
+    const __m512i lo32 = _mm512_set1_epi64(0xFFFFFFFFll);
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#define MRC_SUM(y)                                                                                                     \
+    do {                                                                                                               \
+        if (sum) {                                                                                                     \
+            s0 = _mm512_add_epi64(s0, _mm512_and_si512((y), lo32));                                                    \
+            s1 = _mm512_add_epi64(s1, _mm512_srli_epi64((y), 32));                                                     \
+        }                                                                                                              \
+    } while (0)
     __m512i x0 = _mm512_loadu_si512((const void *)p), x1 = _mm512_loadu_si512((const void *)(p + 64));
     __m512i x2 = _mm512_loadu_si512((const void *)(p + 128)), x3 = _mm512_loadu_si512((const void *)(p + 192));
     _mm512_storeu_si512((void *)d, x0);
     _mm512_storeu_si512((void *)(d + 64), x1);
     _mm512_storeu_si512((void *)(d + 128), x2);
     _mm512_storeu_si512((void *)(d + 192), x3);
+    MRC_SUM(x0);
+    MRC_SUM(x1);
+    MRC_SUM(x2);
+    MRC_SUM(x3);
     x0 = _mm512_xor_si512(x0, _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (int)crc));
     for (p += 256, d += 256, n -= 256; n >= 256; p += 256, d += 256, n -= 256) {
         __m512i y0 = _mm512_loadu_si512((const void *)p), y1 = _mm512_loadu_si512((const void *)(p + 64));
@@ -186,6 +202,10 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) static uint32_t crc_fold_co
         _mm512_storeu_si512((void *)(d + 64), y1);
         _mm512_storeu_si512((void *)(d + 128), y2);
         _mm512_storeu_si512((void *)(d + 192), y3);
+        MRC_SUM(y0);
+        MRC_SUM(y1);
+        MRC_SUM(y2);
+        MRC_SUM(y3);
         x0 = fold_step(x0, k256, y0);
         x1 = fold_step(x1, k256, y1);
         x2 = fold_step(x2, k256, y2);
@@ -195,12 +215,29 @@ __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) static uint32_t crc_fold_co
     for (; n >= 64; p += 64, d += 64, n -= 64) {
         __m512i y = _mm512_loadu_si512((const void *)p);
         _mm512_storeu_si512((void *)d, y);
+        MRC_SUM(y);
         x = fold_step(x, k64, y);
     }
+#undef MRC_SUM
     memcpy(d, p, n);
+    if (sum) /* the tail starts at a multiple of 64: its words line up */
+        *sum += (uint64_t)_mm512_reduce_add_epi64(s0) + (uint64_t)_mm512_reduce_add_epi64(s1) + csum_add(0, p, n);
     uint8_t last[64];
     _mm512_storeu_si512((void *)last, x);
     return crc_hw_serial(crc_hw_serial(0, last, sizeof(last)), p, n);
+}
+
+__attribute__((target("avx512f,vpclmulqdq,sse4.2"))) static uint32_t crc_fold_copy(uint32_t crc, uint8_t *d,
+                                                                                  const uint8_t *p, size_t n)
+{
+    return crc_fold_copy_impl(crc, d, p, n, NULL);
+}
+
+__attribute__((target("avx512f,vpclmulqdq,sse4.2"))) static uint32_t crc_fold_copy_sum(uint32_t crc, uint8_t *d,
+                                                                                      const uint8_t *p, size_t n,
+                                                                                      uint64_t *sum)
+{
+    return crc_fold_copy_impl(crc, d, p, n, sum);
 }
 
 /* Several threads may ask first: each computes the same constants, and the
@@ -251,6 +288,19 @@ uint32_t mrc_crc32c_copy(uint32_t crc, uint8_t *dst, const uint8_t *src, size_t 
         return ~crc_fold_copy(~crc, dst, src, len);
 #endif
     memcpy(dst, src, len);
+    return mrc_crc32c(crc, dst, len);
+}
+
+/* mrc_crc32c_copy that also adds the bytes' ones'-complement sum to *sum
+ * (native 32-bit words, csrc/csum.h), in the same pass where the CPU folds. */
+uint32_t mrc_crc32c_copy_sum(uint32_t crc, uint8_t *dst, const uint8_t *src, size_t len, uint64_t *sum)
+{
+#if defined(__x86_64__)
+    if (len >= 512 && fold_ok())
+        return ~crc_fold_copy_sum(~crc, dst, src, len, sum);
+#endif
+    memcpy(dst, src, len);
+    *sum = csum_add(*sum, dst, len);
     return mrc_crc32c(crc, dst, len);
 }
 

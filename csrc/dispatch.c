@@ -333,6 +333,11 @@ int mrc_ep_check_times(struct mrc_ep *ep, uint64_t now)
     return late;
 }
 
+/* The I/O wraps packets in UDP: the core sums each data packet in the pass
+ * that copies its payload (mrc_txdesc.sum), so the UDP checksum needs no
+ * pass of its own. */
+void mrc_ep_want_tx_sums(struct mrc_ep *ep, int on) { ep->tx_sums = (uint8_t)!!on; }
+
 /* ------------------------------------------------------------ ports */
 /* The port of plane sends at most rate_bps (frames: the packet with its
  * Ethernet, IPv6 and UDP headers, as a qdisc counts them); 0: no limit. */

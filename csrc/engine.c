@@ -188,8 +188,10 @@ int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *po
         return -EIO;
     }
     int rc = ep_create(attr, key, &c->ep);
-    if (rc == 0 && nports)
+    if (rc == 0 && nports) {
+        mrc_ep_want_tx_sums(c->ep, 1); /* its packets go in UDP (io_queue_tx) */
         rc = open_ports(c, ports, nports);
+    }
     if (rc < 0) {
         mrc_ctx_destroy(c);
         return rc;

@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "csum.h"
 #include "io.h"
 
 enum { RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512 };
@@ -259,38 +260,6 @@ int io_has_path(const struct io *io, uint16_t peer, uint32_t plane)
 }
 
 /* ------------------------------------------------------------------ tx */
-static uint32_t csum_add(uint32_t sum, const uint8_t *p, size_t n)
-{
-    uint64_t s = sum;
-    while (n >= 8) {
-        uint32_t a, b;
-        memcpy(&a, p, 4);
-        memcpy(&b, p + 4, 4);
-        s += (uint64_t)a + b;
-        p += 8;
-        n -= 8;
-    }
-    while (n >= 2) {
-        uint16_t a;
-        memcpy(&a, p, 2);
-        s += a;
-        p += 2;
-        n -= 2;
-    }
-    if (n)
-        s += *p; /* little-endian host: the odd byte is the high byte of a big-endian word */
-    while (s >> 32)
-        s = (s & 0xFFFFFFFFu) + (s >> 32);
-    return (uint32_t)s;
-}
-
-static uint16_t csum_fold(uint32_t s)
-{
-    while (s >> 16)
-        s = (s & 0xFFFF) + (s >> 16);
-    return (uint16_t)~s;
-}
-
 /* Send the batch. A message that fails (its interface went down, say) is
  * counted against its port and skipped; the engine retransmits what was lost. */
 void io_flush_tx(struct io *io)
@@ -361,12 +330,13 @@ void io_queue_tx(struct io *io, const struct mrc_txdesc *d, const uint8_t *pkt)
     uint8_t ph[8] = {0};
     put32(ph, MRC_UDP_HLEN + d->len);
     ph[7] = 17;
-    uint32_t s = csum_add(0, p->cfg.src_addr, 16);
+    uint64_t s = csum_add(0, p->cfg.src_addr, 16);
     s = csum_add(s, pp->final_addr, 16);
     s = csum_add(s, ph, 8);
     s = csum_add(s, udp, MRC_UDP_HLEN); /* 8 bytes: the payload's words stay aligned */
-    s = csum_add(s, pkt, d->len);
-    uint16_t ck = csum_fold(s);
+    /* the packet's own sum, taken while the core built it, or a pass now */
+    s = d->has_sum ? s + d->sum : csum_add(s, pkt, d->len);
+    uint16_t ck = (uint16_t)~csum_fold16(s);
     if (ck == 0)
         ck = 0xFFFF;
     memcpy(udp + 6, &ck, 2); /* already in network order: summed as raw words */

@@ -7,9 +7,14 @@
  *
  * Lock: every function here runs with the endpoint lock held. Calls ev.c. */
 #include "core.h"
+#include "csum.h"
 
-/* Copy [off, off+len) of a message's scatter list to dst. */
-static void gather(const struct wqe *w, uint32_t off, uint32_t len, uint8_t *dst)
+/* Copy [off, off+len) of a message's scatter list to dst; with crc, extend
+ * *crc over the bytes in the same pass (each byte of the region read once),
+ * and with sum add their ones'-complement sum too (csrc/csum.h; dst is at
+ * byte offset at of the packet). */
+static void gather(const struct wqe *w, uint32_t off, uint32_t len, uint8_t *dst, uint32_t *crc, uint64_t *sum,
+                   uint32_t at)
 {
     for (uint32_t i = 0; i < w->wr.num_sge && len; i++) {
         const struct mrc_sge *s = &w->wr.sg_list[i];
@@ -18,15 +23,27 @@ static void gather(const struct wqe *w, uint32_t off, uint32_t len, uint8_t *dst
             continue;
         }
         uint32_t n = s->length - off < len ? s->length - off : len;
-        memcpy(dst, (const uint8_t *)(uintptr_t)s->addr + off, n);
+        const uint8_t *from = (const uint8_t *)(uintptr_t)s->addr + off;
+        if (sum) {
+            uint64_t piece = 0;
+            *crc = mrc_crc32c_copy_sum(*crc, dst, from, n, &piece);
+            *sum += csum_at(piece, at);
+        } else if (crc) {
+            *crc = mrc_crc32c_copy(*crc, dst, from, n);
+        } else {
+            memcpy(dst, from, n);
+        }
         dst += n;
+        at += n;
         len -= n;
         off = 0;
     }
 }
 
+/* A data packet into out; with sum (a packet in the clear), its
+ * ones'-complement sum taken in the same pass as the copy and the ICRC. */
 static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int ackreq, int rtx, uint8_t *out,
-                      uint32_t cap)
+                      uint32_t cap, uint16_t *sum)
 {
     const struct wqe *w = &q->sq[pe->wqe];
     int first = pe->off == 0, last = pe->off + pe->len >= w->total;
@@ -54,9 +71,19 @@ static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int ack
     int hl = mrc_pkt_build_hdr(&p, out, cap);
     if (hl < 0)
         return hl;
-    gather(w, pe->off, pe->len, out + hl);
-    int len = mrc_pkt_finish(out, (uint32_t)hl + pe->len);
-    return q->sec && sec_seal(q, out, (uint32_t)len, (uint32_t)hl) < 0 ? -EIO : len;
+    if (q->sec) { /* the tag, not the ICRC: sealed once it is whole */
+        gather(w, pe->off, pe->len, out + hl, NULL, NULL, 0);
+        int len = mrc_pkt_finish(out, (uint32_t)hl + pe->len);
+        return sec_seal(q, out, (uint32_t)len, (uint32_t)hl) < 0 ? -EIO : len;
+    }
+    /* the payload copied, the ICRC and the checksum extended over it in one pass */
+    uint32_t crc = mrc_crc32c(0, out, (uint32_t)hl), end = (uint32_t)hl + pe->len;
+    uint64_t s = sum ? csum_add(0, out, (size_t)hl) : 0;
+    gather(w, pe->off, pe->len, out + hl, &crc, sum ? &s : NULL, (uint32_t)hl);
+    put32(out + end, crc);
+    if (sum)
+        *sum = csum_fold16(s + csum_at(csum_add(0, out + end, MRC_ICRC_LEN), end));
+    return (int)end + MRC_ICRC_LEN;
 }
 
 static void emit(struct mrc_ep *ep, uint64_t now, struct mrc_txdesc *d, uint32_t off, int len, uint32_t ev,
@@ -65,6 +92,15 @@ static void emit(struct mrc_ep *ep, uint64_t now, struct mrc_txdesc *d, uint32_t
     ep_port_charge(ep, ev_plane(ev), (uint32_t)len, now);
     *d = (struct mrc_txdesc){.off = off, .len = (uint32_t)len, .ev = ev, .peer = q->peer, .tclass = tclass,
                              .is_data = (uint8_t)data};
+}
+
+/* A data packet's: emit, with the sum build_data took (none for a secured one). */
+static void emit_data(struct mrc_ep *ep, uint64_t now, struct mrc_txdesc *d, uint32_t off, int len, uint32_t ev,
+                      struct qp *q, uint8_t tclass, uint16_t sum)
+{
+    emit(ep, now, d, off, len, ev, q, tclass, 1);
+    d->has_sum = ep->tx_sums && !q->sec;
+    d->sum = sum;
 }
 
 static int cwnd_allows(const struct qp *q, uint32_t len)
@@ -102,10 +138,11 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         if (ev_pick(ep, q, now, pe->ev, &ev) < 0)
             break;
         pe->ev = ev;
-        int len = build_data(q, psn, pe, 1, 1, buf + *used, buflen - *used);
+        uint16_t sum = 0;
+        int len = build_data(q, psn, pe, 1, 1, buf + *used, buflen - *used, ep->tx_sums ? &sum : NULL);
         if (len < 0)
             break;
-        emit(ep, now, &d[n++], *used, len, ev, q, MRC_DSCP_RTX << 2 | MRC_ECN_ECT0, 1);
+        emit_data(ep, now, &d[n++], *used, len, ev, q, MRC_DSCP_RTX << 2 | MRC_ECN_ECT0, sum);
         *used += (uint32_t)len;
         pe->st = PE_INFLIGHT;
         pe->rnr = 0;
@@ -166,10 +203,12 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         int full = q->inflight + 2ull * len > q->ccs.cwnd || psn_sub(q->next_psn, q->una_psn) + 1 >= q->win;
         int ackreq = full && q->since_ackreq + len >= half; /* at most one per half window */
         q->since_ackreq = ackreq ? 0 : q->since_ackreq + len;
-        int plen = build_data(q, q->next_psn, pe, ackreq, 0, buf + *used, buflen - *used);
+        uint16_t sum = 0;
+        int plen = build_data(q, q->next_psn, pe, ackreq, 0, buf + *used, buflen - *used,
+                              ep->tx_sums ? &sum : NULL);
         if (plen < 0)
             break;
-        emit(ep, now, &d[n++], *used, plen, ev, q, MRC_DSCP_DATA << 2 | MRC_ECN_ECT0, 1);
+        emit_data(ep, now, &d[n++], *used, plen, ev, q, MRC_DSCP_DATA << 2 | MRC_ECN_ECT0, sum);
         *used += (uint32_t)plen;
         if (q->inflight == 0)
             q->last_progress_ns = now;

@@ -45,13 +45,21 @@ class ManualContext(Device):
         return lib.mrc_ep_input(self._ep(), packet, len(packet), m, now_ns)
 
     def poll_tx(self, now_ns: int = 0, max_packets: int = 256) -> list[tuple[bytes, dict]]:
-        """The packets the engine sends now, each with its EV, peer, traffic class and kind."""
+        """The packets the engine sends now, each with its EV, peer, traffic class
+        and kind, and for a data packet in the clear its ones'-complement sum
+        (``sum``, taken while it was built; None for the others)."""
         buf = ffi.new("uint8_t[]", TX_BUF)
         d = ffi.new("struct mrc_txdesc[]", max_packets)
         n = check(lib.mrc_ep_poll_tx(self._ep(), now_ns, buf, TX_BUF, d, max_packets), "poll tx")
         return [(bytes(ffi.buffer(buf + d[i].off, d[i].len)),
-                 {"ev": d[i].ev, "peer": d[i].peer, "tclass": d[i].tclass, "is_data": d[i].is_data})
+                 {"ev": d[i].ev, "peer": d[i].peer, "tclass": d[i].tclass, "is_data": d[i].is_data,
+                  "sum": d[i].sum if d[i].has_sum else None})
                 for i in range(n)]
+
+    def want_tx_sums(self, on: bool = True) -> None:
+        """Data packets in the clear leave with their ones'-complement sum
+        (poll_tx's ``sum``), as the engine asks for its UDP checksums."""
+        lib.mrc_ep_want_tx_sums(self._ep(), int(on))
 
     def next_timer(self, now_ns: int = 0) -> int | None:
         """When to call poll_tx again (None: not before something comes in)."""

@@ -35,6 +35,8 @@ struct mrc_txdesc {
     uint16_t peer;
     uint8_t tclass;          /* DSCP << 2 | ECN */
     uint8_t is_data;
+    uint8_t has_sum;         /* sum is the packet's ones'-complement sum, taken while it was built */
+    uint16_t sum;            /* (RFC 1071, folded, not complemented, in the packet's byte order) */
 };
 
 struct mrc_ep;
@@ -42,6 +44,10 @@ struct mrc_ep *mrc_ctx_ep(struct mrc_ctx *c);
 int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const struct mrc_meta *meta, uint64_t now_ns);
 int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now_ns, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max);
 uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now_ns);
+/* Data packets in the clear leave with their ones'-complement sum
+ * (mrc_txdesc.has_sum, .sum), taken in the pass that copies the payload:
+ * for an I/O side that wraps them in UDP (the engine asks for it). */
+void mrc_ep_want_tx_sums(struct mrc_ep *ep, int on);
 int mrc_ep_check_times(struct mrc_ep *ep, uint64_t now_ns); /* tests: QPs whose kept times are late now (0) */
 /* A local port (plane) went down or up (the engine calls it when carrier or
  * the admin state changes). */

@@ -165,6 +165,7 @@ struct mrc_pkt {
 
 uint32_t mrc_crc32c(uint32_t crc, const uint8_t *buf, size_t len);
 uint32_t mrc_crc32c_copy(uint32_t crc, uint8_t *dst, const uint8_t *src, size_t len);
+uint32_t mrc_crc32c_copy_sum(uint32_t crc, uint8_t *dst, const uint8_t *src, size_t len, uint64_t *sum);
 int mrc_crc32c_hw(void);
 uint32_t mrc_crc32c_sw(uint32_t crc, const uint8_t *buf, size_t len);
 int mrc_psn_cmp(uint32_t a, uint32_t b);
