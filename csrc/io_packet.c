@@ -1,9 +1,7 @@
-/* Raw-socket I/O of a context: one AF_PACKET socket per port (plane) with a
- * classic BPF filter for UDP 4791 and a PACKET_RX_RING, one unbound socket
- * that sends a batch for every port with sendmmsg, and the framing: the
- * Ethernet, IPv6 and UDP headers around each MRC packet, with the UDP
- * checksum over the final (post-uSID) destination (protocol.md 2). The peer
- * table says how to reach each peer on each plane.
+/* Raw-socket I/O of a context, its ports and receive side: one AF_PACKET
+ * socket per port (plane) with a classic BPF filter for UDP 4791 and a
+ * PACKET_RX_RING, read without a system call; the peer table, which says
+ * how to reach each peer on each plane. Sending is io_tx.c's.
  *
  * Lock: io_open runs before the context is shared and io_close after its
  * thread ended; every other function runs with the endpoint lock held (the
@@ -18,35 +16,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "csum.h"
-#include "io.h"
+#include "io_int.h"
 
 enum { RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512 };
-
-/* One tx batch for all ports, in the order the engine built the packets (so
- * that no plane waits behind another's burst): one unbound AF_PACKET socket,
- * each message addressed to its port; the headers live here, the MRC packet
- * stays where the core built it (two iovecs, no copy). */
-struct txq {
-    int fd;
-    uint32_t n;
-    struct mmsghdr msg[IO_BATCH];
-    struct iovec iov[IO_BATCH][2];
-    uint8_t hdr[IO_BATCH][IO_HDRS];
-    uint8_t port[IO_BATCH];
-};
-
-struct io {
-    struct io_port ports[MRC_MAX_PORTS];
-    uint32_t nports;
-    int plane_port[MRC_MAX_PLANES]; /* plane -> index into ports, -1 if none */
-    struct mrc_peer_cfg *peers;
-    uint8_t live[MRC_MAX_PEERS]; /* slot in use (a deleted peer's slot is reused); a
-                                  * deleted peer's config is zeroed: no paths, so the
-                                  * per-packet lookups need not test this */
-    uint32_t npeers;             /* one past the highest slot in use */
-    struct txq tx;
-};
 
 /* Classic BPF: IPv6, next header UDP, destination port 4791. */
 static int attach_filter(int fd)
@@ -65,14 +37,6 @@ static int attach_filter(int fd)
     return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog));
 }
 
-static void big_buffers(int fd, int rcv)
-{
-    int big = 8 << 20;
-    if (rcv && setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)) < 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
-    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &big, sizeof(big)) < 0)
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
-}
 
 static int open_port(struct io_port *p)
 {
@@ -119,22 +83,6 @@ static int open_port(struct io_port *p)
     return 0;
 }
 
-/* The tx socket: protocol 0, so it receives nothing. */
-static int open_tx(struct txq *t)
-{
-    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    big_buffers(fd, 0);
-    t->fd = fd;
-    for (int i = 0; i < IO_BATCH; i++) {
-        t->iov[i][0] = (struct iovec){t->hdr[i], IO_HDRS};
-        t->msg[i].msg_hdr = (struct msghdr){.msg_iov = t->iov[i], .msg_iovlen = 2,
-                                            .msg_namelen = sizeof(struct sockaddr_ll)};
-    }
-    return 0;
-}
-
 int io_open(const struct mrc_port_cfg *ports, uint32_t nports, struct io **out)
 {
     if (nports == 0 || nports > MRC_MAX_PORTS)
@@ -162,7 +110,7 @@ int io_open(const struct mrc_port_cfg *ports, uint32_t nports, struct io **out)
         rc = open_port(&io->ports[i]);
     }
     if (!rc)
-        rc = open_tx(&io->tx);
+        rc = io_tx_open(io);
     if (rc < 0) {
         io_close(io);
         return rc;
@@ -181,13 +129,11 @@ void io_close(struct io *io)
         if (io->ports[i].ring)
             munmap(io->ports[i].ring, io->ports[i].ring_len);
     }
-    if (io->tx.fd >= 0)
-        close(io->tx.fd);
+    io_tx_close(io);
     free(io->peers);
     free(io);
 }
 
-const char *io_tx_path(const struct io *io) { return "sendmmsg"; }
 uint32_t io_nports(const struct io *io) { return io->nports; }
 struct io_port *io_port(struct io *io, uint32_t i) { return i < io->nports ? &io->ports[i] : NULL; }
 
@@ -257,94 +203,6 @@ int io_peer_host(const struct io *io, uint16_t peer)
 int io_has_path(const struct io *io, uint16_t peer, uint32_t plane)
 {
     return peer < io->npeers && plane < MRC_MAX_PLANES && io->peers[peer].plane[plane].npaths > 0;
-}
-
-/* ------------------------------------------------------------------ tx */
-/* Send the batch. A message that fails (its interface went down, say) is
- * counted against its port and skipped; the engine retransmits what was lost. */
-void io_flush_tx(struct io *io)
-{
-    struct txq *t = &io->tx;
-    uint32_t off = 0;
-    while (off < t->n) {
-        int n = sendmmsg(t->fd, t->msg + off, t->n - off, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == ENOBUFS) { /* the socket is full: drop the rest */
-                for (; off < t->n; off++)
-                    io->ports[t->port[off]].st.tx_errors++;
-                break;
-            }
-            io->ports[t->port[off++]].st.tx_errors++;
-            continue;
-        }
-        for (int i = 0; i < n; i++, off++) {
-            struct io_port *p = &io->ports[t->port[off]];
-            p->st.tx_packets++;
-            p->st.tx_bytes += IO_HDRS + t->iov[off][1].iov_len;
-        }
-        if (n == 0)
-            break;
-    }
-    uint32_t seen = 0;
-    for (uint32_t i = 0; i < t->n; i++)
-        seen |= 1u << t->port[i];
-    for (uint32_t i = 0; i < io->nports; i++)
-        io->ports[i].st.tx_batches += (seen >> i) & 1;
-    t->n = 0;
-}
-
-/* Wrap one engine packet in Ethernet/IPv6/UDP for its EV's plane and path.
- * pkt must stay valid until the next io_flush_tx (the batch points into it). */
-void io_queue_tx(struct io *io, const struct mrc_txdesc *d, const uint8_t *pkt)
-{
-    uint32_t plane = ev_plane(d->ev) & (MRC_MAX_PLANES - 1), entropy = ev_entropy(d->ev);
-    int pi = io->plane_port[plane];
-    if (pi < 0 || d->peer >= io->npeers || io->peers[d->peer].plane[plane].npaths == 0 || d->len + IO_HDRS > IO_FRAME) {
-        if (pi >= 0)
-            io->ports[pi].st.tx_no_path++;
-        return;
-    }
-    struct io_port *p = &io->ports[pi];
-    const struct mrc_peer_plane *pp = &io->peers[d->peer].plane[plane];
-    struct txq *t = &io->tx;
-    uint8_t *f = t->hdr[t->n];
-    memcpy(f, p->cfg.dst_mac, 6);
-    memcpy(f + 6, p->cfg.src_mac, 6);
-    f[12] = 0x86;
-    f[13] = 0xDD;
-    uint8_t *ip = f + MRC_ETH_HLEN;
-    put32(ip, (6u << 28) | ((uint32_t)d->tclass << 20) | ev_flow_label(d->ev)); /* protocol.md 2, "EV on the wire" */
-    put16(ip + 4, (uint16_t)(MRC_UDP_HLEN + d->len));
-    ip[6] = 17;
-    ip[7] = 64;
-    memcpy(ip + 8, p->cfg.src_addr, 16);
-    memcpy(ip + 24, pp->paths[entropy % pp->npaths], 16);
-    uint8_t *udp = ip + MRC_IPV6_HLEN;
-    put16(udp, ev_udp_sport(d->ev));
-    put16(udp + 2, MRC_UDP_PORT);
-    put16(udp + 4, (uint16_t)(MRC_UDP_HLEN + d->len));
-    put16(udp + 6, 0);
-    /* checksum over the *final* destination, the one left after every uSID shift */
-    uint8_t ph[8] = {0};
-    put32(ph, MRC_UDP_HLEN + d->len);
-    ph[7] = 17;
-    uint64_t s = csum_add(0, p->cfg.src_addr, 16);
-    s = csum_add(s, pp->final_addr, 16);
-    s = csum_add(s, ph, 8);
-    s = csum_add(s, udp, MRC_UDP_HLEN); /* 8 bytes: the payload's words stay aligned */
-    /* the packet's own sum, taken while the core built it, or a pass now */
-    s = d->has_sum ? s + d->sum : csum_add(s, pkt, d->len);
-    uint16_t ck = (uint16_t)~csum_fold16(s);
-    if (ck == 0)
-        ck = 0xFFFF;
-    memcpy(udp + 6, &ck, 2); /* already in network order: summed as raw words */
-    t->iov[t->n][1] = (struct iovec){(void *)pkt, d->len};
-    t->msg[t->n].msg_hdr.msg_name = &p->sll;
-    t->port[t->n] = (uint8_t)pi;
-    if (++t->n == IO_BATCH)
-        io_flush_tx(io);
 }
 
 /* ------------------------------------------------------------------ rx */

@@ -182,7 +182,7 @@ class EngineThread:
         return {"cpu_ns": ns[0], "tid": tid[0]}
 
     def tx_path(self) -> str:
-        """How packets leave: "tx_ring", "sendmmsg" or "none" (mrc_ctx_tx_path)."""
+        """How packets leave: "sendmmsg" or "none" (mrc_ctx_tx_path)."""
         return ffi.string(lib.mrc_ctx_tx_path(self._dev.handle())).decode()
 
     @property

@@ -24,7 +24,7 @@ C_LAYERS = [
     ["qp.c"],
     ["requester.c", "completer.c", "responder.c", "evprobe.c"],
     ["dispatch.c"],
-    ["simlink.c", "io_packet.c", "link_watch.c"],
+    ["simlink.c", "io_packet.c", "io_tx.c", "link_watch.c"],
     ["engine.c"],
     ["verbs.c"],  # the API calls: each under the context's locks (engine.c) for one core call
     ["simfab.c", "simfab_setup.c"],  # the fabric simulator drives whole contexts

@@ -401,8 +401,8 @@ uint64_t mrc_ctx_now_ns(void);
  * thread CPU clock) and its thread id (for /proc/self/task/<tid>): 0, or
  * -ENOENT for a context whose thread is not running. */
 int mrc_ctx_engine_cpu(struct mrc_ctx *c, uint64_t *cpu_ns, int32_t *tid);
-/* How the context's packets leave: "tx_ring" (frames built in place in
- * each port's PACKET_TX_RING), "sendmmsg" (the fallback), or "none" (a
+/* How the context's packets leave: "sendmmsg" (one system call per batch
+ * of packets for all ports; docs/engine.md, "A byte's way") or "none" (a
  * context driven by hand). */
 const char *mrc_ctx_tx_path(struct mrc_ctx *c);
 /* mrc_ctl_ep_batch_send_wait for EV probes: send one probe per request and
