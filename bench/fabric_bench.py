@@ -1,7 +1,9 @@
 """Real-fabric benchmark: in one run, on the same fabric and payload size,
 
   (a) the raw ceiling: a C blaster sending pre-built packets of MRC's payload
-      size over the same planes and paths with no protocol;
+      size over the same planes and paths with no protocol; and the copying
+      blaster, which first copies each payload from a 64 MiB region with its
+      ICRC and checksum in one pass, as MRC must (no protocol either);
   (b) `mrc perf`-style: one MRC QP over all planes (1 MiB WRITEs; the payload
       size is the largest the ports' MTU carries: 8 KiB on the fabric);
   (c) kernel TCP, one stream over one plane;
@@ -21,8 +23,17 @@ is also measured first without it (tcp_superpacket_gbps).
     python bench/fabric_bench.py [--json] [--seconds 3]
     python bench/fabric_bench.py --security-pairs 5 [--json]
 
-Needs root. Prints the four rates and ratio_raw, ratio_mptcp, ratio_tcp,
-stall_ms. All rates are measured at the receiver.
+Needs root. Prints the rates and ratio_raw, ratio_copy, ratio_mptcp,
+ratio_tcp, stall_ms. All rates are measured at the receiver.
+
+CPU per byte (bench/cpu.py): the cycles per delivered byte of MRC's threads
+(mrc_cycles_per_byte: the sender's application and engine threads and the
+receiver's engine thread, from their CPU clocks), of both blasters' and of
+kernel TCP's, and the machine's floor measured in the same run
+(min_cycles_per_byte: a packet copied from a region and checksummed in one
+pass, at each end), with cpu_vs_min = mrc / min. On this kernel a thread's
+clock also holds the softirq work that ran on its CPU while it ran: the
+fabric's forwarding of what it sent, the delivery into the receiver's ring.
 
 --security-pairs N measures authenticated MRC instead: one QP over all
 planes with security off, auth and encrypt in turn (off auth encrypt off
@@ -55,10 +66,10 @@ def _info(t: Topology, ctx, host: int) -> RemoteInfo:
     return RemoteInfo(qpn=0, ports={p.plane: p.address for p in ctx.ports}, topology=t.name, host=t.host(host))
 
 
-def raw_ceiling(t, src, dst, seconds, payload):
+def raw_ceiling(t, src, dst, seconds, payload, source=None):
     """The blaster's rate in Gb/s, the bytes that arrived (whole frames) and
     the CPU of its two threads (the sender's, this one, and the receiving
-    context's engine thread)."""
+    context's engine thread); with ``source``, the copying blaster's."""
     ca = host_context(t, src, start=False)  # the blaster sends from this thread
     cb = host_context(t, dst)  # counts what arrives
     try:
@@ -70,7 +81,7 @@ def raw_ceiling(t, src, dst, seconds, payload):
         th.engine("receiver", cb)
         th.start()
         t0 = time.perf_counter()
-        ca.engine.blast(peer, payload, seconds)
+        ca.engine.blast(peer, payload, seconds, source)
         time.sleep(0.2)  # let the last packets arrive
         got = sum(p["rx_bytes"] for p in cb.port_stats()) - before
         use = th.stop()
@@ -111,16 +122,18 @@ def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut", security="
             apply.heal(t.name, cut)
 
 
-def cpu_per_byte(m: dict, raw_bytes: int, raw_cpu: dict, tcp_use: dict, floor: dict) -> dict:
+def cpu_per_byte(m: dict, raw: tuple, copy: tuple, tcp_use: dict, floor: dict) -> dict:
     """Cycles per delivered byte of MRC's threads (the sender's application
-    and engine threads, the receiver's engine thread), of the raw blaster's
-    and of kernel TCP's (each side's one thread), against the machine's floor:
-    one fused copy-and-CRC pass at each end."""
+    and engine threads, the receiver's engine thread), of the raw and the
+    copying blaster's (``raw``, ``copy``: bytes and CPU) and of kernel TCP's
+    (each side's one thread), against the machine's floor: one fused
+    copy-and-CRC pass at each end."""
     hz = floor["cpu_ghz"]
     use = m["cpu"]
     tcp_cpu = {side: cpu._delta(*tcp_use[side]) for side in ("sender", "receiver")}
     mrc_all = cpu.per_byte(use, ["sender_app", "sender_engine", "receiver_engine"], m["bytes"], hz)
-    raw_all = cpu.per_byte(raw_cpu, ["sender", "receiver"], raw_bytes, hz)
+    raw_all = cpu.per_byte(raw[1], ["sender", "receiver"], raw[0], hz)
+    copy_all = cpu.per_byte(copy[1], ["sender", "receiver"], copy[0], hz)
     tcp_all = cpu.per_byte(tcp_cpu, ["sender", "receiver"], tcp_use["bytes"], hz)
     least = round(2 * floor["fused_cycles_per_byte"], 4)
     return {
@@ -131,12 +144,15 @@ def cpu_per_byte(m: dict, raw_bytes: int, raw_cpu: dict, tcp_use: dict, floor: d
             "cycles_per_byte"],
         "mrc_receiver_cycles_per_byte": cpu.per_byte(use, ["receiver_engine"], m["bytes"], hz)["cycles_per_byte"],
         "raw_cycles_per_byte": raw_all["cycles_per_byte"],
+        "copy_cycles_per_byte": copy_all["cycles_per_byte"],
+        "copy_sender_cycles_per_byte": cpu.per_byte(copy[1], ["sender"], copy[0], hz)["cycles_per_byte"],
         "tcp_cycles_per_byte": tcp_all["cycles_per_byte"],
         "min_cycles_per_byte": least,
         "cpu_vs_min": round(mrc_all["cycles_per_byte"] / least, 2),
         "user_cpu_vs_min": round(mrc_all["user_cycles_per_byte"] / least, 2),
         "mrc_cpu_over_raw": round(mrc_all["cycles_per_byte"] / raw_all["cycles_per_byte"], 3),
-        "cpu": {"mrc": use, "raw": raw_cpu, "tcp": tcp_cpu, "floor": floor},
+        "mrc_cpu_over_copy": round(mrc_all["cycles_per_byte"] / copy_all["cycles_per_byte"], 3),
+        "cpu": {"mrc": use, "raw": raw[1], "copy": copy[1], "tcp": tcp_cpu, "floor": floor},
     }
 
 
@@ -199,7 +215,9 @@ def main() -> int:
         payload = m["payload"]
         log(f"  {m['gbps']:.2f} Gb/s ({payload} B packets)\nraw ceiling, same packets ...")
         raw, raw_bytes, raw_cpu = raw_ceiling(t, src, dst, a.seconds, payload)
-        log(f"  {raw:.2f} Gb/s\nmrc, 64 KiB writes, no fault ...")
+        log(f"  {raw:.2f} Gb/s\nthe copying blaster: each payload copied from a 64 MiB region first ...")
+        copy, copy_bytes, copy_cpu = raw_ceiling(t, src, dst, a.seconds, payload, bytearray(os.urandom(1 << 20)) * 64)
+        log(f"  {copy:.2f} Gb/s\nmrc, 64 KiB writes, no fault ...")
         small = mrc_rate(t, src, dst, a.seconds / 2, msg=64 << 10)
         log(f"  {small['gbps']:.2f} Gb/s\nkernel TCP, one stream over plane 0 ...")
         tcp_use: dict = {}
@@ -218,12 +236,13 @@ def main() -> int:
         res = {"payload": payload, "raw_gbps": round(raw, 3), "mrc_gbps": m["gbps"], "tcp_gbps": round(tcp, 3),
                "mptcp_gbps": round(mp, 3), "ratio_raw": round(m["gbps"] / raw, 3),
                "ratio_mptcp": round(m["gbps"] / mp, 3), "ratio_tcp": round(m["gbps"] / tcp, 3),
+               "copy_gbps": round(copy, 3), "ratio_copy": round(m["gbps"] / copy, 3),
                "tcp_superpacket_gbps": round(tcp_super, 3), "ratio_tcp_superpacket": round(m["gbps"] / tcp_super, 3),
                "srv6": apply.srv6(t.name),
                "stall_ms": cut["max_stall_after_event_ms"], "stall_ms_whole_run": cut["max_stall_ms"],
                "stall_ms_no_fault": small["max_stall_ms"], "stall_ms_blackhole": hole["max_stall_after_event_ms"],
                "stall_msg_bytes": 64 << 10,
-               **cpu_per_byte(m, raw_bytes, raw_cpu, tcp_use, floor),
+               **cpu_per_byte(m, (raw_bytes, raw_cpu), (copy_bytes, copy_cpu), tcp_use, floor),
                "targets": {"ratio_raw": 0.8, "ratio_mptcp": 1.3, "ratio_tcp": 1.0, "stall_ms": 1.0, "cpu_vs_min": 1.5}}
         if a.save:
             store.save("fabric_bench", res, a.save, srv6=res["srv6"])

@@ -196,11 +196,15 @@ class EngineThread:
         with self._dev.waiting_call() as h:
             return check(lib.mrc_ctx_ep_batch_send_wait(h, req, n, timeout_ns, out), "probe")
 
-    def blast(self, peer: int, payload: int, seconds: float) -> int:
+    def blast(self, peer: int, payload: int, seconds: float, source: bytearray | None = None) -> int:
         """Benchmark support, the raw ceiling: pre-built packets to ``peer`` over
         every plane and path for ``seconds``, from this thread (the engine
-        thread must not have been started). Returns packets sent."""
-        return check(lib.mrc_bench_blast(self._dev.handle(), peer, payload, int(seconds * 1e9)), "raw blast")
+        thread must not have been started). With ``source``, each payload is
+        copied from it (walked in turn) with its ICRC and sum first, as the
+        engine builds a packet. Returns packets sent."""
+        src = ffi.from_buffer(source) if source is not None else ffi.NULL
+        return check(lib.mrc_bench_blast_from(self._dev.handle(), peer, payload, int(seconds * 1e9), src,
+                                              len(source) if source is not None else 0), "raw blast")
 
 
 class Context(Device):

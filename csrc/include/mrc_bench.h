@@ -14,6 +14,11 @@
  * duration_ns, from the calling thread (the engine thread must not be
  * started). Returns packets sent or -errno. */
 int64_t mrc_bench_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns);
+/* The copying blaster: each payload copied from src (span bytes walked in
+ * turn) with its ICRC and UDP sum in one pass before it goes, as the
+ * engine builds a data packet. */
+int64_t mrc_bench_blast_from(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns,
+                             const uint8_t *src, uint64_t span);
 /* (csrc/bench/verify.c) The bytes of got[0, n) that differ from want. */
 uint64_t mrc_bench_check(const uint8_t *want, const uint8_t *got, uint64_t n);
 /* (csrc/bench/udpping.c) The kernel's UDP round trip: n pings of size bytes
