@@ -203,7 +203,8 @@ def fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
     r = runs[-1]
     lines = ["One MRC QP from h0 to h3 over every plane of the default fabric, against a C blaster of pre-built "
              "packets on the same paths (the raw ceiling: no protocol), kernel TCP on one plane and MPTCP with a "
-             "subflow per plane, in the same run. The switches cut TCP's GSO super-packets to wire-sized ones "
+             "subflow per plane, in the same run (where the run has `ratio_tcp_hot`, MRC, TCP and MPTCP each move "
+             "64 MiB buffers at each end; before, TCP sent one 1 MiB buffer again and again). The switches cut TCP's GSO super-packets to wire-sized ones "
              "(`tcp_superpacket_gbps` keeps them whole). On this 2-core VM the kernel's forwarding of every hop "
              "runs on the sender's CPUs, so every cycle MRC spends on protocol work comes out of the forwarding "
              "budget that the blaster has for itself: the raw ceiling is this machine's, not the protocol's.", ""]
@@ -215,7 +216,11 @@ def fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
         ["MRC / kernel TCP, one plane", f"{spread(runs, 'ratio_tcp')} ({fmt(r.get('tcp_gbps'), 2)} Gb/s)",
          f">= {get(r, 'targets.ratio_tcp')}"],
         ["MRC / kernel TCP with whole super-packets", f"{fmt(r.get('ratio_tcp_superpacket'))} "
-                                                      f"({fmt(r.get('tcp_superpacket_gbps'), 2)} Gb/s)", "-"],
+                                                      f"({fmt(r.get('tcp_superpacket_gbps'), 2)} Gb/s)", "-"]]
+        + ([["MRC / kernel TCP, one plane, the same 1 MiB buffer at each end every time",
+             f"{spread(runs, 'ratio_tcp_hot')} ({fmt(r.get('tcp_hot_gbps'), 2)} Gb/s)", "-"],
+            ["data verified, QP errors", f"{r.get('data_verified')}, {fmt(r.get('qp_errors'))}", "True, 0"]]
+           if "ratio_tcp_hot" in r else []) + [
         ["longest completion stall after a T0-T1 link cut, 64 KiB writes",
          f"{fmt(r.get('stall_ms'), 2)} ms (no fault: {fmt(r.get('stall_ms_no_fault'), 2)} ms, link black-holed by "
          f"nftables: {fmt(r.get('stall_ms_blackhole'), 2)} ms)", f"<= {get(r, 'targets.stall_ms')} ms"]])

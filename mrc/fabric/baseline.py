@@ -6,6 +6,7 @@ mrc.fabric.srv6bpf)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -26,10 +27,14 @@ def mptcp_setup(t: Topology, h: int) -> None:
 
 
 def stream_gbps(t: Topology, src: int, dst: int, seconds: float, plane: int = 0, proto: int = 0,
-                port: int = 5201, clock=None, readings: dict | None = None) -> float:
+                port: int = 5201, clock=None, readings: dict | None = None, region: int = 0) -> float:
     """One stream from ``src`` to ``dst`` (TCP, or MPTCP with
     ``proto=IPPROTO_MPTCP``) to the receiver's kernel address on ``plane``,
-    for ``seconds``; returns the receiver's goodput in Gb/s. With ``clock``
+    for ``seconds``; returns the receiver's goodput in Gb/s. The sender
+    writes 1 MiB chunks and the receiver reads into a 1 MiB buffer, both
+    the same one every time (in cache), or with ``region`` (bytes) walks a
+    region of that size each, as an application moving a large buffer (and
+    MRC's benches) does. With ``clock``
     (a function that reads the calling thread's CPU time), ``readings`` gets
     each side's, taken in its own thread as the stream starts and ends:
     ``readings["receiver"]`` and ``readings["sender"]`` = (start, end)."""
@@ -44,12 +49,14 @@ def stream_gbps(t: Topology, src: int, dst: int, seconds: float, plane: int = 0,
         t0 = time.perf_counter()
         c0 = clock() if clock else None
         n = 0
-        buf = bytearray(1 << 20)
+        buf = memoryview(bytearray(max(region, 1 << 20)))
+        off = 0
         while True:
-            k = c.recv_into(buf)
+            k = c.recv_into(buf[off:off + (1 << 20)])
             if not k:
                 break
             n += k
+            off = off + k if off + k + (1 << 20) <= len(buf) else 0
         got[0], got[1] = n, time.perf_counter() - t0
         if clock:
             readings["receiver"], readings["bytes"] = (c0, clock()), n
@@ -60,11 +67,12 @@ def stream_gbps(t: Topology, src: int, dst: int, seconds: float, plane: int = 0,
     cli = ns.run_in(t.ns(t.host(src)), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM, proto))
     try:
         cli.connect((t.inner_address(dst, plane), port))
-        chunk = b"\0" * (1 << 20)
+        data = memoryview(bytearray(os.urandom(1 << 20)) * max(1, region >> 20))
         c0 = clock() if clock else None
-        end = time.perf_counter() + seconds
+        end, off = time.perf_counter() + seconds, 0
         while time.perf_counter() < end:
-            cli.sendall(chunk)
+            cli.sendall(data[off:off + (1 << 20)])
+            off = off + (1 << 20) if off + (2 << 20) <= len(data) else 0
         if clock:
             readings["sender"] = (c0, clock())
     finally:
