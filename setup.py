@@ -59,8 +59,10 @@ setup(
         "yaml": ["pyyaml>=6"],
         # mrc dash, the web view (its page and Chart.js ship inside the package)
         "dash": ["aiohttp>=3.9"],
+        # mrc sim sweep on a Dask cluster (BSD-3-Clause)
+        "sweep": ["dask[distributed]>=2024.1"],
         "test": ["pytest>=7", "hypothesis>=6", "scapy>=2.5", "pyyaml>=6", "aiohttp>=3.9", "selenium>=4.10",
-                 "matplotlib>=3.5"],
+                 "matplotlib>=3.5", "dask[distributed]>=2024.1"],
         # plots (bench/*.py --plots, mrc train --plot, mrc sim --plots)
         "bench": ["matplotlib>=3.5"],
         # the MPI baseline of bench/coll_bench.py (needs OpenMPI: tools/setup.sh installs it)

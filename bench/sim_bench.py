@@ -28,6 +28,10 @@ above 64 KiB, trimming above 128 KiB):
                gap between completions (64 KiB WRITEs) of any flow
   speed        data packets per CPU second against the engine alone over the
                in-memory link (bench/engine_bench.py), alternated in the run
+  sweep        mrc sim sweep of the victim workload, 3 CC settings x 16 seeds,
+               in one process and on a local Dask cluster of 2 workers,
+               alternated: the cluster's time over half the serial time, and
+               whether both tables are the same
 wire_bound_ratio is the control for goodput_ratio: the most the run's flows
 could reach, had the busiest NIC sent its data once and its share of the
 control packets (the SACKs the protocol asks for: at once on every out-of-
@@ -49,6 +53,7 @@ import os
 import random
 import statistics
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -236,8 +241,50 @@ def speed(q: bool) -> dict:
     return out
 
 
+def sweep(q: bool) -> dict:
+    """mrc sim sweep: the victim workload under 3 CC settings x 16 seeds (docs/examples/victim-cc.yaml;
+    --quick: 4 seeds at 16 hosts) in this process, one cell at a time, and on a local Dask cluster of 2
+    workers, alternated (2 rounds; 1 with --quick): the cluster's time (its start included) over half
+    the serial time, and whether the two tables are the same (every figure but the timings)."""
+    import tempfile
+
+    from mrc.tools import sweep as msweep
+
+    grid = msweep.load_grid(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "examples",
+                                         "victim-cc.yaml"))
+    if q:
+        grid |= {"hosts": 16, "seeds": 4}
+    cells = msweep.cells(grid)
+    ratios, same, serial_s, dask_s, start_s = [], True, [], [], []
+    with tempfile.TemporaryDirectory(prefix="mrc-sweep-") as d:
+        for i in range(1 if q else 2):
+            t0 = time.perf_counter()
+            serial = {r["key"]: r for r in (msweep.run_cell(c) for c in cells)}
+            serial_s.append(time.perf_counter() - t0)
+            table = msweep.Table(os.path.join(d, f"dask{i}.csv"))
+            t0 = time.perf_counter()
+            info = msweep.run_dask(cells, table, "bench", lambda *x: None, None, 2)
+            dask_s.append(time.perf_counter() - t0)
+            table.close()
+            start_s.append(info["cluster_start_s"])
+            rows = {r["key"]: r for r in msweep.read_table(os.path.join(d, f"dask{i}.csv"))}
+            for k, r in serial.items():
+                got = rows.get(k, {})
+                same &= all(msweep._cell_text(r[c]) == got.get(c) for c in r if c not in msweep.TIMING)
+            ratios.append(dask_s[-1] / (serial_s[-1] / 2))
+    ratios.sort()
+    out = {"cells": len(cells), "workers": 2, "serial_s": [round(x, 2) for x in serial_s],
+           "dask_s": [round(x, 2) for x in dask_s], "cluster_start_s": start_s,
+           "dask_over_half_serial": round(ratios[len(ratios) // 2], 3), "identical": same,
+           "target": "2 Dask workers within 1.2 x half the serial time, the same table",
+           "goodput_ratio": "-", "p99_us": "-", "max_gap_us": "-", "wall_s": round(sum(dask_s + serial_s), 2),
+           "sim_pps": "-"}
+    out["met"] = same and out["dask_over_half_serial"] <= 1.2
+    return out
+
+
 SCENARIOS = {"permutation": permutation, "alltoall": alltoall, "t1": t1, "flap": flap, "victim": victim, "gap": gap,
-             "speed": speed}
+             "speed": speed, "sweep": sweep}
 
 
 def main() -> int:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from mrc._dp import lib
+from mrc._dp import ffi, lib
 from mrc.coll import schedule
 from mrc.core import QPAttr
 from mrc.errors import UsageError
@@ -35,6 +35,31 @@ def parse_time(s: str) -> int:
     return int(float(m.group(1)) * {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[m.group(2) or "ns"])
 
 
+CC_FIELDS = tuple(name for name, _ in ffi.typeof("struct mrc_cc_params").fields)
+CC_ALGORITHMS = {"nscc": 0, "fixed": 1}
+
+
+def cc_params(cc: dict | None) -> dict:
+    """Congestion control settings (struct mrc_cc_params fields, ``algorithm`` by name or number) checked,
+    as numbers; an unknown field or a value that is not a whole number >= 0 is refused in one line."""
+    if cc is None:
+        return {}
+    if not isinstance(cc, dict):
+        raise UsageError(f"cc {cc!r}: a mapping of congestion control fields, e.g. {{\"algorithm\": \"fixed\"}}")
+    out = {}
+    for k, v in cc.items():
+        if k not in CC_FIELDS:
+            raise UsageError(f"cc field {k!r} is not one of {', '.join(CC_FIELDS)}")
+        if k == "algorithm" and isinstance(v, str):
+            if v not in CC_ALGORITHMS:
+                raise UsageError(f"cc algorithm {v!r}: one of {', '.join(CC_ALGORITHMS)}")
+            v = CC_ALGORITHMS[v]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise UsageError(f"cc {k}={v!r}: a whole number >= 0")
+        out[k] = v
+    return out
+
+
 @dataclass
 class Fabric:
     """The simulated fabric's shape and ports."""
@@ -52,6 +77,7 @@ class Fabric:
     seed: int = 1
     bucket_ns: int = 10_000
     paced: bool = True       # NICs send on a port only when it is free (False: one 8-frame queue for all ports)
+    cc: dict = field(default_factory=dict)  # struct mrc_cc_params fields over the fabric's own (algorithm: nscc, fixed)
 
     def __post_init__(self) -> None:
         if not 2 <= self.hosts <= 1024:
@@ -71,6 +97,7 @@ class Fabric:
         if isinstance(self.mtu, bool) or not isinstance(self.mtu, int) or \
                 not lib.MRC_MIN_MTU <= self.mtu <= lib.MRC_MAX_MTU:
             raise UsageError(f"--mtu {self.mtu!r}: payload bytes per packet, {lib.MRC_MIN_MTU} to {lib.MRC_MAX_MTU}")
+        self.cc = cc_params(self.cc)
 
     def host_leaf(self, h: int) -> int:
         """Host ``h``'s leaf (as mrc.fabric.topology places hosts)."""
@@ -123,7 +150,7 @@ class Fabric:
                           # 10 us base): the fixed 40 us is less than one packet's serialization on a
                           # slow link, so every ACK called quick adapt and the windows fell to what
                           # one round trip delivered (7:1 incast at 100 Mbit/s: 0.45 of the link)
-                          "qa_threshold": 4 * base})
+                          "qa_threshold": 4 * base, **self.cc})
 
     def link_host(self, h: int, p: int) -> int:
         """The link number of host ``h``'s port on plane ``p``."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from mrc.tools import args
 
@@ -59,6 +60,43 @@ def add_parser(sub) -> None:
                           "a line every 10 s of CPU time; stdout, the JSON included, is the same either way)")
     args.json_arg(sim)
     sim.set_defaults(run=run, parser=sim)
+    sweeps = sim.add_subparsers(dest="sim_cmd", metavar="sweep")
+    sw = sweeps.add_parser("sweep", help="a grid of runs (workloads, sizes, CC settings, faults, seeds) on Dask",
+                           description="Runs every cell of a grid (JSON or YAML: each key one value or a list, the "
+                                       "sweep every combination) on a Dask cluster, each cell deterministic and keyed "
+                                       "by its parameters, into one CSV table with the commit; a stopped sweep "
+                                       "resumes where it left off (cells already in the table are not run again); "
+                                       "then prints the median and spread over the seeds of each setting. A bad "
+                                       "grid is refused in one line before anything runs; a cell that fails is "
+                                       "recorded with its error and the others go on. Example: `mrc sim sweep "
+                                       "docs/examples/victim-cc.yaml --plot out/`. docs/sim.md has the format.")
+    sw.add_argument("grid", help="the grid file (.json, .yaml or .yml)")
+    sw.add_argument("--out", metavar="CSV", help="the results table (default: the grid's name with .csv)")
+    sw.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                    help="local Dask workers, one process each (default: every core; 0: run in this process, "
+                         "one cell at a time, without Dask)")
+    sw.add_argument("--scheduler", metavar="ADDRESS", help="use the Dask cluster at this scheduler address "
+                                                           "(e.g. tcp://10.0.0.5:8786) instead of a local one")
+    sw.add_argument("--plot", metavar="DIR", help="write a CDF over the seeds of --metric per value of each "
+                                                  "parameter that varies")
+    sw.add_argument("--metric", default="goodput_ratio",
+                    help="the figure the summary leads with and --plot draws (default goodput_ratio; e.g. "
+                         "victim_ratio, p99_us)")
+    sw.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    args.json_arg(sw)
+    sw.set_defaults(run=run_sweep, parser=sw)
+
+
+def run_sweep(a: argparse.Namespace) -> int:
+    """``mrc sim sweep``."""
+    from mrc.errors import UsageError
+    from mrc.tools import sweep
+
+    if a.workers < 0:
+        raise UsageError("--workers is 0 (in this process) or more")
+    if a.metric not in sweep.METRICS:
+        raise UsageError(f"--metric {a.metric!r}: one of {', '.join(sweep.METRICS)}")
+    return sweep.main(a)
 
 
 def run(a: argparse.Namespace) -> int:

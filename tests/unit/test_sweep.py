@@ -1,0 +1,128 @@
+"""mrc sim sweep (mrc/tools/sweep.py): a grid of simulator runs on Dask
+gives the same table as in one process; a sweep killed mid-way resumes and
+runs only what is missing; a bad grid is refused in one line before
+anything runs; a cell that fails is recorded with its error and the others
+go on."""
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from mrc.errors import UsageError
+from mrc.tools import sweep
+
+GRID = {"workload": "victim", "hosts": 16, "size": "4M", "msg": "256K",
+        "cc": [{"algorithm": "nscc"}, {"algorithm": "fixed"}], "seeds": 3}
+TIMING = {"wall_s", "sim_pps", "commit"}
+
+
+def write(tmp_path, grid, name="grid.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps(grid))
+    return str(p)
+
+
+def table(path):
+    with open(path, newline="") as f:
+        return {r["key"]: {k: v for k, v in r.items() if k not in TIMING} for r in csv.DictReader(f)}
+
+
+def sweep_cmd(grid, out, *extra):
+    return [sys.executable, "-m", "mrc.tools.cli", "sim", "sweep", grid, "--out", out, "--json", "--quiet", *extra]
+
+
+def test_on_dask_the_table_is_the_same_as_in_one_process(tmp_path):
+    g = write(tmp_path, GRID)
+    serial, dask = str(tmp_path / "serial.csv"), str(tmp_path / "dask.csv")
+    r1 = subprocess.run(sweep_cmd(g, serial, "--workers", "0"), capture_output=True, text=True, timeout=300)
+    r2 = subprocess.run(sweep_cmd(g, dask, "--workers", "2"), capture_output=True, text=True, timeout=300)
+    assert r1.returncode == 0 and r2.returncode == 0, (r1.stderr, r2.stderr)
+    out = json.loads(r2.stdout)
+    assert out["cells"] == 6 and out["ran"] == 6 and out["workers"] == 2 and out["errors"] == 0
+    a, b = table(serial), table(dask)
+    assert len(a) == 6 and a == b
+    assert {r["status"] for r in a.values()} == {"ok"} and all(float(r["victim_ratio"]) > 0 for r in a.values())
+    # the summary: one line per setting, medians over the three seeds
+    summ = out["summary"]
+    assert len(summ) == 2 and all(s["seeds"] == 3 and len(s["victim_ratio_spread"]) == 2 for s in summ)
+
+
+def test_a_killed_sweep_resumes_and_runs_only_what_is_missing(tmp_path):
+    g = write(tmp_path, GRID | {"seeds": 16})
+    out = str(tmp_path / "t.csv")
+    p = subprocess.Popen(sweep_cmd(g, out, "--workers", "0"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if os.path.exists(out) and sum(1 for _ in open(out)) >= 3:  # the header and two rows at least
+                break
+            time.sleep(0.02)
+        p.send_signal(signal.SIGKILL)
+    finally:
+        p.wait(30)
+    before = table(out)
+    assert 2 <= len(before) < 32, "the kill came too late to show a resume"
+    r = subprocess.run(sweep_cmd(g, out, "--workers", "0"), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ran"] == 32 - len(before)
+    keys = [row["key"] for row in csv.DictReader(open(out))]
+    assert len(keys) == len(set(keys)) == 32  # every cell once
+    whole = str(tmp_path / "whole.csv")
+    subprocess.run(sweep_cmd(g, whole, "--workers", "0"), capture_output=True, timeout=300, check=True)
+    assert table(out) == table(whole)
+
+
+@pytest.mark.parametrize("grid,says", [
+    ({"workload": "victim", "hostz": 16}, "unknown grid key 'hostz'"),
+    ({"workload": "victim", "hosts": []}, "'hosts' has an empty list"),
+    ({"workload": "victim", "hosts": [16, 5000]}, "the simulator takes 2 to 1024 hosts"),
+    ({"workload": "victim", "cc": {"algorithm": "reno"}}, "cc algorithm 'reno'"),
+    ({"workload": "telepathy"}, "workload 'telepathy'"),
+    ({"workload": "permutation", "fault": "t1:9.0@10us"}, "grid cell"),
+    ({"seeds": 0}, "seeds 0"),
+])
+def test_a_bad_grid_is_refused_in_one_line_before_anything_runs(tmp_path, grid, says):
+    g = write(tmp_path, grid)
+    out = tmp_path / "t.csv"
+    r = subprocess.run(sweep_cmd(g, str(out), "--workers", "0"), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not out.exists()
+
+
+def test_a_grid_that_is_not_json_or_yaml_says_so(tmp_path):
+    p = tmp_path / "g.json"
+    p.write_text("{workload: victim")
+    with pytest.raises(UsageError, match="not valid JSON"):
+        sweep.load_grid(str(p))
+    y = tmp_path / "g.yaml"
+    y.write_text("workload: victim\nhosts: [16, 32]\nseeds: 2\n")
+    assert len(sweep.cells(sweep.load_grid(str(y)))) == 4
+
+
+def test_a_cell_that_fails_is_recorded_and_the_others_go_on(tmp_path, monkeypatch):
+    from mrc.tools import sim
+
+    real = sim.simulate
+
+    def fails_for_seed_2(fab, *a, **kw):
+        if fab.seed == 2:
+            raise RuntimeError("the simulator ran out of something")
+        return real(fab, *a, **kw)
+
+    monkeypatch.setattr(sim, "simulate", fails_for_seed_2)
+    rows = [sweep.run_cell(c) for c in sweep.cells(GRID)]
+    bad = [r for r in rows if r["status"] == "error"]
+    assert len(bad) == 2 and all(r["seed"] == 2 and "ran out of something" in r["error"] for r in bad)
+    assert all(r["status"] == "ok" and r["victim_ratio"] > 0 for r in rows if r["seed"] != 2)
+
+
+def test_cells_are_keyed_by_their_parameters():
+    a, b = sweep.cells(GRID), sweep.cells(GRID)
+    assert [c["key"] for c in a] == [c["key"] for c in b] and len({c["key"] for c in a}) == 6
+    other = sweep.cells(GRID | {"size": "8M"})
+    assert not {c["key"] for c in a} & {c["key"] for c in other}
