@@ -29,9 +29,9 @@ that ``mrc fabric exec`` can hand it to any tool (``MRC_TOPOLOGY`` and
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 
+from mrc import docfile
 from mrc.errors import UsageError
 
 #: environment variables the tools read (``mrc fabric exec`` sets both)
@@ -163,25 +163,7 @@ class TopologyResolver(PathResolver):
     @classmethod
     def from_file(cls, path: str, host: str | None = None) -> TopologyResolver:
         """Read a topology file (JSON; YAML when the name ends in .yaml or .yml)."""
-        try:
-            with open(path) as f:
-                text = f.read()
-        except OSError as e:
-            raise UsageError(f"cannot read topology file {path}: {e.strerror}") from None
-        if path.endswith((".yaml", ".yml")):
-            try:
-                import yaml
-            except ImportError:
-                raise UsageError(f"{path} is YAML: pip install pyyaml (or 'mrc[yaml]'), or write it as JSON") from None
-            try:
-                data = yaml.safe_load(text)
-            except yaml.YAMLError as e:
-                raise UsageError(f"{path}: not valid YAML: {e}") from None
-        else:
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise UsageError(f"{path}: not valid JSON: {e}") from None
+        data = docfile.read(path, "topology file")
         r = cls(data, None, source=path)
         r.host = host or r.find_me()
         if r.host is not None and r.host not in r._ports:

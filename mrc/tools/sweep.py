@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 
+from mrc import docfile
 from mrc.errors import UsageError
 
 #: grid keys and their defaults (a cell's parameters when the grid leaves them out)
@@ -54,25 +55,7 @@ COLUMNS = ("key", "commit") + PARAMS + ("status", "error") + METRICS
 # ------------------------------------------------------------------ the grid
 def load_grid(path: str) -> dict:
     """A grid file (JSON, or YAML with pyyaml) as a mapping; a file that cannot be read says so in one line."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as e:
-        raise UsageError(f"cannot read the grid {path}: {e.strerror}") from e
-    if path.endswith((".yaml", ".yml")):
-        try:
-            import yaml
-        except ImportError as e:
-            raise UsageError("a YAML grid needs pyyaml (pip install mrc[yaml]), or write it as JSON") from e
-        try:
-            grid = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise UsageError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from e
-    else:
-        try:
-            grid = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{path} is not valid JSON: {e.msg} at line {e.lineno}") from e
+    grid = docfile.read(path, "the grid")
     if not isinstance(grid, dict):
         raise UsageError(f"{path}: a grid is a mapping of keys to a value or a list of values")
     return grid
