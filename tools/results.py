@@ -307,6 +307,19 @@ def sim(runs: list[dict]) -> tuple[list[str], list[list]]:
     sc = r.get("scenarios") or {}
     head = [["mrc sim: scenarios whose target held",
              f"{sum(1 for x in sc.values() if x.get('met'))} of {len(sc)}", "all"]]
+    x = sc.get("scale")
+    if x:
+        lines += ["", f"`scale`: {fmt(x.get('nics'))} NICs, the most the simulator builds (a host's uSID carries 10 "
+                  f"host bits); {fmt(x.get('wall_s'), 1)} s, peak RSS {fmt(x.get('peak_rss_mb'), 0)} MB, "
+                  f"{fmt(x.get('per_nic_mb'), 2)} MB per NIC (the slope from {fmt(x.get('nics', 0) // 2)} NICs), "
+                  f"{fmt(x.get('vs_wire_bound'))} of the wire bound, {fmt(x.get('qp_errors'))} QP errors."]
+        head.append(["mrc sim scale: the largest permutation, NICs / CPU s / MB per NIC / of the wire bound",
+                     f"{fmt(x.get('nics'))} / {fmt(x.get('wall_s'), 1)} / {fmt(x.get('per_nic_mb'), 2)} / "
+                     f"{fmt(x.get('vs_wire_bound'))}", "8,192 / <= 600 / <= 1 / >= 0.93"])
+    x = sc.get("sweep")
+    if x:
+        head.append(["mrc sim sweep: 2 Dask workers over half the serial time (48 cells), tables the same",
+                     f"{fmt(x.get('dask_over_half_serial'))}, {x.get('identical')}", "<= 1.2, True"])
     return lines, head
 
 
