@@ -93,7 +93,7 @@ class Threads:
 
     def add(self, name: str, before: tuple, after: tuple) -> None:
         """A thread's own own_cpu() readings, taken by itself."""
-        self.added[name] = _delta(before, after)
+        self.added[name] = delta(before, after)
 
     def _read(self) -> dict:
         got = {}
@@ -109,14 +109,15 @@ class Threads:
 
     def stop(self) -> dict:
         t1, sirq, wall = self._read(), system_softirq() - self.sirq0, time.perf_counter() - self.wall0
-        out = {name: _delta(v, t1[name]) for name, v in self.t0.items()}
+        out = {name: delta(v, t1[name]) for name, v in self.t0.items()}
         out.update(self.added)
         out["system_softirq_s"] = round(sirq, 3)
         out["wall_s"] = round(wall, 3)
         return out
 
 
-def _delta(a: tuple, b: tuple) -> dict:
+def delta(a: tuple, b: tuple) -> dict:
+    """What a thread used between two own_cpu() readings (CPU, user, system seconds)."""
     return {"cpu_s": round(b[0] - a[0], 4), "user_s": round(b[1] - a[1], 3), "sys_s": round(b[2] - a[2], 3)}
 
 

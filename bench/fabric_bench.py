@@ -138,7 +138,7 @@ def cpu_per_byte(m: dict, raw: tuple, copy: tuple, tcp_use: dict, floor: dict) -
     copy-and-CRC pass at each end."""
     hz = floor["cpu_ghz"]
     use = m["cpu"]
-    tcp_cpu = {side: cpu._delta(*tcp_use[side]) for side in ("sender", "receiver")}
+    tcp_cpu = {side: cpu.delta(*tcp_use[side]) for side in ("sender", "receiver")}
     mrc_all = cpu.per_byte(use, ["sender_app", "sender_engine", "receiver_engine"], m["bytes"], hz)
     raw_all = cpu.per_byte(raw[1], ["sender", "receiver"], raw[0], hz)
     copy_all = cpu.per_byte(copy[1], ["sender", "receiver"], copy[0], hz)
