@@ -318,6 +318,14 @@ struct mrc_ep {
     uint32_t *dl_ports;
     uint8_t *dl_dirty;
     uint8_t dl_all;
+    /* Kept over the active QPs so that a call finds what is due without
+     * visiting every QP (ep.c, ep_dl_store): dl_bits, a bit per slot set
+     * with dl_dirty (the slots to compute again); dl_heap, the active slots
+     * in a min-heap by dl (dl_hix: a slot's place, UINT32_MAX: not active);
+     * dl_pcnt[b], how many active QPs have bit b in dl_ports. */
+    uint64_t *dl_bits;
+    uint32_t *dl_heap, *dl_hix, dl_hn;
+    uint32_t dl_pcnt[32], dl_any; /* dl_any: the bits b with dl_pcnt[b] > 0 */
     uint32_t flush_pending;  /* a post raced a QP into ERROR: flush on the next poll_tx */
     struct mrc_async_event aeq[MRC_AEQ_SIZE]; /* asynchronous events (ring; full: counted in aeq_dropped) */
     uint32_t aeq_head, aeq_tail, aeq_dropped;
@@ -331,6 +339,7 @@ struct mrc_ep {
 static inline void ep_dl_stale(struct mrc_ep *ep, uint32_t idx)
 {
     __atomic_store_n(&ep->dl_dirty[idx], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_or(&ep->dl_bits[idx / 64], 1ull << (idx % 64), __ATOMIC_RELAXED);
 }
 
 /* The same from the application's thread, after a post is published and
@@ -338,6 +347,7 @@ static inline void ep_dl_stale(struct mrc_ep *ep, uint32_t idx)
 static inline void ep_dl_posted(struct mrc_ep *ep, const struct qp *q)
 {
     __atomic_store_n(&ep->dl_dirty[q->idx], 1, __ATOMIC_SEQ_CST);
+    __atomic_fetch_or(&ep->dl_bits[q->idx / 64], 1ull << (q->idx % 64), __ATOMIC_SEQ_CST);
 }
 
 /* The planes both ends of q can use now. */
@@ -463,6 +473,9 @@ struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn);
 int ep_qp_insert(struct mrc_ep *ep, struct qp *q);
 void ep_qp_remove(struct mrc_ep *ep, struct qp *q);
 void ep_set_active(struct mrc_ep *ep, struct qp *q, int on);
+void ep_dl_store(struct mrc_ep *ep, uint32_t idx, uint64_t dl, uint32_t ports);
+uint64_t ep_dl_min(const struct mrc_ep *ep);
+uint32_t ep_dl_ports_any(const struct mrc_ep *ep);
 struct ctrl *ep_ctrl_to(struct mrc_ep *ep, uint16_t peer, uint32_t ev);
 int ctrl_put(struct mrc_ep *ep, struct ctrl *c, const struct mrc_pkt *p);
 int ctrl_rebuild(struct mrc_ep *ep, struct ctrl *c, const struct mrc_pkt *p);

@@ -133,10 +133,32 @@ static int qp_due(struct mrc_ep *ep, uint32_t idx, uint64_t now)
     if (__atomic_load_n(dirty, __ATOMIC_RELAXED) && __atomic_exchange_n(dirty, 0, __ATOMIC_SEQ_CST)) {
         struct qp *q = ep->qps[idx];
         int rts = q && q->state == MRC_QPS_RTS;
-        ep->dl[idx] = rts ? qp_next(ep, q, now) : MRC_INF_NS;
-        ep->dl_ports[idx] = rts ? qp_tx_ports(ep, q) : 0;
+        ep_dl_store(ep, idx, rts ? qp_next(ep, q, now) : MRC_INF_NS, rts ? qp_tx_ports(ep, q) : 0);
     }
     return ep->dl[idx] <= now;
+}
+
+/* Every QP something changed since the last look computed again now, found
+ * by its bit (not by visiting every QP): after this the heap's top is the
+ * first kept time of all, and ep_dl_ports_any the ports any QP needs. A
+ * QP's kept time depends on that QP and the endpoint's ports alone, so
+ * computing it here or at its turn in a walk gives the same. */
+static void dl_take_dirty(struct mrc_ep *ep, uint64_t now)
+{
+    for (uint32_t w = 0; w < (ep->a.max_qps + 63) / 64; w++) {
+        if (!__atomic_load_n(&ep->dl_bits[w], __ATOMIC_RELAXED))
+            continue;
+        for (uint64_t m = __atomic_exchange_n(&ep->dl_bits[w], 0, __ATOMIC_SEQ_CST); m; m &= m - 1)
+            qp_due(ep, w * 64 + (uint32_t)__builtin_ctzll(m), now);
+    }
+}
+
+/* No active QP has a timer due and none may send on a port that is free:
+ * a walk of the tx path would visit none. */
+static int all_still(struct mrc_ep *ep, uint64_t now)
+{
+    dl_take_dirty(ep, now);
+    return ep_dl_min(ep) > now && !(ep_dl_ports_any(ep) & ep_ports_ready(ep, now));
 }
 
 /* A visit of the tx path to the QP in slot idx would change nothing: no
@@ -227,6 +249,10 @@ static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
                         struct mrc_txdesc *d, uint32_t n, uint32_t max)
 {
     uint32_t nq = ep->nact, last = UINT32_MAX;
+    if (nq && all_still(ep, now)) { /* what the walk would do: visit none, move on one */
+        ep->rr_qp = (ep->rr_qp + 1) % ep->nact;
+        return n;
+    }
     for (int round = 0; n < max && ep->nact; round++) {
         uint32_t before = n;
         for (uint32_t k = 0; k < nq && n < max && ep->nact; k++) {
@@ -258,6 +284,9 @@ static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
  * its sender's retransmit timer fires. */
 static void run_timers(struct mrc_ep *ep, uint64_t now)
 {
+    dl_take_dirty(ep, now);
+    if (ep_dl_min(ep) > now) /* none is due */
+        return;
     for (uint32_t i = 0; i < ep->nact;) {
         uint32_t idx = ep->act[i];
         struct qp *q = qp_due(ep, idx, now) ? ep->qps[idx] : NULL;
@@ -296,6 +325,15 @@ uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now)
     if (ep_ctrl_peek(ep))
         return now;
     dl_take_all(ep);
+    dl_take_dirty(ep, now);
+    uint32_t any = ep_dl_ports_any(ep);
+    if (!(any & ep_ports_ready(ep, now))) {
+        /* every QP waits for its first timer or for the first of its ports
+         * to be free: the earliest of both over all, without a walk */
+        uint64_t t = ep_dl_min(ep), x = ep_first_free(ep, any);
+        t = t < now ? now : t;
+        return x < t ? x : t;
+    }
     uint64_t t = MRC_INF_NS;
     for (uint32_t i = 0; i < ep->nact; i++) {
         uint32_t idx = ep->act[i];

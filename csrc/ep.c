@@ -6,6 +6,8 @@
  * layering).
  *
  * Lock: every function here runs with the context's endpoint lock held. */
+#include <string.h>
+
 #include "core.h"
 
 static const char *const wc_status_names[] = {"SUCCESS", "LOC_LEN_ERR", "LOC_PROT_ERR", "REM_ACCESS_ERR",
@@ -106,6 +108,11 @@ int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_
     ep->dl = calloc(ep->a.max_qps, sizeof(*ep->dl));
     ep->dl_ports = calloc(ep->a.max_qps, sizeof(*ep->dl_ports));
     ep->dl_dirty = calloc(ep->a.max_qps, sizeof(*ep->dl_dirty));
+    ep->dl_bits = calloc((ep->a.max_qps + 63) / 64, sizeof(*ep->dl_bits));
+    ep->dl_heap = calloc(ep->a.max_qps, sizeof(*ep->dl_heap));
+    ep->dl_hix = malloc(ep->a.max_qps * sizeof(*ep->dl_hix));
+    if (ep->dl_hix)
+        memset(ep->dl_hix, 0xFF, ep->a.max_qps * sizeof(*ep->dl_hix));
     ep->dl_all = 1;
     ep->ctl_size = MRC_CTRL_RING;
     ep->ctl = calloc(ep->ctl_size, sizeof(*ep->ctl));
@@ -116,7 +123,8 @@ int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_
     /* the maps' hashes are keyed: a peer cannot pick numbers that collide */
     int maps = idmap_init(&ep->qpmap, ep->a.max_qps, ep_prf(ep, PRF_MAP, 0), ep_prf(ep, PRF_MAP, 1)) |
                idmap_init(&ep->mrmap, ep->mr_cap, ep_prf(ep, PRF_MAP, 2), ep_prf(ep, PRF_MAP, 3));
-    if (maps || !ep->mrs || !ep->qps || !ep->act || !ep->dl || !ep->dl_ports || !ep->dl_dirty || !ep->ctl ||
+    if (maps || !ep->mrs || !ep->qps || !ep->act || !ep->dl || !ep->dl_ports || !ep->dl_dirty || !ep->dl_bits ||
+        !ep->dl_heap || !ep->dl_hix || !ep->ctl ||
         !ep->evq || !ep->probes || ep_cq_create(ep, ep->a.cq_depth, &cq0) < 0) {
         ep_destroy(ep);
         return -ENOMEM;
@@ -137,6 +145,9 @@ void ep_destroy(struct mrc_ep *ep)
     free(ep->dl);
     free(ep->dl_ports);
     free(ep->dl_dirty);
+    free(ep->dl_bits);
+    free(ep->dl_heap);
+    free(ep->dl_hix);
     free(ep->mrs);
     idmap_free(&ep->qpmap);
     idmap_free(&ep->mrmap);
@@ -348,19 +359,95 @@ void ep_qp_remove(struct mrc_ep *ep, struct qp *q)
     ep->qps[q->idx] = NULL;
 }
 
-/* The active list: the QPs the tx path visits. */
+/* ------------------------------------------------------------ kept times */
+/* The active slots in a binary min-heap by dl (struct mrc_ep, dl_heap). */
+static void heap_set(struct mrc_ep *ep, uint32_t i, uint32_t idx)
+{
+    ep->dl_heap[i] = idx;
+    ep->dl_hix[idx] = i;
+}
+
+static void heap_fix(struct mrc_ep *ep, uint32_t i)
+{
+    uint32_t idx = ep->dl_heap[i];
+    uint64_t t = ep->dl[idx];
+    while (i && ep->dl[ep->dl_heap[(i - 1) / 2]] > t) {
+        heap_set(ep, i, ep->dl_heap[(i - 1) / 2]);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        uint32_t c = 2 * i + 1;
+        if (c >= ep->dl_hn)
+            break;
+        if (c + 1 < ep->dl_hn && ep->dl[ep->dl_heap[c + 1]] < ep->dl[ep->dl_heap[c]])
+            c++;
+        if (ep->dl[ep->dl_heap[c]] >= t)
+            break;
+        heap_set(ep, i, ep->dl_heap[c]);
+        i = c;
+    }
+    heap_set(ep, i, idx);
+}
+
+static void ports_count(struct mrc_ep *ep, uint32_t ports, int by)
+{
+    for (uint32_t m = ports; m; m &= m - 1) {
+        uint32_t b = (uint32_t)__builtin_ctz(m);
+        ep->dl_pcnt[b] += (uint32_t)by;
+        ep->dl_any = ep->dl_pcnt[b] ? ep->dl_any | 1u << b : ep->dl_any & ~(1u << b);
+    }
+}
+
+/* What is kept of the QP in slot idx, computed again (dispatch.c, qp_due):
+ * the heap and the ports' counts follow when it is active. */
+void ep_dl_store(struct mrc_ep *ep, uint32_t idx, uint64_t dl, uint32_t ports)
+{
+    uint32_t i = ep->dl_hix[idx];
+    if (i != UINT32_MAX && ports != ep->dl_ports[idx]) {
+        ports_count(ep, ep->dl_ports[idx], -1);
+        ports_count(ep, ports, 1);
+    }
+    uint64_t was = ep->dl[idx];
+    ep->dl[idx] = dl;
+    ep->dl_ports[idx] = ports;
+    if (i != UINT32_MAX && dl != was)
+        heap_fix(ep, i);
+}
+
+/* The earliest kept time of an active QP (exact when none is dirty). */
+uint64_t ep_dl_min(const struct mrc_ep *ep) { return ep->dl_hn ? ep->dl[ep->dl_heap[0]] : MRC_INF_NS; }
+
+/* Every port some active QP needs one of (the union of their dl_ports). */
+uint32_t ep_dl_ports_any(const struct mrc_ep *ep) { return ep->dl_any; }
+
+/* The active list: the QPs the tx path visits (and the heap of their kept
+ * times: a QP joins it with nothing kept, to be computed at once). */
 void ep_set_active(struct mrc_ep *ep, struct qp *q, int on)
 {
     uint32_t idx = q->idx;
     for (uint32_t i = 0; i < ep->nact; i++) {
         if (ep->act[i] == idx) {
-            if (!on)
+            if (!on) {
                 ep->act[i] = ep->act[--ep->nact];
+                uint32_t h = ep->dl_hix[idx], last = ep->dl_heap[--ep->dl_hn];
+                ports_count(ep, ep->dl_ports[idx], -1);
+                ep->dl_hix[idx] = UINT32_MAX;
+                ep->dl[idx] = MRC_INF_NS;
+                ep->dl_ports[idx] = 0;
+                if (h < ep->dl_hn) {
+                    heap_set(ep, h, last);
+                    heap_fix(ep, h);
+                }
+            }
             return;
         }
     }
     if (on) {
         ep->act[ep->nact++] = idx;
+        ep->dl[idx] = MRC_INF_NS;
+        ep->dl_ports[idx] = 0;
+        heap_set(ep, ep->dl_hn++, idx);
+        heap_fix(ep, ep->dl_hn - 1);
         ep_dl_stale(ep, idx);
     }
 }
