@@ -31,9 +31,11 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from mrc import docfile
@@ -226,19 +228,25 @@ def run_dask(todo: list[dict], table: Table, code: str, progress, scheduler: str
     processes (one thread each: the simulator is single-threaded C). Returns the cluster's size
     and how long it took to start."""
     try:
+        import dask
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError as e:
         raise UsageError("the sweep runs on Dask: pip install 'dask[distributed]' (or --workers 0: in this "
                          "process, one cell at a time)") from e
     t0 = time.perf_counter()
     cluster = None
+    scratch = None if scheduler else tempfile.mkdtemp(prefix="mrc-sweep-dask-")  # the workers' spill space, ours
     try:
         if scheduler:
             client = Client(scheduler, timeout="20s")
         else:
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+            with dask.config.set({"temporary-directory": scratch}):  # the scheduler's and the workers' files
+                cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, local_directory=scratch)
             client = Client(cluster)
     except OSError as e:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
         raise UsageError(f"cannot reach the Dask scheduler {scheduler}: {e}") from e
     started = time.perf_counter() - t0
     try:
@@ -251,6 +259,8 @@ def run_dask(todo: list[dict], table: Table, code: str, progress, scheduler: str
         client.close()
         if cluster:
             cluster.close()
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
     return {"workers": n, "cluster_start_s": round(started, 2)}
 
 

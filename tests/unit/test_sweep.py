@@ -36,12 +36,21 @@ def sweep_cmd(grid, out, *extra):
     return [sys.executable, "-m", "mrc.tools.cli", "sim", "sweep", grid, "--out", out, "--json", "--quiet", *extra]
 
 
+def scratch_env(tmp_path):
+    """The sweep's temporary files (Dask's spill space) go under the test's own directory."""
+    d = tmp_path / "tmp"
+    d.mkdir()
+    return d, {**os.environ, "TMPDIR": str(d)}
+
+
 def test_on_dask_the_table_is_the_same_as_in_one_process(tmp_path):
     g = write(tmp_path, GRID)
     serial, dask = str(tmp_path / "serial.csv"), str(tmp_path / "dask.csv")
     r1 = subprocess.run(sweep_cmd(g, serial, "--workers", "0"), capture_output=True, text=True, timeout=300)
-    r2 = subprocess.run(sweep_cmd(g, dask, "--workers", "2"), capture_output=True, text=True, timeout=300)
+    scratch, env = scratch_env(tmp_path)
+    r2 = subprocess.run(sweep_cmd(g, dask, "--workers", "2"), capture_output=True, text=True, timeout=300, env=env)
     assert r1.returncode == 0 and r2.returncode == 0, (r1.stderr, r2.stderr)
+    assert not list(scratch.iterdir()), "the local cluster left files behind"
     out = json.loads(r2.stdout)
     assert out["cells"] == 6 and out["ran"] == 6 and out["workers"] == 2 and out["errors"] == 0
     a, b = table(serial), table(dask)
