@@ -255,6 +255,8 @@ static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
     }
     for (int round = 0; n < max && ep->nact; round++) {
         uint32_t before = n;
+        if (round && all_still(ep, now)) /* this round would visit none */
+            break;
         for (uint32_t k = 0; k < nq && n < max && ep->nact; k++) {
             uint32_t slot = (ep->rr_qp + k) % ep->nact, idx = ep->act[slot];
             if (qp_still(ep, idx, now)) /* its state stays unread */
@@ -268,6 +270,10 @@ static uint32_t tx_data(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
             if (got)
                 last = slot;
             n += got;
+            /* its packets took the ports: when none is free for any QP and no
+             * timer is due, the rest of the round would visit none */
+            if (got && all_still(ep, now))
+                break;
         }
         if (n == before)
             break;
