@@ -311,16 +311,15 @@ struct mrc_ep {
      * held (a visit clears the hold), else the ports it may use, and while
      * they are all busy it may send next when the first is free. Both change
      * only through the QP (a packet for it, a post, a visit of the tx path),
-     * which sets dl_dirty[slot] (a post: the application thread, after it
+     * which sets the slot's bit in dl_bits (a post: the application thread, after it
      * publishes), or through the endpoint (an API call, a port, a CQ's
      * room), which sets dl_all: they are computed again before use. */
     uint64_t *dl;
     uint32_t *dl_ports;
-    uint8_t *dl_dirty;
     uint8_t dl_all;
     /* Kept over the active QPs so that a call finds what is due without
-     * visiting every QP (ep.c, ep_dl_store): dl_bits, a bit per slot set
-     * with dl_dirty (the slots to compute again); dl_heap, the active slots
+     * visiting every QP (ep.c, ep_dl_store): dl_bits, a bit per slot (the
+     * slots to compute again: taken by dispatch.c, qp_due); dl_heap, the active slots
      * in a min-heap by dl (dl_hix: a slot's place, UINT32_MAX: not active);
      * dl_pcnt[b], how many active QPs have bit b in dl_ports. */
     uint64_t *dl_bits;
@@ -338,15 +337,15 @@ struct mrc_ep {
  * before its next use. The engine's own thread. */
 static inline void ep_dl_stale(struct mrc_ep *ep, uint32_t idx)
 {
-    __atomic_store_n(&ep->dl_dirty[idx], 1, __ATOMIC_RELAXED);
-    __atomic_fetch_or(&ep->dl_bits[idx / 64], 1ull << (idx % 64), __ATOMIC_RELAXED);
+    uint64_t *w = &ep->dl_bits[idx / 64], bit = 1ull << (idx % 64);
+    if (!(__atomic_load_n(w, __ATOMIC_RELAXED) & bit)) /* set already (a packet for it): no locked write */
+        __atomic_fetch_or(w, bit, __ATOMIC_RELAXED);
 }
 
 /* The same from the application's thread, after a post is published and
  * before the doorbell (the engine takes the flag before it reads the QP). */
 static inline void ep_dl_posted(struct mrc_ep *ep, const struct qp *q)
 {
-    __atomic_store_n(&ep->dl_dirty[q->idx], 1, __ATOMIC_SEQ_CST);
     __atomic_fetch_or(&ep->dl_bits[q->idx / 64], 1ull << (q->idx % 64), __ATOMIC_SEQ_CST);
 }
 

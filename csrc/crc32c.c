@@ -228,16 +228,11 @@ crc_fold_copy_impl(uint32_t crc, uint8_t *d, const uint8_t *p, size_t n, uint64_
 }
 
 __attribute__((target("avx512f,vpclmulqdq,sse4.2"))) static uint32_t crc_fold_copy(uint32_t crc, uint8_t *d,
-                                                                                  const uint8_t *p, size_t n)
+                                                                                  const uint8_t *p, size_t n,
+                                                                                  uint64_t *sum)
 {
-    return crc_fold_copy_impl(crc, d, p, n, NULL);
-}
-
-__attribute__((target("avx512f,vpclmulqdq,sse4.2"))) static uint32_t crc_fold_copy_sum(uint32_t crc, uint8_t *d,
-                                                                                      const uint8_t *p, size_t n,
-                                                                                      uint64_t *sum)
-{
-    return crc_fold_copy_impl(crc, d, p, n, sum);
+    /* two copies of the loop, one summing and one not: the test is not taken per block */
+    return sum ? crc_fold_copy_impl(crc, d, p, n, sum) : crc_fold_copy_impl(crc, d, p, n, NULL);
 }
 
 /* Several threads may ask first: each computes the same constants, and the
@@ -285,7 +280,7 @@ uint32_t mrc_crc32c_copy(uint32_t crc, uint8_t *dst, const uint8_t *src, size_t 
 {
 #if defined(__x86_64__)
     if (len >= 512 && fold_ok())
-        return ~crc_fold_copy(~crc, dst, src, len);
+        return ~crc_fold_copy(~crc, dst, src, len, NULL);
 #endif
     memcpy(dst, src, len);
     return mrc_crc32c(crc, dst, len);
@@ -297,7 +292,7 @@ uint32_t mrc_crc32c_copy_sum(uint32_t crc, uint8_t *dst, const uint8_t *src, siz
 {
 #if defined(__x86_64__)
     if (len >= 512 && fold_ok())
-        return ~crc_fold_copy_sum(~crc, dst, src, len, sum);
+        return ~crc_fold_copy(~crc, dst, src, len, sum);
 #endif
     memcpy(dst, src, len);
     *sum = csum_add(*sum, dst, len);

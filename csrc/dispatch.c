@@ -125,12 +125,13 @@ static uint32_t qp_tx_ports(struct mrc_ep *ep, struct qp *q)
 }
 
 /* Whether a timer of the QP in slot idx is due at now, what is kept of it
- * computed again first when something changed the QP. The flag is taken
- * before the QP is read: a post that lands meanwhile sets it again. */
+ * computed again first when something changed the QP (its bit in dl_bits).
+ * The bit is taken before the QP is read: a post that lands meanwhile sets
+ * it again. */
 static int qp_due(struct mrc_ep *ep, uint32_t idx, uint64_t now)
 {
-    uint8_t *dirty = &ep->dl_dirty[idx];
-    if (__atomic_load_n(dirty, __ATOMIC_RELAXED) && __atomic_exchange_n(dirty, 0, __ATOMIC_SEQ_CST)) {
+    uint64_t *w = &ep->dl_bits[idx / 64], bit = 1ull << (idx % 64);
+    if ((__atomic_load_n(w, __ATOMIC_RELAXED) & bit) && (__atomic_fetch_and(w, ~bit, __ATOMIC_SEQ_CST) & bit)) {
         struct qp *q = ep->qps[idx];
         int rts = q && q->state == MRC_QPS_RTS;
         ep_dl_store(ep, idx, rts ? qp_next(ep, q, now) : MRC_INF_NS, rts ? qp_tx_ports(ep, q) : 0);
@@ -145,12 +146,9 @@ static int qp_due(struct mrc_ep *ep, uint32_t idx, uint64_t now)
  * computing it here or at its turn in a walk gives the same. */
 static void dl_take_dirty(struct mrc_ep *ep, uint64_t now)
 {
-    for (uint32_t w = 0; w < (ep->a.max_qps + 63) / 64; w++) {
-        if (!__atomic_load_n(&ep->dl_bits[w], __ATOMIC_RELAXED))
-            continue;
-        for (uint64_t m = __atomic_exchange_n(&ep->dl_bits[w], 0, __ATOMIC_SEQ_CST); m; m &= m - 1)
-            qp_due(ep, w * 64 + (uint32_t)__builtin_ctzll(m), now);
-    }
+    for (uint32_t w = 0; w < (ep->a.max_qps + 63) / 64; w++)
+        for (uint64_t m = __atomic_load_n(&ep->dl_bits[w], __ATOMIC_RELAXED); m; m &= m - 1)
+            qp_due(ep, w * 64 + (uint32_t)__builtin_ctzll(m), now); /* takes the bit */
 }
 
 /* No active QP has a timer due and none may send on a port that is free:
@@ -370,7 +368,8 @@ int mrc_ep_check_times(struct mrc_ep *ep, uint64_t now)
     for (uint32_t i = 0; i < ep->nact; i++) {
         uint32_t idx = ep->act[i];
         struct qp *q = ep->qps[idx];
-        if (ep->dl_all || __atomic_load_n(&ep->dl_dirty[idx], __ATOMIC_RELAXED) || !q || q->state != MRC_QPS_RTS)
+        if (ep->dl_all || (__atomic_load_n(&ep->dl_bits[idx / 64], __ATOMIC_RELAXED) >> (idx % 64) & 1) || !q ||
+            q->state != MRC_QPS_RTS)
             continue;
         late += qp_next(ep, q, now) < ep->dl[idx] || ep->dl_ports[idx] != qp_tx_ports(ep, q);
     }

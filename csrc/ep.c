@@ -107,7 +107,6 @@ int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_
     ep->act = calloc(ep->a.max_qps, sizeof(*ep->act));
     ep->dl = calloc(ep->a.max_qps, sizeof(*ep->dl));
     ep->dl_ports = calloc(ep->a.max_qps, sizeof(*ep->dl_ports));
-    ep->dl_dirty = calloc(ep->a.max_qps, sizeof(*ep->dl_dirty));
     ep->dl_bits = calloc((ep->a.max_qps + 63) / 64, sizeof(*ep->dl_bits));
     ep->dl_heap = calloc(ep->a.max_qps, sizeof(*ep->dl_heap));
     ep->dl_hix = malloc(ep->a.max_qps * sizeof(*ep->dl_hix));
@@ -123,7 +122,7 @@ int ep_create(const struct mrc_ep_attr *attr, const uint64_t key[2], struct mrc_
     /* the maps' hashes are keyed: a peer cannot pick numbers that collide */
     int maps = idmap_init(&ep->qpmap, ep->a.max_qps, ep_prf(ep, PRF_MAP, 0), ep_prf(ep, PRF_MAP, 1)) |
                idmap_init(&ep->mrmap, ep->mr_cap, ep_prf(ep, PRF_MAP, 2), ep_prf(ep, PRF_MAP, 3));
-    if (maps || !ep->mrs || !ep->qps || !ep->act || !ep->dl || !ep->dl_ports || !ep->dl_dirty || !ep->dl_bits ||
+    if (maps || !ep->mrs || !ep->qps || !ep->act || !ep->dl || !ep->dl_ports || !ep->dl_bits ||
         !ep->dl_heap || !ep->dl_hix || !ep->ctl ||
         !ep->evq || !ep->probes || ep_cq_create(ep, ep->a.cq_depth, &cq0) < 0) {
         ep_destroy(ep);
@@ -144,7 +143,6 @@ void ep_destroy(struct mrc_ep *ep)
     free(ep->act);
     free(ep->dl);
     free(ep->dl_ports);
-    free(ep->dl_dirty);
     free(ep->dl_bits);
     free(ep->dl_heap);
     free(ep->dl_hix);

@@ -83,7 +83,9 @@ static void frame_headers(uint8_t *f, const struct io_port *p, const struct mrc_
 }
 
 /* ------------------------------------------------------------------ send */
-static void flush_txq(struct io *io)
+/* Send the batch. A message that fails (its interface went down, say) is
+ * counted against its port; the engine retransmits what was lost. */
+void io_flush_tx(struct io *io)
 {
     struct txq *t = &io->tx;
     uint32_t off = 0;
@@ -115,10 +117,6 @@ static void flush_txq(struct io *io)
         io->ports[i].st.tx_batches += (seen >> i) & 1;
     t->n = 0;
 }
-
-/* Send what was queued. A message that fails (its interface went down,
- * say) is counted against its port; the engine retransmits what was lost. */
-void io_flush_tx(struct io *io) { flush_txq(io); }
 
 /* Wrap one engine packet in Ethernet/IPv6/UDP for its EV's plane and path.
  * pkt must stay valid until the next io_flush_tx (the batch points into it). */
