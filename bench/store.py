@@ -12,9 +12,10 @@ import json
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import time
+
+from mrc import provenance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -29,16 +30,9 @@ def add_argument(ap) -> None:
 
 def run_info(srv6: str | None = None) -> dict:
     """Where a run was made: the commit (and whether the tree differed from it), date, machine, command."""
-    def git(*args: str) -> str:
-        try:
-            p = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-        except OSError:  # no git here: the run is still kept, its commit unknown
-            return ""
-        return p.stdout.strip()
-
     argv = [os.path.relpath(sys.argv[0], ROOT) if os.path.isabs(sys.argv[0]) else sys.argv[0], *sys.argv[1:]]
-    info = {"commit": git("rev-parse", "--short", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--", "mrc", "csrc", "bench", ":!bench/results")),
+    info = {"commit": provenance.commit(),
+            "dirty": provenance.dirty("mrc", "csrc", "bench", ":!bench/results"),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "machine": {"cores": os.cpu_count(), "kernel": os.uname().release},
             "command": "python " + shlex.join(argv)}

@@ -33,12 +33,11 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-from mrc import docfile
+from mrc import docfile, provenance
 from mrc.errors import UsageError
 
 #: grid keys and their defaults (a cell's parameters when the grid leaves them out)
@@ -161,15 +160,8 @@ def run_cell(cell: dict) -> dict:
 # ------------------------------------------------------------------ the table
 def commit() -> str:
     """The code's commit (with + when the tree differs), or "unknown" outside a checkout."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        c = subprocess.run(["git", "-C", here, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                           timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return (c + ("+" if dirty else "")) if c else "unknown"
+    c = provenance.commit()
+    return (c + ("+" if provenance.dirty() else "")) if c else "unknown"
 
 
 def _cell_text(v) -> str:

@@ -41,7 +41,7 @@ C_LAYERS = [
 ]
 #: the stack: these never import mrc.fabric (they take a path resolver)
 STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/errors.py", "mrc/paths.py",
-         "mrc/docfile.py", "mrc/secure.py", "mrc/signals.py",
+         "mrc/docfile.py", "mrc/provenance.py", "mrc/secure.py", "mrc/signals.py",
          "mrc/verbs.py", "mrc/ports.py", "mrc/cm.py", "mrc/dissect.py", "mrc/ctl/__init__.py", "mrc/ctl/profiles.py",
          "mrc/ctl/endpoint.py", "mrc/ctl/sockets.py", "mrc/ctl/cli.py",
          # the communicator and its schedules (mrc coll's launcher and mrc train's fault driver are tools)
