@@ -49,6 +49,8 @@ METRICS = ("goodput_ratio", "wire_bound_ratio", "victim_ratio", "p50_us", "p99_u
            "qp_errors", "unfinished", "drops", "trims", "marks", "timeouts", "rtx_packets", "packets",
            "wall_s", "sim_pps")
 TIMING = ("wall_s", "sim_pps")
+#: the most cells one sweep takes (each is a whole simulation: more is a mistake in the grid)
+MAX_CELLS = 100_000
 PARAMS = tuple(DEFAULTS) + ("seed",)
 COLUMNS = ("key", "commit") + PARAMS + ("status", "error") + METRICS
 
@@ -72,6 +74,8 @@ def cells(grid: dict) -> list[dict]:
     seeds = grid.get("seeds", 1)
     if isinstance(seeds, bool) or not (isinstance(seeds, int) and seeds >= 1 or isinstance(seeds, list)):
         raise UsageError(f"seeds {seeds!r}: a count (1 or more) or a list of seeds")
+    if isinstance(seeds, int) and seeds > MAX_CELLS:
+        raise UsageError(f"seeds {seeds:,}: at most {MAX_CELLS:,} cells in one sweep")
     seeds = list(range(1, seeds + 1)) if isinstance(seeds, int) else seeds
     axes = {}
     for k in DEFAULTS:
@@ -81,6 +85,11 @@ def cells(grid: dict) -> list[dict]:
     for k, v in axes.items():
         if not v:
             raise UsageError(f"grid key {k!r} has an empty list: give it one value or more")
+    n = 1
+    for v in axes.values():
+        n *= len(v)
+    if n > MAX_CELLS:
+        raise UsageError(f"the grid has {n:,} cells, more than {MAX_CELLS:,}: split it into several sweeps")
     out = []
     for combo in itertools.product(*axes.values()):
         cell = dict(zip(axes, combo, strict=True))

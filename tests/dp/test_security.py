@@ -194,3 +194,17 @@ def test_a_controller_probe_to_a_peer_without_a_secured_qp_stays_in_the_clear():
     assert a.input(ans, now_ns=4000) == 0 and a.probe_result(pid)["rtt_ns"] > 0
     a.close()
     b.close()
+
+
+def test_a_probe_addressed_to_a_qp_in_the_clear_is_refused():
+    """Only a secured QP carries the controller's probes: one addressed to a
+    QP without keys is dropped and counted, and nothing answers it."""
+    from tests.dp.harness import Pair
+
+    pair = Pair(seed=7)
+    pair.qa, pair.qb = pair.sim.connect(pair.a, pair.b, attr())
+    req = wire.build(opcode=wire.OP_ENDPOINT_REQUEST, dqpn=pair.qb.qpn, probe_id=5, ep_op=wire.EP_EV_PROBE,
+                     ev=wire.ev_make(0, 1))
+    before = pair.b.drops()["malformed"]
+    assert pair.b.input(req, now_ns=1000) < 0 and pair.b.drops()["malformed"] == before + 1
+    assert [p for p, m in pair.b.poll_tx(now_ns=2000) if wire.parse(p)["opcode"] == wire.OP_ENDPOINT_RESPONSE] == []

@@ -5,6 +5,7 @@ shift): the data packets', whose payload sum the core takes while it copies
 the payload (csrc/csum.h), and the SACKs', summed by the I/O side. Checked
 byte by byte here because nothing on the fabric checks it: the switches
 forward by address and the MRC receiver reads frames off its ring."""
+import os
 import socket
 
 import pytest
@@ -74,3 +75,24 @@ def test_every_frame_has_a_good_udp_checksum_over_its_final_destination(fabric, 
 def lib_is_data(opcode: int) -> bool:
     from mrc._dp import lib
     return bool(lib.mrc_opcode_is_data(opcode))
+
+
+def test_a_context_without_its_thread_has_no_engine_cpu_and_says_how_it_sends(fabric):
+    """mrc_ctx_engine_cpu: the engine thread's clock, and ENOENT (not a
+    number) for a context whose thread never started; the tx path is named."""
+    import errno
+
+    from mrc.errors import ErrnoError
+    from mrc.fabric.pair import host_context
+
+    idle, running = host_context(fabric, 0, start=False), host_context(fabric, 1)
+    try:
+        with pytest.raises(ErrnoError) as e:
+            idle.engine.cpu()
+        assert e.value.errno == errno.ENOENT
+        c = running.engine.cpu()
+        assert c["tid"] > 0 and c["cpu_ns"] >= 0 and os.path.exists(f"/proc/self/task/{c['tid']}")
+        assert idle.engine.tx_path() == running.engine.tx_path() == "sendmmsg"
+    finally:
+        idle.close()
+        running.close()

@@ -94,6 +94,11 @@ def test_a_killed_sweep_resumes_and_runs_only_what_is_missing(tmp_path):
     ({"workload": "telepathy"}, "workload 'telepathy'"),
     ({"workload": "permutation", "fault": "t1:9.0@10us"}, "grid cell"),
     ({"seeds": 0}, "seeds 0"),
+    ({"seeds": 10**12}, "at most 100,000 cells"),
+    ({"hosts": list(range(2, 1002)), "seeds": 1000}, "more than 100,000"),
+    ({"workload": "victim", "cc": {"gamma": -1}}, "cc gamma=-1"),
+    ({"workload": "victim", "cc": "fast"}, "a mapping of congestion control fields"),
+    ([1, 2, 3], "a grid is a mapping"),
 ])
 def test_a_bad_grid_is_refused_in_one_line_before_anything_runs(tmp_path, grid, says):
     g = write(tmp_path, grid)
@@ -135,3 +140,28 @@ def test_cells_are_keyed_by_their_parameters():
     assert [c["key"] for c in a] == [c["key"] for c in b] and len({c["key"] for c in a}) == 6
     other = sweep.cells(GRID | {"size": "8M"})
     assert not {c["key"] for c in a} & {c["key"] for c in other}
+
+
+def test_a_table_cut_mid_row_or_of_another_kind_is_handled(tmp_path):
+    g = write(tmp_path, GRID | {"seeds": 1})
+    out = tmp_path / "t.csv"
+    r = subprocess.run(sweep_cmd(g, str(out), "--workers", "0"), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    whole = out.read_text()
+    out.write_text(whole[:-20])  # a kill in the middle of the last row
+    r = subprocess.run(sweep_cmd(g, str(out), "--workers", "0"), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and json.loads(r.stdout)["ran"] == 1, r.stderr
+    assert len(table(str(out))) == 2 and all(r["status"] == "ok" for r in table(str(out)).values())
+    assert out.read_text().count("\n") == 3  # the cut row is gone, its cell ran again
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    r = subprocess.run(sweep_cmd(g, str(other), "--workers", "0"), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "not a sweep table" in r.stderr and other.read_text() == "a,b\n1,2\n"
+
+
+@pytest.mark.parametrize("flag,says", [(["--workers", "-1"], "--workers is 0"), (["--metric", "speed"], "--metric")])
+def test_bad_flags_are_refused_in_one_line(tmp_path, flag, says):
+    g = write(tmp_path, GRID)
+    r = subprocess.run(sweep_cmd(g, str(tmp_path / "t.csv"), *flag), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "t.csv").exists()

@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 import pytest
-from mrc._dp import lib
+from mrc._dp import ffi, lib
 
 from mrc import wire
 
@@ -161,3 +161,35 @@ def test_crc32c_with_the_folding_switched_off_by_any_value_is_the_same_crc(value
     env = dict(os.environ, MRC_CRC_NO_FOLD=value)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+@pytest.mark.parametrize("n", [0, 1, 63, 255, 256, 511, 512, 513, 4096, 4097, 8192 + 7])
+@pytest.mark.parametrize("at", [0, 1, 3])
+def test_the_fused_copy_gives_the_crc_and_the_sum_of_what_it_copied(n, at):
+    """mrc_crc32c_copy(_sum): the copy, the CRC and the ones'-complement sum
+    in one pass equal a plain copy, mrc_crc32c and the sum over the bytes,
+    at any length and alignment; nothing past n is written."""
+    import struct
+
+    src = bytes((i * 151 + 17) & 0xFF for i in range(n + 8))
+    dst = bytearray(b"\xAA" * (n + 16))
+    s = ffi.from_buffer(src)
+    d = ffi.from_buffer(dst)
+    total = ffi.new("uint64_t *", 5)
+    crc = lib.mrc_crc32c_copy_sum(0x1234, d + at, s + at, n, total)
+    assert bytes(dst[at:at + n]) == src[at:at + n] and dst[at + n:] == b"\xAA" * (16 - at)
+    assert crc == lib.mrc_crc32c(0x1234, src[at:], n)
+    body = src[at:at + n] + (b"\0" if n % 2 else b"")
+    want = 5 + sum(struct.unpack(f"<{len(body) // 2}H", body))
+    fold = lambda x: x if x < 0x10000 else fold((x & 0xFFFF) + (x >> 16))  # noqa: E731
+    assert fold(total[0]) == fold(want)
+    dst2 = bytearray(n + 1)
+    assert lib.mrc_crc32c_copy(7, ffi.from_buffer(dst2), s + at, n) == lib.mrc_crc32c(7, src[at:], n)
+    assert bytes(dst2[:n]) == src[at:at + n]
+
+
+def test_the_pass_bench_refuses_what_it_cannot_time():
+    buf = ffi.new("uint8_t[]", 4096)
+    for kind, span, length in [(9, 4096, 512), (lib.MRC_PASS_COPY, 100, 512), (lib.MRC_PASS_FUSED, 4096, 0)]:
+        assert lib.mrc_bench_pass(kind, buf, buf, span, length, 1 << 20) == -22
+    assert lib.mrc_bench_pass(lib.MRC_PASS_FUSED, buf, buf + 2048, 2048, 1024, 1 << 16) >= 0
