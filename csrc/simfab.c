@@ -50,6 +50,8 @@ static int64_t route(const struct mrc_fab *f, uint32_t kind, uint32_t plane, uin
     }
     if (kind == NODE_LEAF && k >= KIND_HOST && k < KIND_HOST + 4) {
         uint32_t h = (k - KIND_HOST) << 8 | i;
+        if (H > MRC_FAB_NAMED_HOSTS)
+            h += leaf_first(f, idx);
         if (h >= H || host_leaf(f, h) != idx)
             return -1;
         *next = node(NODE_HOST, plane, h);
@@ -75,10 +77,10 @@ static int64_t forward(const struct mrc_fab *f, uint32_t at, uint8_t *a, uint32_
 }
 
 /* A host's own port address on a plane: the end of every path to it. */
-static int for_host(uint32_t h, uint32_t plane, const uint8_t *a)
+static int for_host(const struct mrc_fab *f, uint32_t h, uint32_t plane, const uint8_t *a)
 {
     uint8_t want[16];
-    uint16_t u = host_usid(h, plane);
+    uint16_t u = host_usid(f, h, plane);
     container(want, &u, 1);
     return !memcmp(want, a, 16);
 }
@@ -103,7 +105,7 @@ int mrc_fab_trace(struct mrc_fab *f, uint32_t src, uint32_t plane, const uint8_t
         k++;
         if (at >> 28 == NODE_HOST) {
             *n = k < max ? k : max;
-            return for_host(at & 0xFFFFFF, plane, a) ? 0 : -ENETUNREACH;
+            return for_host(f, at & 0xFFFFFF, plane, a) ? 0 : -ENETUNREACH;
         }
         if (k > 8 || forward(f, at, a, &at) < 0) {
             *n = k < max ? k : max;
@@ -121,22 +123,30 @@ int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t idx)
 static void host_wake(struct mrc_fab *f, uint32_t h);
 
 /* ------------------------------------------------------------ packets and ports */
-static struct fpkt *pkt_get(struct mrc_fab *f)
+static void pkt_put(struct mrc_fab *f, struct fpkt *k) { k->next = f->freel, f->freel = k; }
+
+/* A packet able to carry n bytes (NULL: out of memory). */
+static struct fpkt *pkt_get(struct mrc_fab *f, uint32_t n)
 {
     struct fpkt *k = f->freel;
     if (k) {
         f->freel = k->next;
-        return k;
+    } else {
+        if (!(k = malloc(sizeof(*k))))
+            return NULL;
+        k->big = NULL;
     }
-    k = malloc(sizeof(*k));
-    if (k && !(k->data = malloc(f->slot))) {
-        free(k);
-        return NULL;
+    k->data = k->inl;
+    if (n > FAB_INLINE) {
+        if (!k->big && !(k->big = malloc(f->slot))) {
+            pkt_put(f, k);
+            return NULL;
+        }
+        k->data = k->big;
     }
     return k;
 }
 
-static void pkt_put(struct mrc_fab *f, struct fpkt *k) { k->next = f->freel, f->freel = k; }
 
 static inline uint32_t port_tier(const struct mrc_fab *f, uint64_t port)
 {
@@ -181,14 +191,12 @@ static void enqueue(struct mrc_fab *f, struct fpkt *k, uint64_t port, uint32_t n
     uint64_t start = pt->busy > f->now ? pt->busy : f->now, q = (start - f->now) / f->ppb;
     if (tier != MRC_FAB_NIC) {
         int trimmed = 0;
-        if (f->c.trim_bytes && q > f->c.trim_bytes && k->is_data && !k->trimmed) {
-            struct mrc_pkt pp;
-            if (mrc_pkt_parse(k->data, k->len, 0, &pp) == 0) {
-                k->len = pp.payload_off; /* the headers through ImmDt stay */
-                k->wire = k->len + WIRE_EXTRA;
-                k->trimmed = trimmed = 1;
-                ts->trimmed++;
-            }
+        if (f->c.trim_bytes && q > f->c.trim_bytes && k->hdr && !k->trimmed) {
+            k->len = k->hdr; /* the headers through ImmDt stay */
+            k->zlen = 0;
+            k->wire = k->len + WIRE_EXTRA;
+            k->trimmed = trimmed = 1;
+            ts->trimmed++;
         }
         if (f->c.buffer_bytes && q + k->wire > f->c.buffer_bytes) {
             ts->dropped++;
@@ -246,22 +254,34 @@ static void send_from(struct mrc_fab *f, uint32_t h, const struct mrc_txdesc *d,
         f->st.no_route++;
         return;
     }
-    struct fpkt *k = pkt_get(f);
+    /* a data packet's headers (where a trimming port cuts it) and, when its
+     * payload is all zeros, what is carried: the bytes around the payload */
+    struct mrc_pkt pp;
+    uint32_t hdr = 0, zlen = 0;
+    if (d->is_data && mrc_pkt_parse(data, d->len, 0, &pp) == 0) {
+        hdr = pp.payload_off;
+        if (pp.payload_len && !memcmp(data + hdr, f->zeros, pp.payload_len))
+            zlen = pp.payload_len;
+    }
+    struct fpkt *k = pkt_get(f, d->len - zlen);
     if (!k) {
         must(f, -ENOMEM);
         return;
     }
-    memcpy(k->data, data, d->len);
+    memcpy(k->data, data, zlen ? hdr : d->len);
+    if (zlen)
+        memcpy(k->data + hdr, data + hdr + zlen, d->len - hdr - zlen);
+    k->hdr = hdr;
+    k->zlen = zlen;
     k->len = d->len;
     k->wire = d->len + WIRE_EXTRA;
     k->src = (uint16_t)h;
     k->tclass = d->tclass;
-    k->is_data = d->is_data;
     k->ce = k->trimmed = 0;
     k->ev = d->ev;
     /* the I/O layer's path for this EV: paths[entropy % npaths], one per spine */
     uint16_t u[4] = {usid(KIND_T0, plane, host_leaf(f, h)), usid(KIND_T1, plane, spine),
-                     usid(KIND_T0, plane, host_leaf(f, dst)), host_usid(dst, plane)};
+                     usid(KIND_T0, plane, host_leaf(f, dst)), host_usid(f, dst, plane)};
     container(k->daddr, u, 4);
     f->st.sent++;
     enqueue(f, k, (uint64_t)(plane * f->c.hosts + h) * 2, node(NODE_LEAF, plane, host_leaf(f, h)));
@@ -283,12 +303,20 @@ static void arrive(struct mrc_fab *f, uint32_t port, uint64_t seq)
     uint32_t at = k->node, plane = (at >> 24) & 0xF;
     if (at >> 28 == NODE_HOST) {
         uint32_t h = at & 0xFFFFFF, peer = f->hosts[h].g2l[k->src]; /* the source address names the peer */
-        if (!for_host(h, plane, k->daddr) || peer == 0xFFFF) {
+        if (!for_host(f, h, plane, k->daddr) || peer == 0xFFFF) {
             f->st.no_route++;
         } else {
             struct mrc_meta m = {.ev = k->ev, .peer = (uint16_t)peer, .port = (uint8_t)plane, .ecn_ce = k->ce,
                                  .trimmed = k->trimmed};
-            mrc_ep_input(f->hosts[h].ep, k->data, k->len, &m, f->now / 1000);
+            const uint8_t *b = k->data;
+            if (k->zlen) { /* the zeros it did not carry go back in */
+                uint32_t tail = k->len - k->hdr - k->zlen;
+                memcpy(f->rxbuf, k->data, k->hdr);
+                memset(f->rxbuf + k->hdr, 0, k->zlen);
+                memcpy(f->rxbuf + k->hdr + k->zlen, k->data + k->hdr, tail);
+                b = f->rxbuf;
+            }
+            mrc_ep_input(f->hosts[h].ep, b, k->len, &m, f->now / 1000);
             f->st.delivered++;
             pkt_put(f, k);
             host_wake(f, h); /* what the packet set off (an ACK, a completion, more data) goes now */

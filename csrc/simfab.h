@@ -22,20 +22,33 @@ _Static_assert(MRC_FAB_WIRE_EXTRA == MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN
  * ports, not every packet in flight, and runs them in the same order. */
 struct fport { uint64_t busy; struct fpkt *head, *tail; uint8_t down; };
 
-/* A packet in flight: what forwarding reads (80 bytes) apart from its
- * bytes, which only the two hosts and a trimming port touch. Each packet
- * holds its successor's arrival and sequence number, so a port's next event
- * is made from the packet leaving it, not from a read of the next one (cold:
- * that read was a fifth of the simulator's time at 256-byte packets). */
+/* A packet in flight: what forwarding reads (the first 80 bytes) apart
+ * from its bytes, which only the two hosts touch. Each packet holds its
+ * successor's arrival and sequence number, so a port's next event is made
+ * from the packet leaving it, not from a read of the next one (cold: that
+ * read was a fifth of the simulator's time at 256-byte packets).
+ * A data packet whose payload is all zeros (every WRITE of the simulator's
+ * applications: their one region is never written but by placement) does
+ * not carry it: data holds its headers (hdr bytes) and what follows the
+ * payload (ICRC or tag), and the zlen zero bytes between go back in at
+ * delivery, the same bytes the sender made. What is in flight is then about
+ * 256 bytes a packet, not a full frame: at 8,192 NICs, each with its window
+ * of about a megabyte in flight, that is the difference between 2 and
+ * 9 GB. Packets that fit (headers, ACKs) sit in inl; others in big, a
+ * buffer of slot bytes the packet keeps when it goes back to the free list. */
+enum { FAB_INLINE = 160 };
 struct fpkt {
     struct fpkt *next;       /* its port's FIFO, or the free list */
-    uint8_t *data;
+    uint8_t *data;           /* inl or big */
     uint64_t seq;            /* its event's sequence number */
     uint64_t nat, nseq;      /* the next packet in its FIFO: when it reaches its next node (ps), its seq */
-    uint32_t len, node, wire, ev;
+    uint32_t len, node, wire, ev; /* len: the packet's bytes, zlen of them not carried */
     uint16_t src;
-    uint8_t tclass, is_data, ce, trimmed;
+    uint8_t tclass, ce, trimmed;
     uint8_t daddr[16];
+    uint32_t hdr, zlen;      /* a data packet's headers (0: not parsed, not trimmable); zero bytes not carried */
+    uint8_t *big;
+    uint8_t inl[FAB_INLINE];
 };
 
 /* An event: 16 bytes, four to a cache line in the 4-ary heap. x is the
@@ -91,6 +104,8 @@ struct mrc_fab {
     uint32_t nflows, flows_cap;
     uint8_t *mem;            /* every host's one region (placement goes there) */
     uint8_t *txbuf;
+    uint8_t *rxbuf;          /* a packet whose zero payload was not carried, whole again for its receiver */
+    const uint8_t *zeros;    /* slot bytes of zeros */
     struct mrc_txdesc txd[FAB_BATCH];
     uint64_t *series;
     uint64_t series_len, series_cap;
@@ -100,8 +115,27 @@ struct mrc_fab {
 
 /* ------------------------------------------------------------ the address plan */
 static inline uint16_t usid(uint32_t kind, uint32_t plane, uint32_t idx) { return (uint16_t)(kind << 12 | plane << 8 | (idx & 0xFF)); }
-static inline uint16_t host_usid(uint32_t h, uint32_t plane) { return usid(KIND_HOST + (h >> 8), plane, h); }
 static inline uint32_t host_leaf(const struct mrc_fab *f, uint32_t h) { return (uint32_t)((uint64_t)h * f->c.leaves / f->c.hosts); }
+/* the first host under a leaf: the least h with host_leaf(h) == leaf */
+static inline uint32_t leaf_first(const struct mrc_fab *f, uint32_t leaf)
+{
+    return (uint32_t)(((uint64_t)leaf * f->c.hosts + f->c.leaves - 1) / f->c.leaves);
+}
+/* The number a host port's uSID carries (kinds 0xB-0xE hold its bits 8-9).
+ * Up to MRC_FAB_NAMED_HOSTS hosts it is the host's own, as in
+ * mrc.fabric.topology.host_usid (the namespace fabric's plan). Past that, 16
+ * bits cannot name every host's port on every plane (8,192 hosts x 8 planes
+ * would take every 16-bit value), and it is the port's on the host's leaf:
+ * the host's place among that leaf's hosts, as a switch names its own ports. */
+static inline uint32_t host_port(const struct mrc_fab *f, uint32_t h)
+{
+    return f->c.hosts > MRC_FAB_NAMED_HOSTS ? h - leaf_first(f, host_leaf(f, h)) : h;
+}
+static inline uint16_t host_usid(const struct mrc_fab *f, uint32_t h, uint32_t plane)
+{
+    uint32_t i = host_port(f, h);
+    return usid(KIND_HOST + (i >> 8), plane, i);
+}
 static inline uint32_t node(uint32_t kind, uint32_t plane, uint32_t idx) { return kind << 28 | plane << 24 | idx; }
 static inline uint16_t active(const uint8_t *a) { return (uint16_t)(a[4] << 8 | a[5]); }
 

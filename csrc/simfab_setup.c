@@ -133,10 +133,10 @@ int mrc_fab_flow_msgs(struct mrc_fab *f, uint32_t flow, uint32_t n, const uint32
 int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, struct mrc_fab **out)
 {
     const struct mrc_fab_cfg *c = cfg;
-    if (!c->hosts || c->hosts > 1024 || c->hosts < 2 || !c->planes || c->planes > MRC_MAX_PLANES || !c->leaves ||
+    if (!c->hosts || c->hosts > MRC_FAB_MAX_HOSTS || c->hosts < 2 || !c->planes || c->planes > MRC_MAX_PLANES || !c->leaves ||
         c->leaves > 256 || c->leaves > c->hosts || !c->spines || c->spines > 256 || c->rate_bps < 1000000 ||
         c->rate_bps > 8000000000000ull || !c->bucket_ns || qp->planes > c->planes || qp->mtu > MRC_MAX_MTU ||
-        c->unpaced > 1 || c->check_times > 1)
+        c->unpaced > 1 || c->check_times > 1 || c->fill > 255 || (c->hosts + c->leaves - 1) / c->leaves > MRC_FAB_LEAF_HOSTS)
         return -EINVAL;
     struct mrc_fab *f = calloc(1, sizeof(*f));
     if (!f)
@@ -151,11 +151,15 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
     f->hcap = 1 << 16;
     f->heap = malloc(f->hcap * sizeof(*f->heap));
     f->txbuf = malloc(FAB_TXBUF);
+    f->rxbuf = malloc(f->slot);
+    f->zeros = calloc(1, f->slot);
     f->mem = calloc(1, 64u << 20);
-    if (!f->hosts || !f->ports || !f->heap || !f->txbuf || !f->mem) {
+    if (!f->hosts || !f->ports || !f->heap || !f->txbuf || !f->rxbuf || !f->zeros || !f->mem) {
         mrc_fab_destroy(f);
         return -ENOMEM;
     }
+    if (c->fill)
+        memset(f->mem, (int)c->fill, 64u << 20);
     for (uint32_t h = 0; h < c->hosts; h++) {
         struct mrc_ep_attr ea = {.max_qps = c->max_qps, .cq_depth = c->cq_depth, .planes = c->planes,
                                  .port_bitmap = (uint32_t)((1ull << c->planes) - 1),
@@ -201,13 +205,13 @@ void mrc_fab_destroy(struct mrc_fab *f)
         while (f->ports[i].head) {
             struct fpkt *k = f->ports[i].head;
             f->ports[i].head = k->next;
-            free(k->data);
+            free(k->big);
             free(k);
         }
     while (f->freel) {
         struct fpkt *k = f->freel;
         f->freel = k->next;
-        free(k->data);
+        free(k->big);
         free(k);
     }
     for (uint32_t h = 0; f->hosts && h < f->c.hosts; h++) {
@@ -225,6 +229,8 @@ void mrc_fab_destroy(struct mrc_fab *f)
     free(f->ports);
     free(f->heap);
     free(f->txbuf);
+    free(f->rxbuf);
+    free((void *)f->zeros);
     free(f->mem);
     free(f->flows);
     free(f->series);

@@ -16,13 +16,18 @@
  * driven by hand with an application of WRITE flows in C; every switch
  * forwards on the uSID destination as the kernel's End with next-CSID does
  * (the address plan of mrc.fabric.topology: host uSID kinds 0xB-0xE carry
- * host bits 8-9) and queues at its egress ports with the rules of the
+ * host bits 8-9; past MRC_FAB_NAMED_HOSTS hosts the last uSID numbers the
+ * host's port on its leaf instead) and queues at its egress ports with the rules of the
  * fabric's BPF queues. Deterministic for a seed. Links are numbered:
  * host link (h, p) = p * H + h; leaf-spine link (p, l, s) =
  * P * H + (p * L + l) * S + s. */
 /* Bytes a packet takes on a simulated link beyond the MRC packet: Ethernet
  * 14, IPv6 40, UDP 8, FCS 4, preamble and inter-frame gap 20. */
 enum { MRC_FAB_WIRE_EXTRA = 86 };
+/* Hosts: 2 to MRC_FAB_MAX_HOSTS, at most MRC_FAB_LEAF_HOSTS under one leaf
+ * (the four host kinds x 256); up to MRC_FAB_NAMED_HOSTS, host uSIDs name
+ * hosts, as on the namespace fabric; past it, ports on their leaf. */
+enum { MRC_FAB_NAMED_HOSTS = 1024, MRC_FAB_LEAF_HOSTS = 1024, MRC_FAB_MAX_HOSTS = 8192 };
 struct mrc_fab_cfg {
     uint32_t hosts, planes, leaves, spines;
     uint64_t rate_bps;       /* every link and NIC port, each direction */
@@ -36,6 +41,8 @@ struct mrc_fab_cfg {
     uint64_t seed;
     uint32_t unpaced;        /* 0 or 1: NICs do not pace their ports (the engine fills an 8-frame NIC queue, any plane) */
     uint32_t check_times;    /* 0 or 1: every NIC's kept QP times checked at each wake (mrc_ep_check_times; tests) */
+    uint32_t fill;           /* 0-255: the byte the hosts' region holds, so every payload (0: zeros, which
+                              * packets in flight do not carry; another: every byte is carried; tests) */
 };
 struct mrc_fab_flow {
     uint32_t src, dst;

@@ -13,6 +13,7 @@ from mrc._dp import ffi, lib
 from mrc.coll import schedule
 from mrc.core import QPAttr
 from mrc.errors import UsageError
+from mrc.fabric.topology import KIND_HOST
 
 WORKLOADS = ("permutation", "alltoall", "incast", "victim", "ring-allreduce", "all-reduce", "all-to-all")
 #: workloads that run mrc.coll's schedule: float32 elements, the communicator's slots as pieces and its
@@ -80,14 +81,17 @@ class Fabric:
     cc: dict = field(default_factory=dict)  # struct mrc_cc_params fields over the fabric's own (algorithm: nscc, fixed)
 
     def __post_init__(self) -> None:
-        if not 2 <= self.hosts <= 1024:
-            raise UsageError(f"--hosts {self.hosts}: the simulator takes 2 to 1024 hosts (uSIDs carry 10 host bits)")
+        if not 2 <= self.hosts <= lib.MRC_FAB_MAX_HOSTS:
+            raise UsageError(f"--hosts {self.hosts}: the simulator takes 2 to {lib.MRC_FAB_MAX_HOSTS} hosts")
         if not 1 <= self.planes <= 16:
             raise UsageError(f"--planes {self.planes}: 1 to 16 planes (a uSID carries the plane in 4 bits)")
         self.leaves = self.leaves or max(1, (self.hosts + 31) // 32)
         self.spines = self.spines or (self.hosts + self.leaves - 1) // self.leaves
         if not 1 <= self.leaves <= min(256, self.hosts) or not 1 <= self.spines <= 256:
             raise UsageError(f"{self.leaves} leaves, {self.spines} spines: 1 to 256 each, no more leaves than hosts")
+        if -(-self.hosts // self.leaves) > lib.MRC_FAB_LEAF_HOSTS:
+            raise UsageError(f"{self.hosts} hosts on {self.leaves} leaves: at most {lib.MRC_FAB_LEAF_HOSTS} "
+                             "under one leaf (host port uSIDs carry 10 bits)")
         if not 1_000_000 <= self.rate_bps <= 8 * 10**12:
             raise UsageError(f"--rate {self.rate_bps}: between 1 Mbit/s and 8 Tbit/s")
         if not isinstance(self.paced, bool):
@@ -102,6 +106,15 @@ class Fabric:
     def host_leaf(self, h: int) -> int:
         """Host ``h``'s leaf (as mrc.fabric.topology places hosts)."""
         return h * self.leaves // self.hosts  # as mrc.fabric.topology places hosts
+
+    def host_usid(self, h: int, plane: int) -> int:
+        """Host ``h``'s port uSID on ``plane``: mrc.fabric.topology.host_usid up to
+        MRC_FAB_NAMED_HOSTS hosts; past that the port's number on its leaf (csrc/simfab.h)."""
+        i = h
+        if self.hosts > lib.MRC_FAB_NAMED_HOSTS:
+            leaf = self.host_leaf(h)
+            i = h - -(-leaf * self.hosts // self.leaves)  # the leaf's first host
+        return ((KIND_HOST + (i >> 8)) << 12) | (plane << 8) | (i & 0xFF)
 
     def ser_ns(self) -> float:
         """One full data packet's serialization at a port."""

@@ -22,7 +22,7 @@ def run(*argv):
     (["fabric", "up", "--link-rate", "100mbit", "--trim-kb", "600"], "must be below --buffer-kb"),
     (["fabric", "up", "--link-rate", "fast"], "cannot read rate"),
     (["fabric", "qos", "all", "--rate", "1mbit", "--ecn-kb", "-1"], "out of range"),
-    (["sim", "--hosts", "2000"], "2 to 1024 hosts"),
+    (["sim", "--hosts", "9000"], "2 to 8192 hosts"),
     (["sim", "--hosts", "8", "--fail", "t1:0.99@1us"], "spine 99 does not exist"),
     (["sim", "--hosts", "8", "--flap", "link:0.0.0/1ms"], "say how long it flaps"),
     (["sim", "--hosts", "8", "--hop-delay", "soon"], "cannot read time"),

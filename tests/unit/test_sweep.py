@@ -89,7 +89,7 @@ def test_a_killed_sweep_resumes_and_runs_only_what_is_missing(tmp_path):
 @pytest.mark.parametrize("grid,says", [
     ({"workload": "victim", "hostz": 16}, "unknown grid key 'hostz'"),
     ({"workload": "victim", "hosts": []}, "'hosts' has an empty list"),
-    ({"workload": "victim", "hosts": [16, 5000]}, "the simulator takes 2 to 1024 hosts"),
+    ({"workload": "victim", "hosts": [16, 9000]}, "the simulator takes 2 to 8192 hosts"),
     ({"workload": "victim", "cc": {"algorithm": "reno"}}, "cc algorithm 'reno'"),
     ({"workload": "telepathy"}, "workload 'telepathy'"),
     ({"workload": "permutation", "fault": "t1:9.0@10us"}, "grid cell"),

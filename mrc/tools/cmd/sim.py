@@ -10,7 +10,7 @@ from mrc.tools import args
 
 def add_parser(sub) -> None:
     """``mrc sim``'s options."""
-    sim = sub.add_parser("sim", help="the engine at up to 1,024 NICs on a simulated multi-plane Clos (virtual time)",
+    sim = sub.add_parser("sim", help="the engine at up to 8,192 NICs on a simulated multi-plane Clos (virtual time)",
                          description="Every NIC runs the unchanged engine; switches forward on the uSID destination "
                                      "(End next-CSID over the fabric's address plan) and queue at their egress ports "
                                      "(ECN, trimming, drops as the fabric's BPF queues do). Prints per-flow completion "
@@ -18,7 +18,8 @@ def add_parser(sub) -> None:
                                      "errors and the simulator's speed. Deterministic for a seed. docs/sim.md has "
                                      "the model. Example: `mrc sim --hosts 64 --workload permutation --size 16M "
                                      "--single-path --json`.")
-    sim.add_argument("--hosts", type=int, default=1024, help="NICs (2-1024, default 1024)")
+    sim.add_argument("--hosts", type=int, default=1024, help="NICs (2-8192, default 1024; past 1,024 a packet's "
+                                                             "last uSID numbers the port on its leaf)")
     sim.add_argument("--planes", type=int, default=8, help="planes, one NIC port each (default 8)")
     sim.add_argument("--leaves", type=int, default=0, help="T0 leaves per plane (default: one per 32 hosts)")
     sim.add_argument("--spines", type=int, default=0, help="T1 spines per plane (default: hosts per leaf, "
