@@ -135,12 +135,16 @@ static struct fpkt *pkt_get(struct mrc_fab *f, uint32_t n)
         if (!(k = malloc(sizeof(*k))))
             return NULL;
         k->big = NULL;
+        f->st.packet_bytes += sizeof(*k);
     }
     k->data = k->inl;
     if (n > FAB_INLINE) {
-        if (!k->big && !(k->big = malloc(f->slot))) {
-            pkt_put(f, k);
-            return NULL;
+        if (!k->big) {
+            if (!(k->big = malloc(f->slot))) {
+                pkt_put(f, k);
+                return NULL;
+            }
+            f->st.packet_bytes += f->slot;
         }
         k->data = k->big;
     }
@@ -482,24 +486,24 @@ static void link_set(struct mrc_fab *f, uint32_t link, int up)
 int mrc_fab_run(struct mrc_fab *f, uint64_t until_ns)
 {
     uint64_t until = until_ns > PS_INF / 1000 ? PS_INF : until_ns * 1000;
-    while (f->hn) {
+    while (f->q.n) {
         if (f->err)
             return f->err;
         if (f->nflows && f->st.flows_done == f->nflows)
             return 1;
-        if (f->heap[0].t > until) {
+        if (f->q.e[0].t > until) {
             f->now = until;
             return 0;
         }
-        struct fev e = pop(f);
-        if (f->hn && fev_kind(&f->heap[0]) == EVT_PKT)
-            __builtin_prefetch(f->ports[fev_idx(&f->heap[0])].head); /* the next packet (payloads evict it) */
+        struct fev e = evq_pop(&f->q);
+        if (f->q.n && fev_kind(&f->q.e[0]) == EVT_PKT)
+            __builtin_prefetch(f->ports[fev_idx(&f->q.e[0])].head); /* the next packet */
         f->now = e.t;
         f->st.events++;
         uint32_t i = fev_idx(&e);
         switch (fev_kind(&e)) {
         case EVT_PKT:
-            arrive(f, i, e.x >> FEV_SEQ_SHIFT);
+            arrive(f, i, fev_seq(&e));
             break;
         case EVT_WAKE:
             host_wake(f, i);

@@ -4,6 +4,7 @@
 #ifndef MRC_SIMFAB_H
 #define MRC_SIMFAB_H
 #include "core.h"
+#include "evheap.h"
 #include "mrc_sim.h"
 
 enum { FAB_BATCH = 16, FAB_TXBUF = 256 << 10, FAB_WCS = 64 };
@@ -13,7 +14,6 @@ enum { KIND_T0 = 0x1, KIND_T1 = 0x2, KIND_HOST = 0xB };
 #define WIRE_EXTRA MRC_FAB_WIRE_EXTRA
 _Static_assert(MRC_FAB_WIRE_EXTRA == MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN + 4 + 20, "the wire's extra bytes");
 #define PS_INF UINT64_MAX
-#define HPOS_NONE UINT64_MAX
 
 /* A switch or NIC egress port: busy, when its FIFO drains (ps); head..tail,
  * the packets it took in and has not delivered yet (queued or on the wire),
@@ -51,27 +51,10 @@ struct fpkt {
     uint8_t inl[FAB_INLINE];
 };
 
-/* An event: 16 bytes, four to a cache line in the 4-ary heap. x is the
- * event's sequence number (bits 63-26: ties at one time go in the order they
- * were made), its kind (25-24) and its index (23-0: a port whose first
- * packet arrives, a host, a link << 1 | up, a flow). */
-struct fev { uint64_t t, x; };
-enum { FEV_IDX_BITS = 24, FEV_SEQ_SHIFT = 26 };
-#define FEV_IDX_MAX ((1u << FEV_IDX_BITS) - 1)
-#define FEV_SEQ_MAX ((1ull << (64 - FEV_SEQ_SHIFT)) - 1)
-static inline uint32_t fev_kind(const struct fev *e) { return (uint32_t)(e->x >> FEV_IDX_BITS) & 3; }
-static inline uint32_t fev_idx(const struct fev *e) { return (uint32_t)e->x & FEV_IDX_MAX; }
-/* the event at t with sequence number seq, kind EVT_*, about idx */
-static inline struct fev fev_make(uint64_t t, uint64_t seq, uint32_t kind, uint32_t idx)
-{
-    return (struct fev){.t = t, .x = seq << FEV_SEQ_SHIFT | (uint64_t)kind << FEV_IDX_BITS | idx};
-}
-
 struct fhost {
     struct mrc_ctx *ctx;
     struct mrc_ep *ep;
     uint64_t wake;                 /* the earliest wake asked for since it last ran (PS_INF: none) */
-    uint64_t hpos;                 /* its one wake event's place in the heap (HPOS_NONE: none) */
     uint32_t lkey, rkey;
     uint16_t *g2l;                 /* host index -> this context's peer number (0xFFFF: none) */
     uint16_t l2g[MRC_MAX_PEERS];   /* and back */
@@ -97,8 +80,8 @@ struct mrc_fab {
     struct fhost *hosts;
     struct fport *ports;
     uint32_t nlinks, slot;
-    struct fev *heap;
-    uint64_t hn, hcap;
+    struct evheap q;         /* every event, four to a cache line */
+    uint64_t *hpos;          /* each host's one wake event's place in q (EVQ_NOWHERE: none) */
     struct fpkt *freel;
     struct fflow *flows;
     uint32_t nflows, flows_cap;

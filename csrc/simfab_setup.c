@@ -148,13 +148,13 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
     f->nlinks = c->planes * c->hosts + c->planes * c->leaves * c->spines;
     f->hosts = calloc(c->hosts, sizeof(*f->hosts));
     f->ports = calloc((size_t)f->nlinks * 2, sizeof(*f->ports));
-    f->hcap = 1 << 16;
-    f->heap = malloc(f->hcap * sizeof(*f->heap));
+    f->hpos = malloc(c->hosts * sizeof(*f->hpos));
+    int qrc = evq_init(&f->q, 1 << 16, f->hpos, EVT_WAKE);
     f->txbuf = malloc(FAB_TXBUF);
     f->rxbuf = malloc(f->slot);
     f->zeros = calloc(1, f->slot);
     f->mem = calloc(1, 64u << 20);
-    if (!f->hosts || !f->ports || !f->heap || !f->txbuf || !f->rxbuf || !f->zeros || !f->mem) {
+    if (!f->hosts || !f->ports || !f->hpos || qrc < 0 || !f->txbuf || !f->rxbuf || !f->zeros || !f->mem) {
         mrc_fab_destroy(f);
         return -ENOMEM;
     }
@@ -185,7 +185,7 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
             return rc;
         }
         x->wake = PS_INF;
-        x->hpos = HPOS_NONE;
+        f->hpos[h] = EVQ_NOWHERE;
         x->g2l = malloc(c->hosts * sizeof(*x->g2l));
         if (!x->g2l) {
             mrc_fab_destroy(f);
@@ -227,7 +227,8 @@ void mrc_fab_destroy(struct mrc_fab *f)
     }
     free(f->hosts);
     free(f->ports);
-    free(f->heap);
+    evq_free(&f->q);
+    free(f->hpos);
     free(f->txbuf);
     free(f->rxbuf);
     free((void *)f->zeros);
@@ -241,6 +242,9 @@ int mrc_fab_stats(struct mrc_fab *f, struct mrc_fab_stats *st)
 {
     *st = f->st;
     st->now_ns = f->now / 1000, st->buckets = f->series_len;
+    st->event_bytes = f->q.cap * sizeof(*f->q.e);
+    st->table_bytes = (uint64_t)f->nlinks * 2 * sizeof(*f->ports) + (uint64_t)f->c.hosts *
+                      (sizeof(*f->hosts) + sizeof(*f->hpos) + f->c.hosts * sizeof(*f->hosts->g2l)) + (64u << 20);
     return 0;
 }
 

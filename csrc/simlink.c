@@ -9,15 +9,17 @@
  * Lock: none; the caller drives the link and its contexts (which have no
  * engine thread) from one thread. */
 #include "core.h"
+#include "evheap.h"
 #include "mrc_manual.h"
 
 enum { SIM_MAX_EPS = 8, SIM_TXBUF = 1 << 20, SIM_TXD = 256, SIM_BUFSZ = 9216 };
 
+/* A packet on its way: in its slot of pk, its arrival an event of the
+ * event heap (evheap.h, as the fabric simulator's) whose index is the slot. */
 struct sim_pkt {
-    uint64_t t;
-    uint64_t seq;
     uint8_t *data;
     uint32_t len;
+    uint32_t next;       /* a free slot: the next free one (UINT32_MAX: none) */
     uint16_t dst;
     struct mrc_meta m;
 };
@@ -31,8 +33,9 @@ struct mrc_sim {
     uint64_t port_busy[SIM_MAX_EPS][MRC_MAX_PLANES]; /* when an ep's port on a plane is free */
     struct mrc_ep *eps[SIM_MAX_EPS];
     uint32_t neps;
-    struct sim_pkt *heap;
-    uint32_t hn, hcap;
+    struct evheap q;
+    struct sim_pkt *pk;
+    uint32_t pkcap, pfree;
     uint64_t seq;
     uint8_t **freel;
     uint32_t nfree, free_cap;
@@ -98,14 +101,14 @@ int mrc_sim_create(uint32_t planes, uint32_t per_plane, uint64_t seed, struct mr
     s->paths = calloc(s->npaths, sizeof(*s->paths));
     s->busy = calloc((size_t)s->npaths * SIM_MAX_EPS, sizeof(uint64_t));
     s->txn = calloc(s->npaths, sizeof(uint64_t));
-    s->hcap = 4096;
-    s->heap = malloc(s->hcap * sizeof(*s->heap));
+    s->pfree = UINT32_MAX;
+    int qrc = evq_init(&s->q, 4096, NULL, 0);
     s->free_cap = 8192;
     s->freel = malloc(s->free_cap * sizeof(*s->freel));
     s->txbuf = malloc(SIM_TXBUF);
     s->txd = malloc(SIM_TXD * sizeof(*s->txd));
     s->rng = seed ? seed : 0x9E3779B97F4A7C15ull;
-    if (!s->paths || !s->busy || !s->txn || !s->heap || !s->freel || !s->txbuf || !s->txd) {
+    if (!s->paths || !s->busy || !s->txn || qrc < 0 || !s->freel || !s->txbuf || !s->txd) {
         mrc_sim_destroy(s);
         return -ENOMEM;
     }
@@ -119,14 +122,15 @@ void mrc_sim_destroy(struct mrc_sim *s)
 {
     if (!s)
         return;
-    for (uint32_t i = 0; i < s->hn; i++)
-        free(s->heap[i].data);
+    for (uint64_t i = 0; i < s->q.n; i++)
+        free(s->pk[fev_idx(&s->q.e[i])].data);
     for (uint32_t i = 0; i < s->nfree; i++)
         free(s->freel[i]);
     free(s->paths);
     free(s->busy);
     free(s->txn);
-    free(s->heap);
+    evq_free(&s->q);
+    free(s->pk);
     free(s->freel);
     free(s->txbuf);
     free(s->txd);
@@ -174,45 +178,39 @@ static void buf_put(struct mrc_sim *s, uint8_t *b)
         free(b);
 }
 
-static int before(const struct sim_pkt *a, const struct sim_pkt *b) { return a->t < b->t || (a->t == b->t && a->seq < b->seq); }
-
-static int heap_push(struct mrc_sim *s, struct sim_pkt *p)
+/* The packet arrives at t: a slot for it, an event for the slot. */
+static int pkt_push(struct mrc_sim *s, const struct sim_pkt *p, uint64_t t)
 {
-    if (s->hn == s->hcap) {
-        struct sim_pkt *h = realloc(s->heap, 2 * s->hcap * sizeof(*h));
-        if (!h)
+    if (s->pfree == UINT32_MAX) {
+        uint32_t cap = s->pkcap ? 2 * s->pkcap : 4096;
+        struct sim_pkt *n = cap - 1 > FEV_IDX_MAX ? NULL : realloc(s->pk, cap * sizeof(*n));
+        if (!n)
             return -ENOMEM;
-        s->heap = h;
-        s->hcap *= 2;
+        for (uint32_t i = cap; i-- > s->pkcap;)
+            n[i].next = i + 1 < cap ? i + 1 : UINT32_MAX;
+        s->pfree = s->pkcap;
+        s->pk = n;
+        s->pkcap = cap;
     }
-    p->seq = s->seq++;
-    uint32_t i = s->hn++;
-    while (i && before(p, &s->heap[(i - 1) / 2])) {
-        s->heap[i] = s->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    s->heap[i] = *p;
+    uint32_t slot = s->pfree;
+    int rc = evq_push(&s->q, t, s->seq, 0, slot);
+    if (rc < 0)
+        return rc;
+    s->seq++;
+    s->pfree = s->pk[slot].next;
+    s->pk[slot] = *p;
     return 0;
 }
 
-static struct sim_pkt heap_pop(struct mrc_sim *s)
+/* The first packet to arrive, out of the heap and its slot. */
+static struct sim_pkt pkt_pop(struct mrc_sim *s)
 {
-    struct sim_pkt top = s->heap[0], last = s->heap[--s->hn];
-    uint32_t i = 0;
-    for (;;) {
-        uint32_t c = 2 * i + 1;
-        if (c >= s->hn)
-            break;
-        if (c + 1 < s->hn && before(&s->heap[c + 1], &s->heap[c]))
-            c++;
-        if (!before(&s->heap[c], &last))
-            break;
-        s->heap[i] = s->heap[c];
-        i = c;
-    }
-    if (s->hn)
-        s->heap[i] = last;
-    return top;
+    struct fev e = evq_pop(&s->q);
+    uint32_t slot = fev_idx(&e);
+    struct sim_pkt p = s->pk[slot];
+    s->pk[slot].next = s->pfree;
+    s->pfree = slot;
+    return p;
 }
 
 static int path_down(const struct mrc_sim_path *p, uint64_t now)
@@ -277,10 +275,10 @@ static void offer(struct mrc_sim *s, uint32_t src, const struct mrc_txdesc *d, c
             return;
         memcpy(pk.data, data, len);
         pk.len = len;
-        pk.t = depart + P->delay_ns + (P->jitter_ns ? rnd(s) % P->jitter_ns : 0) + (uint64_t)copy * 1000;
+        uint64_t t = depart + P->delay_ns + (P->jitter_ns ? rnd(s) % P->jitter_ns : 0) + (uint64_t)copy * 1000;
         if (copy)
             s->st.duplicated++;
-        if (heap_push(s, &pk) < 0)
+        if (pkt_push(s, &pk, t) < 0)
             buf_put(s, pk.data);
     }
 }
@@ -309,8 +307,8 @@ int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe)
                 progress += (uint64_t)(n > 0 ? n : 0);
             } while (n == SIM_TXD);
         }
-        while (s->hn && s->heap[0].t <= s->now) {
-            struct sim_pkt p = heap_pop(s);
+        while (s->q.n && s->q.e[0].t <= s->now) {
+            struct sim_pkt p = pkt_pop(s);
             if (s->rec)
                 record(s, &p);
             mrc_ep_input(s->eps[p.dst], p.data, p.len, &p.m, s->now);
@@ -324,7 +322,7 @@ int mrc_sim_run(struct mrc_sim *s, uint64_t until_ns, uint32_t stop_on_cqe)
                 return 1;
         if (progress)
             continue;
-        uint64_t next = s->hn ? s->heap[0].t : MRC_INF_NS;
+        uint64_t next = s->q.n ? s->q.e[0].t : MRC_INF_NS;
         for (uint32_t i = 0; i < s->neps; i++) {
             uint64_t t = mrc_ep_next_timer(s->eps[i], s->now);
             if (t < next)

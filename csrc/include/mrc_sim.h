@@ -60,6 +60,9 @@ struct mrc_fab_stats {
     uint64_t now_ns, events, sent, delivered, no_route, flows_done, buckets;
     uint64_t done_bytes, late_times; /* WRITEs completed (bytes); check_times: QPs found late (0 always) */
     struct mrc_fab_tier tier[4];
+    /* the simulator's own memory (bytes): packets (as many as were ever in flight at once, each kept
+     * for reuse), the event heap, and the fabric's tables (ports, hosts, the region payloads come from) */
+    uint64_t packet_bytes, event_bytes, table_bytes;
 };
 struct mrc_fab_flow_stats {
     uint32_t src, dst, qpn, errors;

@@ -203,6 +203,8 @@ class FabricSim:
             "wall_s": round(wall, 3), "sim_pps": int(st.sent / wall) if wall > 0 else 0,
             "sim_data_pps": int(data / wall) if wall > 0 else 0,
             "per_qp_bytes": self.attr.state_bytes(),
+            "sim_memory_mb": {"packets": round(st.packet_bytes / 2**20, 1), "events": round(st.event_bytes / 2**20, 1),
+                              "tables": round(st.table_bytes / 2**20, 1)},
             "qps_per_nic_max": max(sum((s == h) + (d == h) for s, d, _ in self.flows) for h in range(fab.hosts)),
             "peak_rss_mb": peak_rss_mb(),
         }
