@@ -311,7 +311,8 @@ def sim(runs: list[dict]) -> tuple[list[str], list[list]]:
     if x:
         kb = x.get("per_nic_kb") or {}
         lines += ["", f"`scale`: {fmt(x.get('nics'))} NICs on {fmt(x.get('leaves'))} leaves and "
-                  f"{fmt(x.get('spines'))} spines a plane (radix {fmt(x.get('radix'))}, oversubscription "
+                  f"{fmt(x.get('spines'))} spines a plane (radix {fmt(x.get('leaf_radix'))} and "
+                  f"{fmt(x.get('spine_radix'))}, oversubscription "
                   f"{fmt(x.get('oversubscription'))}); {fmt(x.get('wall_s'), 1)} s, peak RSS "
                   f"{fmt(x.get('peak_rss_mb'), 0)} MB, {fmt(x.get('per_nic_mb'), 3)} MB per NIC "
                   f"({fmt(x.get('per_nic_beyond_qps_mb'), 3)} beyond {fmt(x.get('qps_per_nic'))} QPs of "

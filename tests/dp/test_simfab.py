@@ -420,6 +420,25 @@ def test_the_bench_pairs_its_t1_failure_and_its_permutation_with_their_controls(
     assert p["goodput_ratio"] < p["lone_flow_ratio"] < 1 and p["vs_lone_flow"] >= 0.9, p
 
 
+def test_the_bench_scale_and_speed_scenarios_report_what_the_issue_asks():
+    """bench/sim_bench.py --quick --only scale,speed: the 8,192-NIC scenario scaled down (256 NICs,
+    the same shape per leaf) in a process of its own, and the speed ratios; their keys and figures."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, str(root / "bench" / "sim_bench.py"), "--quick", "--json",
+                        "--only", "scale,speed"], capture_output=True, text=True, timeout=300, cwd=root)
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)["scenarios"]
+    sc, sp = s["scale"], s["speed"]
+    assert sc["nics"] == 256 and sc["qp_errors"] == 0 and sc["unfinished"] == 0, sc
+    assert 0.5 < sc["vs_wire_bound"] <= 1 and sc["wall_s"] > 0 and sc["peak_rss_mb"] > 0, sc
+    kb = sc["per_nic_kb"]
+    # what a NIC takes, told apart: the parts the simulator counts sum to less than its share of the peak
+    assert all(v >= 0 for v in kb.values()) and 0 < kb["packets"] + kb["events"] + kb["tables"] < sc["per_nic_mb"] * 1024
+    assert sc["leaf_radix"] == 64 and sc["oversubscription"] == 1.0
+    assert 0 < sp["sim_over_engine"] < 2 and 0 < sp["alltoall_pps_over_permutation"] < 2, sp
+    assert sp["sim_over_engine_spread"][0] <= sp["sim_over_engine"] <= sp["sim_over_engine_spread"][1]
+
+
 def test_an_incast_on_slow_links_fills_its_receiver():
     """At 100 Mbit/s one packet's serialization (330 us) is past quick adapt's default delay
     threshold (40 us, for a 10 us base): with it, every ACK cut the windows to what the last round
