@@ -182,7 +182,7 @@ static void buf_put(struct mrc_sim *s, uint8_t *b)
 static int pkt_push(struct mrc_sim *s, const struct sim_pkt *p, uint64_t t)
 {
     if (s->pfree == UINT32_MAX) {
-        uint32_t cap = s->pkcap ? 2 * s->pkcap : 4096;
+        uint32_t cap = s->pkcap ? 2 * s->pkcap : 64; /* grows with what is in flight */
         struct sim_pkt *n = cap - 1 > FEV_IDX_MAX ? NULL : realloc(s->pk, cap * sizeof(*n));
         if (!n)
             return -ENOMEM;
