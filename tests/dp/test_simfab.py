@@ -436,6 +436,7 @@ def test_the_bench_scale_and_speed_scenarios_report_what_the_issue_asks():
     assert all(v >= 0 for v in kb.values()) and 0 < kb["packets"] + kb["events"] + kb["tables"] < sc["per_nic_mb"] * 1024
     assert sc["leaf_radix"] == 64 and sc["oversubscription"] == 1.0
     assert 0 < sp["sim_over_engine"] < 2 and 0 < sp["alltoall_pps_over_permutation"] < 2, sp
+    assert 0 < sp["engine_63_qps_over_1"] < 2, sp  # the all-to-all's control: many QPs, the engine alone
     assert sp["sim_over_engine_spread"][0] <= sp["sim_over_engine"] <= sp["sim_over_engine_spread"][1]
 
 
