@@ -449,6 +449,26 @@ def hostile(runs: list[dict]) -> tuple[list[str], list[list]]:
     return lines, head
 
 
+def ndp(runs: list[dict]) -> tuple[list[str], list[list]]:
+    r = runs[-1]
+    pub = r.get("published") or {}
+    lines = [f"`mrc sim` beside a published result: {pub.get('source', '-')}. {fmt(r.get('hosts'))} hosts, one plane "
+             "at 10 Gb/s, 9,000-byte packets, queues trimmed above 8 packets, no ECN, a random permutation "
+             f"({fmt(r.get('size', 0) >> 20)} MiB a flow here); the FatTree's 12 pods as leaves, its 36 core switches "
+             "as spines (docs/sim.md, \"Beside a published result\"). Per-flow payload Gb/s:", ""]
+    keys = ["min", "p1", "p10", "p50", "p90", "max", "mean"]
+    rows = [["NDP (published)", "23 packets", *[fmt(pub.get("gbps", {}).get(k), 2) for k in keys], "-"]]
+    for name, w in (r.get("windows") or {}).items():
+        rows.append([f"MRC: {name.replace('_', ' ')}", f"{fmt(w.get('max_cwnd'))} B",
+                     *[fmt(w["gbps"].get(k), 2) for k in keys], fmt(w.get("trims"))])
+    lines += table(["", "window", *keys, "trims"], rows)
+    w = (r.get("windows") or {}).get("ndp_window") or {}
+    o = w.get("over_published") or {}
+    head = [["NDP's permutation (SIGCOMM 2017, Fig. 14) in mrc sim with NDP's window: median / min flow over "
+             "the published", f"{fmt(o.get('p50'))} / {fmt(o.get('min'))}", "within 10 % or explained"]]
+    return lines, head
+
+
 SECTIONS = [
     ("engine_bench", "The engine", engine),
     ("fabric_bench", "One QP on the fabric", fabric),
@@ -457,6 +477,7 @@ SECTIONS = [
     ("fault_campaign", "Fault campaign", campaign),
     ("congestion_bench", "Congestion on the fabric", congestion),
     ("sim_bench", "The engine at scale (mrc sim)", sim),
+    ("ndp_permutation", "Beside a published result: NDP's permutation", ndp),
     ("coll_bench", "Collectives and training over MRC", coll),
     ("fabric_bench_security", "Authenticated MRC on the fabric", security_fabric),
     ("latency_bench_security", "Authenticated MRC: latency", security_latency),
