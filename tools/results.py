@@ -455,7 +455,8 @@ def ndp(runs: list[dict]) -> tuple[list[str], list[list]]:
     lines = [f"`mrc sim` beside a published result: {pub.get('source', '-')}. {fmt(r.get('hosts'))} hosts, one plane "
              "at 10 Gb/s, 9,000-byte packets, queues trimmed above 8 packets, no ECN, a random permutation "
              f"({fmt(r.get('size', 0) >> 20)} MiB a flow here); the FatTree's 12 pods as leaves, its 36 core switches "
-             "as spines (docs/sim.md, \"Beside a published result\"). Per-flow payload Gb/s:", ""]
+             "as spines (docs/sim.md, \"Beside a published result\"). Per-flow Gb/s (MRC: payload over the "
+             "completion time):", ""]
     keys = ["min", "p1", "p10", "p50", "p90", "max", "mean"]
     rows = [["NDP (published)", "23 packets", *[fmt(pub.get("gbps", {}).get(k), 2) for k in keys], "-"]]
     for name, w in (r.get("windows") or {}).items():

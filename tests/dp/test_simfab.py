@@ -333,8 +333,9 @@ def test_the_c_api_refuses_what_it_cannot_build_and_changes_nothing():
     fab = small()
     attr = fab.qp_attr().to_c()
     out = ffi.new("struct mrc_fab **")
-    for bad in ({"hosts": 1}, {"hosts": 8193}, {"hosts": 2050}, {"planes": 0}, {"planes": 17}, {"rate_bps": 0}, {"bucket_ns": 0},
-                {"leaves": 17}, {"spines": 0}, {"unpaced": 2}, {"unpaced": 0xFFFFFFFF}, {"check_times": 2}):
+    for bad in ({"hosts": 1}, {"hosts": 8193}, {"hosts": 2050}, {"planes": 0}, {"planes": 17}, {"rate_bps": 0},
+                {"bucket_ns": 0}, {"leaves": 17}, {"spines": 0}, {"unpaced": 2}, {"unpaced": 0xFFFFFFFF},
+                {"check_times": 2}, {"fill": 256}):
         cfg = {"hosts": 16, "planes": 4, "leaves": 2, "spines": 8, "rate_bps": G100, "hop_ns": 1000,
                "max_qps": 8, "cq_depth": 64, "bucket_ns": 10_000, **bad}
         assert lib.mrc_fab_create(ffi.new("struct mrc_fab_cfg *", cfg), attr, out) < 0, bad
@@ -433,7 +434,8 @@ def test_the_bench_scale_and_speed_scenarios_report_what_the_issue_asks():
     assert 0.5 < sc["vs_wire_bound"] <= 1 and sc["wall_s"] > 0 and sc["peak_rss_mb"] > 0, sc
     kb = sc["per_nic_kb"]
     # what a NIC takes, told apart: the parts the simulator counts sum to less than its share of the peak
-    assert all(v >= 0 for v in kb.values()) and 0 < kb["packets"] + kb["events"] + kb["tables"] < sc["per_nic_mb"] * 1024
+    assert all(v >= 0 for v in kb.values())
+    assert 0 < kb["packets"] + kb["events"] + kb["tables"] < sc["per_nic_mb"] * 1024
     assert sc["leaf_radix"] == 64 and sc["oversubscription"] == 1.0
     assert 0 < sp["sim_over_engine"] < 2 and 0 < sp["alltoall_pps_over_permutation"] < 2, sp
     assert 0 < sp["engine_63_qps_over_1"] < 2, sp  # the all-to-all's control: many QPs, the engine alone
