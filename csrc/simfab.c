@@ -132,7 +132,7 @@ static struct fpkt *pkt_get(struct mrc_fab *f, uint32_t n)
     if (k) {
         f->freel = k->next;
     } else {
-        if (!(k = malloc(sizeof(*k))))
+        if (!(k = aligned_alloc(64, sizeof(*k))))
             return NULL;
         k->big = NULL;
         f->st.packet_bytes += sizeof(*k);

@@ -38,18 +38,22 @@ struct fport { uint64_t busy; struct fpkt *head, *tail; uint8_t down; };
  * buffer of slot bytes the packet keeps when it goes back to the free list. */
 enum { FAB_INLINE = 160 };
 struct fpkt {
+    /* what every hop reads, in its first cache line (packets are 64-byte aligned) */
     struct fpkt *next;       /* its port's FIFO, or the free list */
-    uint8_t *data;           /* inl or big */
     uint64_t seq;            /* its event's sequence number */
     uint64_t nat, nseq;      /* the next packet in its FIFO: when it reaches its next node (ps), its seq */
-    uint32_t len, node, wire, ev; /* len: the packet's bytes, zlen of them not carried */
-    uint16_t src;
-    uint8_t tclass, ce, trimmed;
     uint8_t daddr[16];
+    uint32_t len, node, wire; /* len: the packet's bytes, zlen of them not carried */
+    uint8_t tclass, ce, trimmed;
+    /* what its two hosts and a trimming port read */
+    uint32_t ev;
+    uint16_t src;
     uint32_t hdr, zlen;      /* a data packet's headers (0: not parsed, not trimmable); zero bytes not carried */
+    uint8_t *data;           /* inl or big */
     uint8_t *big;
     uint8_t inl[FAB_INLINE];
 };
+_Static_assert(__builtin_offsetof(struct fpkt, ev) <= 64 && sizeof(struct fpkt) % 64 == 0, "a packet's first line");
 
 struct fhost {
     struct mrc_ctx *ctx;
