@@ -24,9 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
-from mrc.tools import sim as msim
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from mrc.tools import sim as msim  # noqa: E402
 
 #: the published per-flow throughputs (Gb/s, 432 flows): quantiles of the artifact's
 #: sim/EXAMPLES/permutation/logfile.rates (nets-cs-pub-ro/NDP at aafa3cf)
