@@ -145,7 +145,12 @@ class _Run:
         self.next_send = dict.fromkeys(self.sendq, 0)
         self.next_use = dict.fromkeys(self.recvq, 0)
         self.arrivals: dict[int, dict] = collections.defaultdict(dict)  # peer -> m -> (slot, bytes, link)
-        self.granted = {peer: False for peer in p.send_to}
+        # grants pass only where data will: a peer this call sends nothing to (or gets nothing from: an
+        # element count under the number of ranks leaves blocks empty) is not waited for and not granted.
+        # Else a receiver with nothing to wait for could run two calls ahead of its sender and write its
+        # grant over the one of the same parity the sender had not read yet (reduce_scatter of 1 element
+        # on 4 ranks: "rank 1 is at call 5 while rank 0 is at call 3")
+        self.granted = {peer: False for peer in p.send_to if self.sendq.get(peer)}
         self.deps = schedule.dependencies(p)
         self.outstanding = 0
         self.left = sum(len(pc) for pc in self.pieces)
@@ -361,7 +366,8 @@ class Communicator:
         self._run = run
         try:
             for peer in p.recv_from:
-                self._grant(run, peer)
+                if run.recvq.get(peer):  # only where data will come (_Run.granted)
+                    self._grant(run, peer)
         except BaseException:
             self._run = None
             raise
