@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mrc.tools import sim as msim  # noqa: E402
+from mrc.units import size_type  # noqa: E402
 
 #: the published per-flow throughputs (Gb/s, 432 flows): quantiles of the artifact's
 #: sim/EXAMPLES/permutation/logfile.rates (nets-cs-pub-ro/NDP at aafa3cf)
@@ -82,14 +83,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print JSON only")
     ap.add_argument("--quick", action="store_true", help="72 hosts, 8 MiB a flow (CI-sized)")
-    ap.add_argument("--size", default=None, help="bytes each flow writes (default 64M; --quick 8M)")
+    ap.add_argument("--size", type=size_type(1 << 20), default=None,
+                    help="bytes each flow writes, at least 1M: a rate over less is mostly the first round trip "
+                         "(default 64M; --quick 8M)")
     import store  # bench/, beside this file
 
     store.add_argument(ap)
     a = ap.parse_args()
-    from mrc.units import parse_size
-
-    size = parse_size(a.size) if a.size else (8 if a.quick else 64) << 20
+    size = a.size or (8 if a.quick else 64) << 20
     out = run(a.quick, size)
     if a.save:
         store.save("ndp_permutation", out, a.save)

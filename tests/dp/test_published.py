@@ -26,3 +26,10 @@ def test_the_published_permutation_runs_with_each_window_and_shows_why_it_differ
     # the slowest flows with NDP's window are quick adapt's answer to the first round's trims
     assert w["ndp_window"]["trims"] > 0
     assert w["ndp_window_no_quick_adapt"]["gbps"]["min"] > w["ndp_window"]["gbps"]["min"]
+
+
+def test_a_size_it_cannot_use_is_one_line_and_exit_2():
+    for bad in ("abc", "0", "-5", "4K"):
+        r = subprocess.run([sys.executable, str(ROOT / "bench" / "ndp_permutation.py"), "--quick", f"--size={bad}"],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "--size" in r.stderr, (bad, r.stderr)
