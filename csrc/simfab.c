@@ -258,14 +258,15 @@ static void send_from(struct mrc_fab *f, uint32_t h, const struct mrc_txdesc *d,
         f->st.no_route++;
         return;
     }
-    /* a data packet's headers (where a trimming port cuts it) and, when its
-     * payload is all zeros, what is carried: the bytes around the payload */
+    /* a data packet's headers (where a trimming port cuts it) and, when the
+     * hosts' region holds zeros (fill 0), what is carried: the bytes around
+     * its payload, which comes from that region (a receiver whose ICRC did
+     * not hold would drop the packet and count it) */
     struct mrc_pkt pp;
     uint32_t hdr = 0, zlen = 0;
     if (d->is_data && mrc_pkt_parse(data, d->len, 0, &pp) == 0) {
         hdr = pp.payload_off;
-        if (pp.payload_len && !memcmp(data + hdr, f->zeros, pp.payload_len))
-            zlen = pp.payload_len;
+        zlen = f->c.fill ? 0 : pp.payload_len;
     }
     struct fpkt *k = pkt_get(f, d->len - zlen);
     if (!k) {

@@ -8,6 +8,7 @@
 #include "mrc_sim.h"
 
 enum { FAB_BATCH = 16, FAB_TXBUF = 256 << 10, FAB_WCS = 64 };
+#define FAB_MEM (64u << 20) /* the hosts' one region: every WRITE's source and destination */
 enum { NODE_HOST = 0, NODE_LEAF = 1, NODE_SPINE = 2 };
 enum { EVT_PKT = 0, EVT_WAKE = 1, EVT_LINK = 2, EVT_FLOW = 3 };
 enum { KIND_T0 = 0x1, KIND_T1 = 0x2, KIND_HOST = 0xB };
@@ -22,16 +23,17 @@ _Static_assert(MRC_FAB_WIRE_EXTRA == MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN
  * ports, not every packet in flight, and runs them in the same order. */
 struct fport { uint64_t busy; struct fpkt *head, *tail; uint8_t down; };
 
-/* A packet in flight: what forwarding reads (the first 80 bytes) apart
+/* A packet in flight: what forwarding reads (its first cache line) apart
  * from its bytes, which only the two hosts touch. Each packet holds its
  * successor's arrival and sequence number, so a port's next event is made
  * from the packet leaving it, not from a read of the next one (cold: that
  * read was a fifth of the simulator's time at 256-byte packets).
  * A data packet whose payload is all zeros (every WRITE of the simulator's
- * applications: their one region is never written but by placement) does
- * not carry it: data holds its headers (hdr bytes) and what follows the
- * payload (ICRC or tag), and the zlen zero bytes between go back in at
- * delivery, the same bytes the sender made. What is in flight is then about
+ * applications while their one region holds zeros, cfg fill 0: it is never
+ * written but by placement, and no QP is encrypted) does not carry it: data
+ * holds its headers (hdr bytes) and what follows the payload (ICRC or tag),
+ * and the zlen zero bytes between go back in at delivery, the same bytes
+ * the sender made. What is in flight is then about
  * 256 bytes a packet, not a full frame: at 8,192 NICs, each with its window
  * of about a megabyte in flight, that is the difference between 2 and
  * 9 GB. Packets that fit (headers, ACKs) sit in inl; others in big, a
@@ -92,7 +94,6 @@ struct mrc_fab {
     uint8_t *mem;            /* every host's one region (placement goes there) */
     uint8_t *txbuf;
     uint8_t *rxbuf;          /* a packet whose zero payload was not carried, whole again for its receiver */
-    const uint8_t *zeros;    /* slot bytes of zeros */
     struct mrc_txdesc txd[FAB_BATCH];
     uint64_t *series;
     uint64_t series_len, series_cap;

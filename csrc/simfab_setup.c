@@ -60,7 +60,7 @@ static int local_peer(struct mrc_fab *f, uint32_t h, uint32_t g)
 int mrc_fab_add_flow(struct mrc_fab *f, const struct mrc_fab_flow *fl)
 {
     if (fl->src >= f->c.hosts || fl->dst >= f->c.hosts || fl->src == fl->dst || !fl->bytes || !fl->msg ||
-        fl->msg > (64u << 20) || !fl->depth || fl->start_ns > PS_INF / 1000 - 1) /* as mrc_fab_link_at */
+        fl->msg > FAB_MEM || !fl->depth || fl->start_ns > PS_INF / 1000 - 1) /* as mrc_fab_link_at */
         return -EINVAL;
     if (f->nflows == f->flows_cap) {
         uint32_t cap = f->flows_cap ? 2 * f->flows_cap : 1024;
@@ -94,7 +94,7 @@ int mrc_fab_flow_msgs(struct mrc_fab *f, uint32_t flow, uint32_t n, const uint32
         return -EINVAL; /* every WRITE_IMM in flight needs a receive posted */
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (!lens[i] || lens[i] > (64u << 20) || dep_flow[i] >= (int32_t)f->nflows ||
+        if (!lens[i] || lens[i] > FAB_MEM || dep_flow[i] >= (int32_t)f->nflows ||
             (dep_flow[i] >= 0 && dep_msg[i] >= UINT32_MAX))
             return -EINVAL;
         bytes += lens[i];
@@ -133,10 +133,11 @@ int mrc_fab_flow_msgs(struct mrc_fab *f, uint32_t flow, uint32_t n, const uint32
 int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, struct mrc_fab **out)
 {
     const struct mrc_fab_cfg *c = cfg;
-    if (!c->hosts || c->hosts > MRC_FAB_MAX_HOSTS || c->hosts < 2 || !c->planes || c->planes > MRC_MAX_PLANES || !c->leaves ||
-        c->leaves > 256 || c->leaves > c->hosts || !c->spines || c->spines > 256 || c->rate_bps < 1000000 ||
-        c->rate_bps > 8000000000000ull || !c->bucket_ns || qp->planes > c->planes || qp->mtu > MRC_MAX_MTU ||
-        c->unpaced > 1 || c->check_times > 1 || c->fill > 255 || (c->hosts + c->leaves - 1) / c->leaves > MRC_FAB_LEAF_HOSTS)
+    if (!c->hosts || c->hosts > MRC_FAB_MAX_HOSTS || c->hosts < 2 || !c->planes || c->planes > MRC_MAX_PLANES ||
+        !c->leaves || c->leaves > 256 || c->leaves > c->hosts || !c->spines || c->spines > 256 ||
+        c->rate_bps < 1000000 || c->rate_bps > 8000000000000ull || !c->bucket_ns || qp->planes > c->planes ||
+        qp->mtu > MRC_MAX_MTU || c->unpaced > 1 || c->check_times > 1 || c->fill > 255 ||
+        (c->hosts + c->leaves - 1) / c->leaves > MRC_FAB_LEAF_HOSTS)
         return -EINVAL;
     struct mrc_fab *f = calloc(1, sizeof(*f));
     if (!f)
@@ -152,21 +153,20 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
     int qrc = evq_init(&f->q, 1 << 16, f->hpos, EVT_WAKE);
     f->txbuf = malloc(FAB_TXBUF);
     f->rxbuf = malloc(f->slot);
-    f->zeros = calloc(1, f->slot);
-    f->mem = calloc(1, 64u << 20);
-    if (!f->hosts || !f->ports || !f->hpos || qrc < 0 || !f->txbuf || !f->rxbuf || !f->zeros || !f->mem) {
+    f->mem = calloc(1, FAB_MEM);
+    if (!f->hosts || !f->ports || !f->hpos || qrc < 0 || !f->txbuf || !f->rxbuf || !f->mem) {
         mrc_fab_destroy(f);
         return -ENOMEM;
     }
     if (c->fill)
-        memset(f->mem, (int)c->fill, 64u << 20);
+        memset(f->mem, (int)c->fill, FAB_MEM);
     for (uint32_t h = 0; h < c->hosts; h++) {
         struct mrc_ep_attr ea = {.max_qps = c->max_qps, .cq_depth = c->cq_depth, .planes = c->planes,
                                  .port_bitmap = (uint32_t)((1ull << c->planes) - 1),
                                  .seed = c->seed * 1000003ull + h + 1};
         struct fhost *x = &f->hosts[h];
         int rc = mrc_ctx_create(&ea, NULL, 0, &x->ctx);
-        rc = rc < 0 ? rc : mrc_mr_reg(x->ctx, 0, f->mem, 64u << 20, MRC_ACCESS_LOCAL_WRITE | MRC_ACCESS_REMOTE_WRITE,
+        rc = rc < 0 ? rc : mrc_mr_reg(x->ctx, 0, f->mem, FAB_MEM, MRC_ACCESS_LOCAL_WRITE | MRC_ACCESS_REMOTE_WRITE,
                                       &x->lkey, &x->rkey);
         if (rc < 0) {
             mrc_fab_destroy(f);
@@ -231,7 +231,6 @@ void mrc_fab_destroy(struct mrc_fab *f)
     free(f->hpos);
     free(f->txbuf);
     free(f->rxbuf);
-    free((void *)f->zeros);
     free(f->mem);
     free(f->flows);
     free(f->series);
@@ -243,8 +242,8 @@ int mrc_fab_stats(struct mrc_fab *f, struct mrc_fab_stats *st)
     *st = f->st;
     st->now_ns = f->now / 1000, st->buckets = f->series_len;
     st->event_bytes = f->q.cap * sizeof(*f->q.e);
-    st->table_bytes = (uint64_t)f->nlinks * 2 * sizeof(*f->ports) + (uint64_t)f->c.hosts *
-                      (sizeof(*f->hosts) + sizeof(*f->hpos) + f->c.hosts * sizeof(*f->hosts->g2l)) + (64u << 20);
+    uint64_t per_host = sizeof(*f->hosts) + sizeof(*f->hpos) + f->c.hosts * sizeof(*f->hosts->g2l);
+    st->table_bytes = (uint64_t)f->nlinks * 2 * sizeof(*f->ports) + FAB_MEM + f->c.hosts * per_host;
     return 0;
 }
 
