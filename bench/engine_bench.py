@@ -28,14 +28,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cpu import ghz, minimum  # noqa: E402 (bench/, beside this file)
 
 
-def run(mib: int, payload: int) -> dict:
+def engines(nqp: int, mtu: int, sq_depth: int, msg: int, **ctx_kw):
+    """Two engines over the in-memory link (8 planes, 2 us a path) with ``nqp`` QPs from the first
+    to the second and a ``msg``-byte region at each end: (link, sender, its QPs, source, target)."""
     sim = Sim(planes=8, per_plane=4, seed=1)
     sim.set_all(delay_ns=2000)
-    a, b = ManualContext(planes=8), ManualContext(planes=8)
-    qa, qb = sim.connect(a, b, QPAttr(planes=8, mtu=payload, sq_depth=256))
-    msg = 4 << 20
+    a, b = ManualContext(planes=8, **ctx_kw), ManualContext(planes=8, **ctx_kw)
+    qps = [sim.connect(a, b, QPAttr(planes=8, mtu=mtu, sq_depth=sq_depth))[0] for _ in range(nqp)]
     src, dst = bytearray(msg), bytearray(msg)
-    ms, md = a.reg_mr(src), b.reg_mr(dst, remote_write=True)
+    return sim, a, qps, a.reg_mr(src), b.reg_mr(dst, remote_write=True)
+
+
+def run(mib: int, payload: int) -> dict:
+    msg = 4 << 20
+    sim, a, (qa,), ms, md = engines(1, payload, 256, msg)
     n_msgs = max(1, (mib << 20) // msg)
     done = posted = 0
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -70,12 +76,7 @@ def run_qps(nqp: int, mib: int, msg: int = 64 << 10, depth: int = 8) -> float:
     """Data packets per CPU second with ``nqp`` QPs between the two engines, ``msg``-byte WRITEs
     posted round robin, ``depth`` in flight on each: what many active QPs cost the engine alone (its
     state for each QP is touched in turn, as at a NIC of an all-to-all)."""
-    sim = Sim(planes=8, per_plane=4, seed=1)
-    sim.set_all(delay_ns=2000)
-    a, b = ManualContext(planes=8, max_qps=nqp + 2), ManualContext(planes=8, max_qps=nqp + 2)
-    qps = [sim.connect(a, b, QPAttr(planes=8, mtu=4096, sq_depth=64))[0] for _ in range(nqp)]
-    src, dst = bytearray(msg), bytearray(msg)
-    ms, md = a.reg_mr(src), b.reg_mr(dst, remote_write=True)
+    sim, a, qps, ms, md = engines(nqp, 4096, 64, msg, max_qps=nqp + 2)
     n, done, posted, inflight = max(1, (mib << 20) // msg), 0, 0, [0] * nqp
     cpu0 = time.process_time()
     while done < n:
