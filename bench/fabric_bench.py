@@ -57,6 +57,7 @@ from mrc.fabric.pair import host_context, qp_pair
 from mrc.fabric.topology import Topology
 from mrc.signals import exit_cleanly_on_sigterm
 from mrc.tools.perf import stream
+from mrc.units import median_spread
 from mrc.verbs import RemoteInfo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -164,12 +165,6 @@ def cpu_per_byte(m: dict, raw: tuple, copy: tuple, tcp_use: dict, floor: dict) -
     }
 
 
-def _median_spread(xs: list[float]) -> tuple[float, list[float]]:
-    s = sorted(xs)
-    mid = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
-    return round(mid, 3), [round(s[0], 3), round(s[-1], 3)]
-
-
 def security_pairs(t, src, dst, a, log) -> int:
     """Off, auth and encrypt in turn, ``a.security_pairs`` rounds: the rates and the ratios to off."""
     import store  # bench/, beside this file
@@ -183,7 +178,7 @@ def security_pairs(t, src, dst, a, log) -> int:
     res = {"security_pairs": a.security_pairs, "srv6": apply.srv6(t.name), "seconds": a.seconds,
            **{f"{m}_gbps": v for m, v in rates.items()}}
     for m in ("auth", "encrypt"):
-        med, spread = _median_spread([x / o for x, o in zip(rates[m], rates["off"], strict=True)])
+        med, spread = median_spread([x / o for x, o in zip(rates[m], rates["off"], strict=True)])
         res[f"{m}_over_off"], res[f"{m}_over_off_spread"] = med, spread
     res["targets"] = {"auth_over_off": 0.9, "encrypt_over_off": 0.8}
     if a.save:

@@ -47,6 +47,14 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+def median_spread(xs: list[float], nd: int = 3) -> tuple[float, list[float]]:
+    """The median of ``xs`` (of the middle two for an even count) and [least, most], rounded to ``nd``
+    places: how the benches report a figure measured in several alternated rounds."""
+    s = sorted(xs)
+    mid = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
+    return round(mid, nd), [round(s[0], nd), round(s[-1], nd)]
+
+
 @contextlib.contextmanager
 def gc_paused():
     """No cyclic garbage collection inside a timed loop. A full (generation 2)

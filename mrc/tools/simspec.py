@@ -13,7 +13,7 @@ from mrc._dp import ffi, lib
 from mrc.coll import schedule
 from mrc.core import QPAttr
 from mrc.errors import UsageError
-from mrc.fabric.topology import KIND_HOST
+from mrc.fabric.topology import host_usid
 
 WORKLOADS = ("permutation", "alltoall", "incast", "victim", "ring-allreduce", "all-reduce", "all-to-all")
 #: workloads that run mrc.coll's schedule: float32 elements, the communicator's slots as pieces and its
@@ -114,7 +114,7 @@ class Fabric:
         if self.hosts > lib.MRC_FAB_NAMED_HOSTS:
             leaf = self.host_leaf(h)
             i = h - -(-leaf * self.hosts // self.leaves)  # the leaf's first host
-        return ((KIND_HOST + (i >> 8)) << 12) | (plane << 8) | (i & 0xFF)
+        return host_usid(i, plane)  # the same kinds and bits, for the number i
 
     def ser_ns(self) -> float:
         """One full data packet's serialization at a port."""
