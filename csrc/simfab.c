@@ -487,18 +487,19 @@ static void link_set(struct mrc_fab *f, uint32_t link, int up)
 int mrc_fab_run(struct mrc_fab *f, uint64_t until_ns)
 {
     uint64_t until = until_ns > PS_INF / 1000 ? PS_INF : until_ns * 1000;
-    while (f->q.n) {
+    const struct fev *next;
+    while ((next = first_event(f))) {
         if (f->err)
             return f->err;
         if (f->nflows && f->st.flows_done == f->nflows)
             return 1;
-        if (f->q.e[0].t > until) {
+        if (next->t > until) {
             f->now = until;
             return 0;
         }
-        struct fev e = evq_pop(&f->q);
-        if (f->q.n && fev_kind(&f->q.e[0]) == EVT_PKT)
-            __builtin_prefetch(f->ports[fev_idx(&f->q.e[0])].head); /* the next packet */
+        struct fev e = pop_event(f);
+        if ((next = first_event(f)) && fev_kind(next) == EVT_PKT)
+            __builtin_prefetch(f->ports[fev_idx(next)].head); /* the next packet */
         f->now = e.t;
         f->st.events++;
         uint32_t i = fev_idx(&e);

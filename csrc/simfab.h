@@ -4,7 +4,7 @@
 #ifndef MRC_SIMFAB_H
 #define MRC_SIMFAB_H
 #include "core.h"
-#include "evheap.h"
+#include "evcal.h"
 #include "mrc_sim.h"
 
 enum { FAB_BATCH = 16, FAB_TXBUF = 256 << 10, FAB_WCS = 64 };
@@ -86,7 +86,8 @@ struct mrc_fab {
     struct fhost *hosts;
     struct fport *ports;
     uint32_t nlinks, slot;
-    struct evheap q;         /* every event, four to a cache line */
+    struct evcal cal;        /* packets' events (simfab_heap.h) */
+    struct evheap q;         /* the others, four to a cache line */
     uint64_t *hpos;          /* each host's one wake event's place in q (EVQ_NOWHERE: none) */
     struct fpkt *freel;
     struct fflow *flows;

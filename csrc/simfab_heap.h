@@ -1,5 +1,5 @@
-/* The fabric simulator's events (simfab.c) on the event heap (evheap.h):
- * each host keeps at most one wake event, whose place it knows (hpos), so
+/* The fabric simulator's events (simfab.c) on the event heap (evheap.h),
+ * packets' on the calendar in front of it (evcal.h): each host keeps at most one wake event, whose place it knows (hpos), so
  * that a wake that is moved or dropped leaves no stale entry behind (else
  * one per packet a host took in, popped for nothing). Static inline, for
  * simfab.c alone. */
@@ -7,10 +7,27 @@
 #define MRC_SIMFAB_HEAP_H
 #include "simfab.h"
 
-/* an event with the sequence number seq, taken from f->seq earlier */
+/* an event with the sequence number seq, taken from f->seq earlier: a
+ * packet's on the calendar (it is at most a frame's wire time and a hop
+ * ahead, which the ring spans), the rest on the heap */
 static inline int push_seq(struct mrc_fab *f, uint64_t t, uint64_t seq, uint32_t kind, uint32_t idx)
 {
-    return evq_push(&f->q, t, seq, kind, idx);
+    int rc = kind == EVT_PKT ? evcal_push(&f->cal, t, seq, kind, idx) : 0;
+    return rc ? (rc < 0 ? rc : 0) : evq_push(&f->q, t, seq, kind, idx);
+}
+
+/* The earliest event of the calendar and the heap, or NULL: none. */
+static inline const struct fev *first_event(struct mrc_fab *f)
+{
+    const struct fev *c = f->cal.n ? evcal_top(&f->cal) : NULL, *h = f->q.n ? &f->q.e[0] : NULL;
+    return !c || (h && ev_before(h, c)) ? h : c;
+}
+
+/* The earliest event (there must be one), taken out. */
+static inline struct fev pop_event(struct mrc_fab *f)
+{
+    const struct fev *e = first_event(f);
+    return e == &f->q.e[0] ? evq_pop(&f->q) : evcal_pop(&f->cal);
 }
 
 /* An event or a packet that could not be had: what it was for would never

@@ -150,7 +150,13 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
     f->hosts = calloc(c->hosts, sizeof(*f->hosts));
     f->ports = calloc((size_t)f->nlinks * 2, sizeof(*f->ports));
     f->hpos = malloc(c->hosts * sizeof(*f->hpos));
+    /* a packet's event is at most a frame's wire time and a hop ahead; some
+     * two buckets a port */
+    uint32_t nb = 64;
+    while (nb < 4 * (uint64_t)f->nlinks && nb < (1u << 24))
+        nb *= 2;
     int qrc = evq_init(&f->q, 1 << 16, f->hpos, EVT_WAKE);
+    qrc = qrc < 0 ? qrc : evcal_init(&f->cal, (f->slot + WIRE_EXTRA) * f->ppb + c->hop_ns * 1000 + 1, nb);
     f->txbuf = malloc(FAB_TXBUF);
     f->rxbuf = malloc(f->slot);
     f->mem = calloc(1, FAB_MEM);
@@ -228,6 +234,7 @@ void mrc_fab_destroy(struct mrc_fab *f)
     free(f->hosts);
     free(f->ports);
     evq_free(&f->q);
+    evcal_free(&f->cal);
     free(f->hpos);
     free(f->txbuf);
     free(f->rxbuf);
@@ -241,7 +248,7 @@ int mrc_fab_stats(struct mrc_fab *f, struct mrc_fab_stats *st)
 {
     *st = f->st;
     st->now_ns = f->now / 1000, st->buckets = f->series_len;
-    st->event_bytes = f->q.cap * sizeof(*f->q.e);
+    st->event_bytes = f->q.cap * sizeof(*f->q.e) + evcal_bytes(&f->cal);
     uint64_t per_host = sizeof(*f->hosts) + sizeof(*f->hpos) + f->c.hosts * sizeof(*f->hosts->g2l);
     st->table_bytes = (uint64_t)f->nlinks * 2 * sizeof(*f->ports) + FAB_MEM + f->c.hosts * per_host;
     return 0;
