@@ -94,13 +94,16 @@ static void emit(struct mrc_ep *ep, uint64_t now, struct mrc_txdesc *d, uint32_t
                              .is_data = (uint8_t)data};
 }
 
-/* A data packet's: emit, with the sum build_data took (none for a secured one). */
+/* A data packet's (of payload bytes, ICRC or tag after them): emit, with
+ * the sum build_data took (none for a secured one). */
 static void emit_data(struct mrc_ep *ep, uint64_t now, struct mrc_txdesc *d, uint32_t off, int len, uint32_t ev,
-                      struct qp *q, uint8_t tclass, uint16_t sum)
+                      struct qp *q, uint8_t tclass, uint16_t sum, uint32_t payload)
 {
     emit(ep, now, d, off, len, ev, q, tclass, 1);
     d->has_sum = ep->tx_sums && !q->sec;
     d->sum = sum;
+    d->plen = (uint16_t)payload;
+    d->hdr = (uint16_t)((uint32_t)len - payload - (q->sec ? MRC_TAG_LEN : MRC_ICRC_LEN));
 }
 
 static int cwnd_allows(const struct qp *q, uint32_t len)
@@ -142,7 +145,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         int len = build_data(q, psn, pe, 1, 1, buf + *used, buflen - *used, ep->tx_sums ? &sum : NULL);
         if (len < 0)
             break;
-        emit_data(ep, now, &d[n++], *used, len, ev, q, MRC_DSCP_RTX << 2 | MRC_ECN_ECT0, sum);
+        emit_data(ep, now, &d[n++], *used, len, ev, q, MRC_DSCP_RTX << 2 | MRC_ECN_ECT0, sum, pe->len);
         *used += (uint32_t)len;
         pe->st = PE_INFLIGHT;
         pe->rnr = 0;
@@ -208,7 +211,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
                               ep->tx_sums ? &sum : NULL);
         if (plen < 0)
             break;
-        emit_data(ep, now, &d[n++], *used, plen, ev, q, MRC_DSCP_DATA << 2 | MRC_ECN_ECT0, sum);
+        emit_data(ep, now, &d[n++], *used, plen, ev, q, MRC_DSCP_DATA << 2 | MRC_ECN_ECT0, sum, pe->len);
         *used += (uint32_t)plen;
         if (q->inflight == 0)
             q->last_progress_ns = now;

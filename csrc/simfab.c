@@ -262,12 +262,7 @@ static void send_from(struct mrc_fab *f, uint32_t h, const struct mrc_txdesc *d,
      * hosts' region holds zeros (fill 0), what is carried: the bytes around
      * its payload, which comes from that region (a receiver whose ICRC did
      * not hold would drop the packet and count it) */
-    struct mrc_pkt pp;
-    uint32_t hdr = 0, zlen = 0;
-    if (d->is_data && mrc_pkt_parse(data, d->len, 0, &pp) == 0) {
-        hdr = pp.payload_off;
-        zlen = f->c.fill ? 0 : pp.payload_len;
-    }
+    uint32_t hdr = d->hdr, zlen = f->c.fill ? 0 : d->plen;
     struct fpkt *k = pkt_get(f, d->len - zlen);
     if (!k) {
         must(f, -ENOMEM);
@@ -314,14 +309,17 @@ static void arrive(struct mrc_fab *f, uint32_t port, uint64_t seq)
             struct mrc_meta m = {.ev = k->ev, .peer = (uint16_t)peer, .port = (uint8_t)plane, .ecn_ce = k->ce,
                                  .trimmed = k->trimmed};
             const uint8_t *b = k->data;
-            if (k->zlen) { /* the zeros it did not carry go back in */
-                uint32_t tail = k->len - k->hdr - k->zlen;
+            uint32_t tail = k->len - k->hdr - k->zlen;
+            if (k->zlen) { /* the zeros it did not carry go back in: rxbuf holds zeros but for this */
                 memcpy(f->rxbuf, k->data, k->hdr);
-                memset(f->rxbuf + k->hdr, 0, k->zlen);
                 memcpy(f->rxbuf + k->hdr + k->zlen, k->data + k->hdr, tail);
                 b = f->rxbuf;
             }
             mrc_ep_input(f->hosts[h].ep, b, k->len, &m, f->now / 1000);
+            if (k->zlen) {
+                memset(f->rxbuf, 0, k->hdr);
+                memset(f->rxbuf + k->hdr + k->zlen, 0, tail);
+            }
             f->st.delivered++;
             pkt_put(f, k);
             host_wake(f, h); /* what the packet set off (an ACK, a completion, more data) goes now */

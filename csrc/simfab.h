@@ -94,7 +94,8 @@ struct mrc_fab {
     uint32_t nflows, flows_cap;
     uint8_t *mem;            /* every host's one region (placement goes there) */
     uint8_t *txbuf;
-    uint8_t *rxbuf;          /* a packet whose zero payload was not carried, whole again for its receiver */
+    uint8_t *rxbuf;          /* a packet whose zero payload was not carried, whole again for its receiver;
+                              * zeros between packets (only its ends are written) */
     struct mrc_txdesc txd[FAB_BATCH];
     uint64_t *series;
     uint64_t series_len, series_cap;

@@ -158,7 +158,7 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
     int qrc = evq_init(&f->q, 1 << 16, f->hpos, EVT_WAKE);
     qrc = qrc < 0 ? qrc : evcal_init(&f->cal, (f->slot + WIRE_EXTRA) * f->ppb + c->hop_ns * 1000 + 1, nb);
     f->txbuf = malloc(FAB_TXBUF);
-    f->rxbuf = malloc(f->slot);
+    f->rxbuf = calloc(1, f->slot);
     f->mem = calloc(1, FAB_MEM);
     if (!f->hosts || !f->ports || !f->hpos || qrc < 0 || !f->txbuf || !f->rxbuf || !f->mem) {
         mrc_fab_destroy(f);

@@ -262,12 +262,9 @@ static void offer(struct mrc_sim *s, uint32_t src, const struct mrc_txdesc *d, c
     }
     uint32_t len = d->len;
     if (d->is_data && (chance(s, P->trim_ppm) || (P->trim_queue_bytes && qbytes > P->trim_queue_bytes))) {
-        struct mrc_pkt pp;
-        if (mrc_pkt_parse(data, len, 0, &pp) == 0) {
-            len = pp.payload_off; /* the switch keeps the headers through ImmDt */
-            pk.m.trimmed = 1;
-            s->st.trimmed++;
-        }
+        len = d->hdr; /* the switch keeps the headers through ImmDt */
+        pk.m.trimmed = 1;
+        s->st.trimmed++;
     }
     for (int copy = 0; copy < 1 + chance(s, P->dup_ppm); copy++) {
         pk.data = buf_get(s);

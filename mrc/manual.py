@@ -47,13 +47,15 @@ class ManualContext(Device):
     def poll_tx(self, now_ns: int = 0, max_packets: int = 256) -> list[tuple[bytes, dict]]:
         """The packets the engine sends now, each with its EV, peer, traffic class
         and kind, and for a data packet in the clear its ones'-complement sum
-        (``sum``, taken while it was built; None for the others)."""
+        (``sum``, taken while it was built; None for the others); a data
+        packet's header bytes (``hdr``: what a trimming switch keeps) and payload
+        bytes (``plen``), 0 for the others."""
         buf = ffi.new("uint8_t[]", TX_BUF)
         d = ffi.new("struct mrc_txdesc[]", max_packets)
         n = check(lib.mrc_ep_poll_tx(self._ep(), now_ns, buf, TX_BUF, d, max_packets), "poll tx")
         return [(bytes(ffi.buffer(buf + d[i].off, d[i].len)),
                  {"ev": d[i].ev, "peer": d[i].peer, "tclass": d[i].tclass, "is_data": d[i].is_data,
-                  "sum": d[i].sum if d[i].has_sum else None})
+                  "sum": d[i].sum if d[i].has_sum else None, "hdr": d[i].hdr, "plen": d[i].plen})
                 for i in range(n)]
 
     def want_tx_sums(self, on: bool = True) -> None:

@@ -37,6 +37,8 @@ struct mrc_txdesc {
     uint8_t is_data;
     uint8_t has_sum;         /* sum is the packet's ones'-complement sum, taken while it was built */
     uint16_t sum;            /* (RFC 1071, folded, not complemented, in the packet's byte order) */
+    uint16_t hdr, plen;      /* a data packet's header bytes (through ImmDt: what a trimming switch keeps) and
+                              * payload bytes after them (then its ICRC, or its tag when sealed); 0 for others */
 };
 
 struct mrc_ep;

@@ -81,13 +81,18 @@ class Hand:
 @pytest.mark.parametrize("mode", ["auth", "encrypt"])
 def test_on_the_wire_a_secured_packet_is_sealed_and_its_payload_hidden_when_encrypted(mode):
     h = Hand(mode)
-    (pkt,) = h.send()
+    h.qa.post_write(h.ms, 0, 1024, h.md.addr, h.md.rkey, wr_id=1)
+    h.now += 1000
+    ((pkt, meta),) = h.a.poll_tx(now_ns=h.now)
     p = wire.parse(pkt)
+    # the descriptor's header and payload bytes: then the tag, not the ICRC
+    assert meta["plen"] == 1024 and meta["hdr"] + 1024 + lib.MRC_TAG_LEN == len(pkt)
     assert p["tver"] == lib.MRC_WIRE_SECURED and p["sec_mode"] == secure.MODES[mode] and p["pn"] == 0
     assert (b"secret payload" in pkt) == (mode == "auth")
     assert h.to_b(pkt) == 0 and bytes(h.dst[:1024]) == bytes(h.src[:1024])
     acks = h.back()
     assert acks and all(wire.parse(a)["tver"] == lib.MRC_WIRE_SECURED for a in acks)
+    assert all((m["hdr"], m["plen"]) == (0, 0) for _, m in h.b.poll_tx(now_ns=h.now))
     for a in acks:
         assert h.a.input(a, now_ns=h.now) == 0
     assert [w.status for w in h.a.poll_cq()] == [WR_OK]

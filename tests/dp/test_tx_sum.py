@@ -42,6 +42,8 @@ def test_each_data_packets_sum_is_the_sum_of_its_bytes(pieces):
     assert sent and sum(len(wire.parse(p)["payload"]) for p, _ in sent) == sum(pieces)
     for p, m in sent:
         assert wire.parse(p)["icrc_ok"] and m["sum"] == ones_sum(p), (len(p), m["sum"], ones_sum(p))
+        w = wire.parse(p)  # where the payload is, as the descriptor says (the simulators cut and elide by it)
+        assert (m["hdr"], m["plen"]) == (w["payload_off"], w["payload_len"]) and m["hdr"] + m["plen"] + 4 == len(p)
     for p, _ in sent:
         assert b.input(p, now_ns=2000) == 0
     assert bytes(dst[:sum(pieces)]) == bytes(src[1:1 + sum(pieces)])
