@@ -469,6 +469,14 @@ int ep_cq_room(struct mrc_ep *ep, uint32_t cqn, uint32_t qpn);
 void ep_cq_put(struct mrc_ep *ep, uint32_t cqn, const struct mrc_wc *wc);
 int ep_cq_pending(struct mrc_ep *ep);
 struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn);
+/* Every line of q's state asked for at once: a packet or a turn of the
+ * rotation reads a field here and there across it, and with thousands of
+ * QPs each read would otherwise wait for the last. */
+static inline void qp_prefetch(const struct qp *q)
+{
+    for (size_t off = 0; off < sizeof(*q); off += 64)
+        __builtin_prefetch((const char *)q + off);
+}
 int ep_qp_insert(struct mrc_ep *ep, struct qp *q);
 void ep_qp_remove(struct mrc_ep *ep, struct qp *q);
 void ep_set_active(struct mrc_ep *ep, struct qp *q, int on);

@@ -328,7 +328,10 @@ struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn)
 {
     int64_t idx = idmap_get(&ep->qpmap, qpn);
     struct qp *q = idx >= 0 ? ep->qps[idx] : NULL;
-    return q && q->qpn == qpn ? q : NULL;
+    if (!q)
+        return NULL;
+    qp_prefetch(q);
+    return q->qpn == qpn ? q : NULL;
 }
 
 /* Give q a number and a place in the table. */
