@@ -515,6 +515,7 @@ enum { EV_OWED = 2 }; /* turns a busy paced port may be owed before the rotation
 void ev_place_spares(struct qp *q, uint32_t seed);
 void ev_transition(struct mrc_ep *ep, struct qp *q, struct ev_entry *e, uint8_t st, uint64_t now);
 int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, uint32_t *ev_out);
+void ev_prefetch(const struct mrc_ep *ep, const struct qp *q);
 void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t sent_ns, uint64_t now);
 void ev_on_congestion(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
 void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);

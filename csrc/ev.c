@@ -251,6 +251,18 @@ static inline uint32_t plane_cursor(struct mrc_ep *ep, struct qp *q, uint32_t pl
     return q->prr[plane];
 }
 
+/* The EVs q's next packets take, one a plane, asked for at once: with
+ * thousands of QPs a QP's table is cold when its turn comes, and each pick
+ * would wait for its entry in turn. */
+void ev_prefetch(const struct mrc_ep *ep, const struct qp *q)
+{
+    uint32_t P = q->a.planes;
+    for (uint32_t p = 0; p < P; p++) {
+        uint32_t j = ep->path_qpn[p] != q->qpn && ep->path_qpn[p] != UINT32_MAX ? ep->path_rr[p] : q->prr[p];
+        __builtin_prefetch(&q->evs[q->slot[p + P * (j % per_plane(q))]]);
+    }
+}
+
 static inline void plane_cursor_set(struct mrc_ep *ep, struct qp *q, uint32_t plane, uint32_t j)
 {
     q->prr[plane] = ep->path_rr[plane] = (uint16_t)j;

@@ -129,6 +129,9 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
 {
     uint32_t n = 0;
     const uint32_t room_hdr = MRC_BTH_LEN + 40 + MRC_ICRC_LEN;
+    ev_prefetch(ep, q);
+    __builtin_prefetch(&q->sq[q->sq_cur]);
+    __builtin_prefetch(pe_at(q, q->next_psn));
     /* 1. retransmissions, oldest hole first, on a different EV */
     for (uint32_t psn = q->una_psn; q->nlost && n < max && psn != q->next_psn; psn = psn_add(psn, 1)) {
         struct pent *pe = pe_at(q, psn);
