@@ -439,6 +439,8 @@ def test_the_bench_scale_and_speed_scenarios_report_what_the_issue_asks():
     assert sc["leaf_radix"] == 64 and sc["oversubscription"] == 1.0
     assert 0 < sp["sim_over_engine"] < 2 and 0 < sp["alltoall_pps_over_permutation"] < 2, sp
     assert 0 < sp["engine_63_qps_over_1"] < 2, sp  # the all-to-all's control: many QPs, the engine alone
+    by = sp["alltoall_pps_over_permutation_by_nics"]  # and by NIC count, the 64 NICs' figure among them
+    assert set(by) == {"8", "64"} and 0 < by["8"] < 2 and by["64"] == sp["alltoall_pps_over_permutation"], by
     assert sp["sim_over_engine_spread"][0] <= sp["sim_over_engine"] <= sp["sim_over_engine_spread"][1]
 
 
