@@ -4,7 +4,7 @@
  * (architecture.md; docs/architecture.md has a paragraph per file):
  *   wire.c crc32c.c hdr.h   packet layouts, accessors, PSN compare, ICRC
  *   ep.c rings.c            object tables (MRs, QPs, CQs); their rings and posting
- *   ev.c                    EV sets and the EV state machine; cc_nscc.c: NSCC
+ *   ev.c ev_pick.c          EV sets and the EV state machine; the rotation (cc_nscc.c: NSCC)
  *   qp.c                    QP lifecycle and the QP state machine
  *   requester.c completer.c responder.c evprobe.c    the roles
  *   dispatch.c              receive dispatch, poll_tx, timers, port changes
@@ -507,15 +507,11 @@ int ep_post_write(struct mrc_ep *ep, uint32_t qpn, const struct mrc_wr *wr, uint
 int ep_post_recv(struct mrc_ep *ep, uint32_t qpn, const uint64_t *wr_ids, uint32_t n);
 int ep_drops(struct mrc_ep *ep, uint64_t *counts, uint32_t n);
 
-/* ev.c: the EV state machine and the rotation. Calls ep.c. */
+/* ev.c: EV sets and the EV state machine. Calls ep.c. */
+static inline uint32_t ev_per_plane(const struct qp *q) { return q->a.ev_count / q->a.planes; }
 int ev_init(struct qp *q);
-void ev_set_rotation(struct qp *q, uint32_t start);
-uint64_t ev_held_until(const struct qp *q);
-enum { EV_OWED = 2 }; /* turns a busy paced port may be owed before the rotation waits for it */
 void ev_place_spares(struct qp *q, uint32_t seed);
 void ev_transition(struct mrc_ep *ep, struct qp *q, struct ev_entry *e, uint8_t st, uint64_t now);
-int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, uint32_t *ev_out);
-void ev_prefetch(const struct mrc_ep *ep, const struct qp *q);
 void ev_on_loss(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t sent_ns, uint64_t now);
 void ev_on_congestion(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
 void ev_on_probe_response(struct mrc_ep *ep, struct qp *q, uint32_t ev, uint64_t now);
@@ -529,6 +525,12 @@ uint32_t ev_count_bad(const struct qp *q);
 int ev_ctl_list(struct mrc_ep *ep, uint32_t qpn, struct mrc_ev_info *out, uint32_t max);
 int ev_ctl_set_state(struct mrc_ep *ep, uint32_t qpn, uint32_t ev, uint32_t state);
 int ev_ctl_set_paths(struct mrc_ep *ep, uint32_t qpn, const uint32_t *npaths, uint32_t nplanes);
+/* ev_pick.c: the rotation, which EV a packet takes. Calls ev.c, ep.c. */
+void ev_set_rotation(struct qp *q, uint32_t start);
+uint64_t ev_held_until(const struct qp *q);
+enum { EV_OWED = 2 }; /* turns a busy paced port may be owed before the rotation waits for it */
+int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, uint32_t *ev_out);
+void ev_prefetch(const struct mrc_ep *ep, const struct qp *q);
 
 /* qp.c: QP lifecycle and state machine. Calls ev.c, cc_nscc.c, ep.c. */
 size_t qp_state_bytes(const struct mrc_qp_attr *a);

@@ -3,15 +3,16 @@
  * within one wire time and one hop of now: a ring of nb buckets, each
  * 2^shift time units wide, from the bucket of now on, covers that horizon.
  * A bucket keeps its events as a list in order (time, then sequence
- * number), and a bit says which buckets hold any: an event goes in at
- * either end of its bucket's list and comes out of the first nonempty one
- * in a few steps, where the heap takes one per level of a tree of
- * thousands. The rest go to the heap: an event beyond the ring (or before
- * its start), or one whose place is inside a list (a bucket may hold
- * thousands of events of one time, NICs that started together, and its
- * sequence number may be older than theirs). Whichever of the two holds
- * the earlier event runs it: the order is the one the heap alone would
- * give. Static inline, for the simulator's loop. */
+ * number), and a bit says which buckets hold any: an event goes in at the
+ * head of its bucket's list or a few steps from its tail, and comes out of
+ * the first nonempty bucket, where the heap takes a step per level of a
+ * tree of thousands. The rest go to the heap: an event beyond the ring (or
+ * before its start), or one whose place is deeper in a list (a bucket may
+ * hold thousands of events of one time, NICs that started together, and
+ * a port's next packet keeps the sequence number it took when it joined
+ * the port, older than theirs). Whichever of the two holds the earlier
+ * event runs it: the order is the one the heap alone would give. Static
+ * inline, for the simulator's loop. */
 #ifndef MRC_EVCAL_H
 #define MRC_EVCAL_H
 #include "evheap.h"
@@ -19,10 +20,10 @@
 struct evcal_node { struct fev e; uint32_t next, prev; };
 enum { EVCAL_WALK = 16 };
 
-/* node: the events held (node 0 unused: index 0 ends a list), free: a
- * list of unused ones; head, tail and bits: each bucket's first and last
- * node and whether it has one. Every event held is in the buckets [cur,
- * cur + nb). */
+/* node: the events held, each bucket's in a list both ways (node 0 is
+ * unused: index 0 ends a list); free: a list of unused ones; head, tail
+ * and bits: each bucket's first and last node and whether it has one.
+ * Every event held is in the buckets [cur, cur + nb). */
 struct evcal {
     struct evcal_node *node;
     uint32_t nodes, cap, free;

@@ -1,8 +1,8 @@
 /* The fabric simulator's events (simfab.c) on the event heap (evheap.h),
- * packets' on the calendar in front of it (evcal.h): each host keeps at most one wake event, whose place it knows (hpos), so
- * that a wake that is moved or dropped leaves no stale entry behind (else
- * one per packet a host took in, popped for nothing). Static inline, for
- * simfab.c alone. */
+ * packets' on the calendar in front of it (evcal.h): each host keeps at
+ * most one wake event, whose place it knows (hpos), so that a wake that is
+ * moved or dropped leaves no stale entry behind (else one per packet a
+ * host took in, popped for nothing). Static inline, for simfab.c alone. */
 #ifndef MRC_SIMFAB_HEAP_H
 #define MRC_SIMFAB_HEAP_H
 #include "simfab.h"

@@ -21,6 +21,7 @@ C_LAYERS = [
     ["ep.c"],
     ["rings.c"],  # the endpoint's rings and posting, over its tables
     ["ev.c", "cc_nscc.c", "sec.c"],  # sec.c: a QP's keys, sealing and opening (authenticated MRC)
+    ["ev_pick.c"],  # the rotation, over the EV states
     ["qp.c"],
     ["requester.c", "completer.c", "responder.c", "evprobe.c"],
     ["dispatch.c"],
