@@ -10,15 +10,20 @@
  * before its start), or one whose place is deeper in a list (a bucket may
  * hold thousands of events of one time, NICs that started together, and
  * a port's next packet keeps the sequence number it took when it joined
- * the port, older than theirs). Whichever of the two holds the earlier
- * event runs it: the order is the one the heap alone would give. Static
- * inline, for the simulator's loop. */
+ * the port, older than theirs). In a large fabric of NICs that move in
+ * step most events are such, and the calendar then stands aside for a
+ * while. Whichever of the two holds the earlier event runs it: the order
+ * is the one the heap alone would give. Static inline, for the
+ * simulator's loop. */
 #ifndef MRC_EVCAL_H
 #define MRC_EVCAL_H
 #include "evheap.h"
 
 struct evcal_node { struct fev e; uint32_t next, prev; };
-enum { EVCAL_WALK = 16 };
+/* the longest walk from a bucket's tail; of every EVCAL_WINDOW events on
+ * the ring, less than half taken (the rest found their place deeper):
+ * the next EVCAL_REST go to the heap without a look */
+enum { EVCAL_WALK = 16, EVCAL_WINDOW = 1 << 16, EVCAL_REST = 1 << 20 };
 
 /* node: the events held, each bucket's in a list both ways (node 0 is
  * unused: index 0 ends a list); free: a list of unused ones; head, tail
@@ -31,6 +36,7 @@ struct evcal {
     uint64_t *bits;
     uint64_t cur, n;
     uint32_t shift, nb;
+    uint32_t tries, taken, rest;
 };
 
 /* A ring of nb buckets (a power of 2, at least 64) spanning at least
@@ -63,8 +69,17 @@ static inline uint64_t evcal_bytes(const struct evcal *c)
 static inline int evcal_push(struct evcal *c, uint64_t t, uint64_t seq, uint32_t kind, uint32_t idx)
 {
     uint64_t b = t >> c->shift;
+    if (c->rest) { /* most went to the heap lately: all do for a while */
+        c->rest--;
+        return 0;
+    }
     if (b - c->cur >= c->nb || idx > FEV_IDX_MAX || seq > FEV_SEQ_MAX)
         return 0;
+    if (++c->tries == EVCAL_WINDOW) {
+        if (2 * c->taken < c->tries)
+            c->rest = EVCAL_REST;
+        c->tries = c->taken = 0;
+    }
     struct fev e = fev_make(t, seq, kind, idx);
     uint32_t s = (uint32_t)b & (c->nb - 1), first = c->head[s], after = 0;
     if (first && !ev_before(&e, &c->node[first].e)) { /* after the last event not later, looked for from the end */
@@ -73,6 +88,7 @@ static inline int evcal_push(struct evcal *c, uint64_t t, uint64_t seq, uint32_t
             if (++k > EVCAL_WALK)
                 return 0;
     }
+    c->taken++;
     uint32_t i = c->free;
     if (i) {
         c->free = c->node[i].next;
