@@ -136,7 +136,7 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
     if (!c->hosts || c->hosts > MRC_FAB_MAX_HOSTS || c->hosts < 2 || !c->planes || c->planes > MRC_MAX_PLANES ||
         !c->leaves || c->leaves > 256 || c->leaves > c->hosts || !c->spines || c->spines > 256 ||
         c->rate_bps < 1000000 || c->rate_bps > 8000000000000ull || !c->bucket_ns || qp->planes > c->planes ||
-        qp->mtu > MRC_MAX_MTU || c->unpaced > 1 || c->check_times > 1 || c->fill > 255 ||
+        qp->mtu > MRC_MAX_MTU || c->unpaced > 1 || c->check_times > 1 || c->fill > 255 || c->heap_only > 1 ||
         (c->hosts + c->leaves - 1) / c->leaves > MRC_FAB_LEAF_HOSTS)
         return -EINVAL;
     struct mrc_fab *f = calloc(1, sizeof(*f));

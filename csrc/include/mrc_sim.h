@@ -43,6 +43,8 @@ struct mrc_fab_cfg {
     uint32_t check_times;    /* 0 or 1: every NIC's kept QP times checked at each wake (mrc_ep_check_times; tests) */
     uint32_t fill;           /* 0-255: the byte the hosts' region holds, so every payload (0: zeros, which
                               * packets in flight do not carry; another: every byte is carried; tests) */
+    uint32_t heap_only;      /* 0 or 1: every event on the heap, none on the calendar in front of it (tests:
+                              * the events run in the same order either way) */
 };
 struct mrc_fab_flow {
     uint32_t src, dst;

@@ -56,10 +56,12 @@ class FabricSim:
     """One simulated fabric with its flows (``run`` once)."""
 
     def __init__(self, fab: Fabric, single_path: bool = False, max_qps: int = 64,
-                 flow_bytes: int | None = None, check_times: bool = False, fill: int = 0) -> None:
+                 flow_bytes: int | None = None, check_times: bool = False, fill: int = 0,
+                 heap_only: bool = False) -> None:
         """``check_times``: every NIC checks at each wake that no QP waits past its time (the
         engine's kept times, mrc_ep_check_times); the result gains ``late_times``, 0 when it holds.
-        ``fill``: the byte every payload holds (0: zeros, not carried in flight; tests)."""
+        ``fill``: the byte every payload holds (0: zeros, not carried in flight; tests).
+        ``heap_only``: every event on the heap, none on the calendar (tests: the same order)."""
         self.fab, self.single_path, self.check_times = fab, single_path, check_times
         self.result: dict = {}
         self.series: list = []
@@ -70,7 +72,7 @@ class FabricSim:
             "rate_bps": fab.rate_bps, "hop_ns": fab.hop_ns, "buffer_bytes": fab.buffer_bytes,
             "ecn_bytes": fab.ecn_bytes, "trim_bytes": fab.trim_bytes, "max_qps": max_qps, "cq_depth": 1024,
             "bucket_ns": fab.bucket_ns, "seed": fab.seed, "unpaced": int(not fab.paced),
-            "check_times": int(check_times), "fill": fill})
+            "check_times": int(check_times), "fill": fill, "heap_only": int(heap_only)})
         out = ffi.new("struct mrc_fab **")
         check(lib.mrc_fab_create(cfg, self.attr.to_c(), out), "create the simulated fabric")
         self._f = out[0]
