@@ -128,11 +128,12 @@ static inline struct fev *evcal_top(struct evcal *c)
     return &c->node[c->head[s]].e;
 }
 
-/* The earliest event, taken out (there must be one). */
+/* The earliest event, taken out (evcal_top found it: the ring starts at
+ * its bucket). */
 static inline struct fev evcal_pop(struct evcal *c)
 {
-    struct fev e = *evcal_top(c);
     uint32_t s = (uint32_t)c->cur & (c->nb - 1), i = c->head[s];
+    struct fev e = c->node[i].e;
     c->head[s] = c->node[i].next;
     if (c->head[s])
         c->node[c->head[s]].prev = 0;

@@ -495,7 +495,7 @@ int mrc_fab_run(struct mrc_fab *f, uint64_t until_ns)
             f->now = until;
             return 0;
         }
-        struct fev e = pop_event(f);
+        struct fev e = take_event(f, next);
         if ((next = first_event(f)) && fev_kind(next) == EVT_PKT)
             __builtin_prefetch(f->ports[fev_idx(next)].head); /* the next packet */
         f->now = e.t;

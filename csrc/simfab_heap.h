@@ -23,11 +23,11 @@ static inline const struct fev *first_event(struct mrc_fab *f)
     return !c || (h && ev_before(h, c)) ? h : c;
 }
 
-/* The earliest event (there must be one), taken out. */
-static inline struct fev pop_event(struct mrc_fab *f)
+/* The earliest event, first (what first_event found, nothing pushed
+ * since), taken out of where it is. */
+static inline struct fev take_event(struct mrc_fab *f, const struct fev *first)
 {
-    const struct fev *e = first_event(f);
-    return e == &f->q.e[0] ? evq_pop(&f->q) : evcal_pop(&f->cal);
+    return first == &f->q.e[0] ? evq_pop(&f->q) : evcal_pop(&f->cal);
 }
 
 /* An event or a packet that could not be had: what it was for would never
