@@ -119,6 +119,24 @@ static inline int plane_pass(struct mrc_ep *ep, struct qp *q, uint32_t plane, ui
     return 1;
 }
 
+/* The EV in the rotation's slot k places on (*slot) when the rotation may
+ * take it: on a plane in mask, GOOD, and neither on avoid_plane nor
+ * avoid_ev (UINT32_MAX: none); else NULL, and a slot of a plane in mask is
+ * passed over (plane_pass). */
+static inline struct ev_entry *rot_take(struct mrc_ep *ep, struct qp *q, uint32_t k, uint32_t mask, uint64_t now,
+                                        uint32_t avoid_plane, uint32_t avoid_ev, uint32_t *slot)
+{
+    uint32_t s = *slot = rot_slot(q, k);
+    struct ev_entry *e = slot_ev(ep, q, s, mask, now);
+    if (!e)
+        return NULL;
+    if (ev_plane(e->ev) == avoid_plane || e->state != MRC_EV_GOOD || e->ev == avoid_ev) {
+        plane_pass(ep, q, ev_plane(e->ev), s);
+        return NULL;
+    }
+    return e;
+}
+
 /* A retransmission's pick: the first slot on a usable plane whose port may
  * send, not on avoid_plane (a different EV on the same plane may share the
  * failed link, and a lost retransmission at the head of the window can only
@@ -126,18 +144,9 @@ static inline int plane_pass(struct mrc_ep *ep, struct qp *q, uint32_t plane, ui
 static int pick_other_plane(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t usable, uint32_t avoid_ev,
                             uint32_t *out)
 {
-    uint32_t avoid_plane = ev_plane(avoid_ev);
-    for (uint32_t k = 0; k < q->nslots; k++) {
-        uint32_t s = rot_slot(q, k);
-        struct ev_entry *e = slot_ev(ep, q, s, usable, now);
-        if (!e)
-            continue;
-        uint32_t plane = ev_plane(e->ev);
-        if (plane == avoid_plane || e->state != MRC_EV_GOOD) {
-            plane_pass(ep, q, plane, s);
-            continue;
-        }
-        if (plane_pick(ep, q, plane, now, avoid_ev, 1, out) < 0)
+    for (uint32_t k = 0, s; k < q->nslots; k++) {
+        struct ev_entry *e = rot_take(ep, q, k, usable, now, ev_plane(avoid_ev), UINT32_MAX, &s);
+        if (!e || plane_pick(ep, q, ev_plane(e->ev), now, avoid_ev, 1, out) < 0)
             continue;
         q->rr = s + 1 == q->nslots ? 0 : s + 1;
         return 0;
@@ -202,16 +211,11 @@ int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, ui
         uint32_t allow = ready;
         if (pick_owed(ep, q, now, ready, avoid_ev, pass, out) == 0)
             return 0;
-        for (uint32_t k = 0; k < q->nslots; k++) {
-            uint32_t s = rot_slot(q, k);
-            struct ev_entry *e = slot_ev(ep, q, s, up, now);
+        for (uint32_t k = 0, s; k < q->nslots; k++) {
+            struct ev_entry *e = rot_take(ep, q, k, up, now, UINT32_MAX, pass == 0 ? avoid_ev : UINT32_MAX, &s);
             if (!e)
                 continue;
             uint32_t plane = ev_plane(e->ev);
-            if (e->state != MRC_EV_GOOD || (pass == 0 && e->ev == avoid_ev)) {
-                plane_pass(ep, q, plane, s);
-                continue;
-            }
             if (!(ready & (1u << plane))) { /* its port is busy: owe it the turn */
                 if (q->owed[plane] < EV_OWED) {
                     q->owed[plane]++;
