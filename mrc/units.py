@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import statistics
 
 from mrc.errors import UsageError
 
@@ -50,9 +51,7 @@ def percentile(xs: list[float], q: float) -> float:
 def median_spread(xs: list[float], nd: int = 3) -> tuple[float, list[float]]:
     """The median of ``xs`` (of the middle two for an even count) and [least, most], rounded to ``nd``
     places: how the benches report a figure measured in several alternated rounds."""
-    s = sorted(xs)
-    mid = s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
-    return round(mid, nd), [round(s[0], nd), round(s[-1], nd)]
+    return round(statistics.median(xs), nd), [round(min(xs), nd), round(max(xs), nd)]
 
 
 @contextlib.contextmanager
