@@ -71,7 +71,7 @@ struct mr {
 
 enum { MR_CAP = 1024 }; /* regions per endpoint */
 /* what the endpoint's PRF (ep_prf) makes: the domains of its inputs */
-enum { PRF_RKEY = 1, PRF_QPN = 2, PRF_MAP = 3, PRF_PROBE = 4 };
+enum { PRF_RKEY = 1, PRF_QPN = 2, PRF_MAP = 3, PRF_PROBE = 4, PRF_KEYFP = 5 };
 
 /* A completion queue: an SPSC ring (engine -> application). */
 struct cq {
@@ -433,15 +433,17 @@ uint64_t ep_prf(const struct mrc_ep *ep, uint64_t domain, uint64_t x);
  * arrives (*out: the packet to act on, decrypted where it was encrypted;
  * counted and refused when it does not verify). */
 struct qp_sec;
-int sec_set(struct qp *q, const struct mrc_qp_keys *k);
+int sec_set(struct mrc_ep *ep, struct qp *q, const struct mrc_qp_keys *k);
 int sec_ctl_set(struct mrc_ep *ep, uint32_t qpn, const struct mrc_qp_keys *k);
 void sec_free(struct qp *q);
 uint8_t sec_mode(const struct qp *q);
-/* hl: where the packet's payload starts (len - MRC_TAG_LEN: it has none) */
-int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len, uint32_t hl);
-/* for a packet to q when q or the packet is secured */
+/* hl: where the packet's payload starts (len - MRC_TAG_LEN: it has none);
+ * port: the plane it leaves on (sealed into it: protocol.md 8) */
+int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len, uint32_t hl, uint32_t port);
+/* for a packet to q when q or the packet is secured, arrived on port; a
+ * trimmed one verifies by its header tag */
 int sec_open(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t len, const struct mrc_pkt *p,
-             int trimmed, const uint8_t **out);
+             uint32_t port, int trimmed, const uint8_t **out);
 
 int ep_pd_alloc(struct mrc_ep *ep, uint32_t *pdn);
 int ep_pd_dealloc(struct mrc_ep *ep, uint32_t pdn);

@@ -77,7 +77,7 @@ int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const stru
     }
     /* a secured QP acts only on packets that verify (and only once): the
      * rest are counted and change nothing */
-    if ((q->sec || p.sec_mode) && (rc = sec_open(ep, q, pkt, len, &p, trimmed, &pkt)) < 0)
+    if ((q->sec || p.sec_mode) && (rc = sec_open(ep, q, pkt, len, &p, m->port, trimmed, &pkt)) < 0)
         return rc;
     ep_dl_stale(ep, q->idx); /* whatever it is, what is kept of the QP is computed again */
     if (mrc_opcode_is_data(p.opcode)) {
@@ -219,7 +219,7 @@ static uint32_t tx_ctrl(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
         memcpy(buf + *used, c->buf, c->len);
         if (c->sec_qpn) { /* a secured QP's: numbered and sealed now, in the order packets leave */
             struct qp *q = ep_qp(ep, c->sec_qpn);
-            if (!q || !q->sec || sec_seal(q, buf + *used, c->len, c->len - MRC_TAG_LEN) < 0) {
+            if (!q || !q->sec || sec_seal(q, buf + *used, c->len, c->len - MRC_TAG_LEN, ev_plane(c->ev)) < 0) {
                 ep_ctrl_pop(ep); /* its QP is gone, or changed: nothing leaves unsealed */
                 continue;
             }

@@ -15,7 +15,7 @@ static const char *const wc_status_names[] = {"SUCCESS", "LOC_LEN_ERR", "LOC_PRO
 static const char *const event_names[] = {NULL, "QP_FATAL", "PORT_ERR", "PORT_ACTIVE", "PEER_PORTS", "CQ_ERR"};
 static const char *const drop_names[MRC_DROP_NREASONS] = {
     "malformed", "icrc", "unknown_qp", "qp_state", "psn_window", "rkey", "range", "duplicate", "no_recv", "trimmed",
-    "stale_ack", "stale_probe", "wrong_peer", "pkey", "auth", "replay"};
+    "stale_ack", "stale_probe", "wrong_peer", "pkey", "auth", "replay", "moved"};
 
 #define NAME_OF(table, v) ((v) < sizeof(table) / sizeof((table)[0]) ? (table)[v] : NULL)
 const char *mrc_wc_status_name(uint32_t s) { return NAME_OF(wc_status_names, s); }

@@ -74,7 +74,7 @@ static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int ack
     if (q->sec) { /* the tag, not the ICRC: sealed once it is whole */
         gather(w, pe->off, pe->len, out + hl, NULL, NULL, 0);
         int len = mrc_pkt_finish(out, (uint32_t)hl + pe->len);
-        return sec_seal(q, out, (uint32_t)len, (uint32_t)hl) < 0 ? -EIO : len;
+        return sec_seal(q, out, (uint32_t)len, (uint32_t)hl, ev_plane(pe->ev)) < 0 ? -EIO : len;
     }
     /* the payload copied, the ICRC and the checksum extended over it in one pass */
     uint32_t crc = mrc_crc32c(0, out, (uint32_t)hl), end = (uint32_t)hl + pe->len;
@@ -173,7 +173,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         struct mrc_pkt p = {.opcode = MRC_OP_RELIABILITY_PROBE, .pkey = q->pkey, .dqpn = q->dqpn, .probe_id = pid,
                             .ev = e->ev, .t1 = now, .sec_mode = sec_mode(q)};
         int len = mrc_pkt_build(&p, NULL, buf + *used, buflen - *used);
-        if (len < 0 || (q->sec && sec_seal(q, buf + *used, (uint32_t)len, (uint32_t)len - MRC_TAG_LEN) < 0))
+        if (len < 0 || (q->sec && sec_seal(q, buf + *used, (uint32_t)len, (uint32_t)len - MRC_TAG_LEN, ev_plane(e->ev)) < 0))
             break;
         emit(ep, now, &d[n++], *used, len, e->ev, q, MRC_DSCP_CONTROL << 2, 0);
         *used += (uint32_t)len;

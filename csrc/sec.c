@@ -21,13 +21,21 @@
 #include "core.h"
 
 enum { SEC_WIN = 4096, SEC_ROTATE = 1u << 24 };
+/* The first packet number no sender reaches: at 10^10 packets a second a
+ * QP needs 29 years to send 2^63 packets. A number at or above it is
+ * refused on both sides, so the window's top never wraps. */
+#define SEC_PN_LIMIT (1ull << 63)
+#define HTAG_LEN 8
 
 struct sec_key { EVP_CIPHER_CTX *ctx; uint8_t key[32], iv[12]; uint8_t id; };
 struct qp_sec {
     uint8_t mode;
     uint32_t rotate;                /* packets per key */
-    struct sec_key tx, rx, rx_prev; /* rx_prev.ctx: NULL until the peer's key first moves on */
-    uint64_t tx_pn;                 /* the next number to send */
+    /* rx_prev.ctx: NULL until the peer's key first moves on; rx_next: derived
+     * ahead, so a packet that names it costs what any other packet costs */
+    struct sec_key tx, rx, rx_prev, rx_next;
+    uint64_t tx_fp, rx_fp;          /* the installed keys' fingerprints (key_fp) */
+    uint64_t tx_pn;                 /* the next number to send: never goes back (protocol.md 8, nonces) */
     uint64_t rx_top;                /* the highest number verified, plus one (0: none yet) */
     uint64_t rx_seen[SEC_WIN / 64]; /* bit n % SEC_WIN: number n, for n in [rx_top - SEC_WIN, rx_top) */
 };
@@ -77,6 +85,19 @@ static int key_next(const struct sec_key *k, struct sec_key *out, int enc)
     return rc;
 }
 
+/* A fingerprint of a key and its IV under the endpoint's secret (SipHash):
+ * whether two installs are the same keys, with no copy of them kept. */
+static uint64_t key_fp(const struct mrc_ep *ep, const uint8_t key[32], const uint8_t iv[12])
+{
+    uint64_t w[6] = {0}, fp = 0;
+    memcpy(w, key, 32);
+    memcpy(&w[4], iv, 12);
+    for (int i = 0; i < 6; i++)
+        fp = ep_prf(ep, PRF_KEYFP, fp ^ w[i]);
+    OPENSSL_cleanse(w, sizeof(w));
+    return fp;
+}
+
 void sec_free(struct qp *q)
 {
     if (!q->sec)
@@ -84,6 +105,8 @@ void sec_free(struct qp *q)
     key_free(&q->sec->tx);
     key_free(&q->sec->rx);
     key_free(&q->sec->rx_prev);
+    key_free(&q->sec->rx_next);
+    OPENSSL_cleanse(q->sec, sizeof(*q->sec));
     free(q->sec);
     q->sec = NULL;
 }
@@ -96,65 +119,116 @@ int sec_ctl_set(struct mrc_ep *ep, uint32_t qpn, const struct mrc_qp_keys *k)
         return -ENOENT;
     if (!k || (q->state != MRC_QPS_RESET && q->state != MRC_QPS_INIT))
         return -EINVAL;
-    return sec_set(q, k);
+    return sec_set(ep, q, k);
 }
 
-int sec_set(struct qp *q, const struct mrc_qp_keys *k)
+/* Install k on q (protocol.md 8, "Nonces"). A QP is secured for life: its
+ * keys cannot be taken away (mode OFF on a secured QP is EPERM), and its
+ * packet number never goes back, across a RESET and a second install
+ * alike, so (key, nonce) never repeats even when the same keys come again
+ * (the reconnect idiom). The replay window stays when the receive key is
+ * the one it had (a replay from before the reconnect is refused) and starts
+ * anew under another. A transmit key that another QP of the endpoint holds
+ * is refused (EEXIST): two QPs counting from their own numbers would seal
+ * under one (key, nonce). */
+int sec_set(struct mrc_ep *ep, struct qp *q, const struct mrc_qp_keys *k)
 {
     if (k->mode > MRC_SEC_ENCRYPT)
         return -EINVAL;
-    sec_free(q);
     if (k->mode == MRC_SEC_OFF)
-        return 0;
-    struct qp_sec *s = calloc(1, sizeof(*s));
+        return q->sec ? -EPERM : 0;
+    uint64_t tx_fp = key_fp(ep, k->tx_key, k->tx_iv), rx_fp = key_fp(ep, k->rx_key, k->rx_iv);
+    for (uint32_t i = 0; i < ep->a.max_qps; i++) {
+        const struct qp *o = ep->qps[i];
+        if (o && o != q && o->sec && o->sec->tx_fp == tx_fp)
+            return -EEXIST;
+    }
+    struct qp_sec *s = calloc(1, sizeof(*s)), *old = q->sec;
     if (!s)
         return -ENOMEM;
     s->mode = (uint8_t)k->mode;
     s->rotate = k->rotate_every ? k->rotate_every : SEC_ROTATE;
-    q->sec = s;
+    s->tx_fp = tx_fp;
+    s->rx_fp = rx_fp;
     int rc = key_init(&s->tx, k->tx_key, k->tx_iv, 0, 1);
     if (rc == 0)
         rc = key_init(&s->rx, k->rx_key, k->rx_iv, 0, 0);
-    if (rc < 0)
+    if (rc == 0)
+        rc = key_next(&s->rx, &s->rx_next, 0);
+    if (rc < 0) {
+        q->sec = s;
         sec_free(q);
-    return rc;
+        q->sec = old;
+        return rc;
+    }
+    if (old) {
+        s->tx_pn = old->tx_pn;
+        if (old->rx_fp == rx_fp) {
+            s->rx_top = old->rx_top;
+            memcpy(s->rx_seen, old->rx_seen, sizeof(s->rx_seen));
+        }
+        sec_free(q);
+    }
+    q->sec = s;
+    return 0;
 }
 
 uint8_t sec_mode(const struct qp *q) { return q->sec ? q->sec->mode : 0; }
 
-static void nonce_of(const uint8_t iv[12], uint64_t pn, uint8_t out[12])
+/* The full seal's nonce: the IV XOR (4 zero bytes || pn). The header tag's
+ * sets the top bit of the first byte too: the two never meet (pn < 2^63
+ * touches the last 8 bytes only). */
+static void nonce_of(const uint8_t iv[12], uint64_t pn, int htag, uint8_t out[12])
 {
     memcpy(out, iv, 12);
+    out[0] ^= htag ? 0x80 : 0;
     for (int i = 0; i < 8; i++)
         out[4 + i] ^= (uint8_t)(pn >> (56 - 8 * i));
 }
 
-/* AES-GCM under ctx's key: aad, then len bytes of in to out (len 0: no
- * body), the tag written (enc) or checked (open). */
+/* AES-GCM under ctx's key: aad (in one or two parts), then len bytes of in
+ * to out (len 0: no body), the tag (tlen bytes) written (enc) or checked
+ * (open). */
 static int gcm(EVP_CIPHER_CTX *ctx, int enc, const uint8_t nonce[12], const uint8_t *aad, uint32_t aad_len,
-               const uint8_t *in, uint32_t len, uint8_t *out, uint8_t tag[MRC_TAG_LEN])
+               const uint8_t *aad2, uint32_t aad2_len, const uint8_t *in, uint32_t len, uint8_t *out, uint8_t *tag,
+               int tlen)
 {
     uint8_t none[MRC_TAG_LEN];
     int n = 0, ok = enc ? EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce)
                         : EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce);
-    if (ok && aad_len)
-        ok = enc ? EVP_EncryptUpdate(ctx, NULL, &n, aad, (int)aad_len) : EVP_DecryptUpdate(ctx, NULL, &n, aad,
-                                                                                         (int)aad_len);
+    for (int part = 0; part < 2; part++) {
+        const uint8_t *a = part ? aad2 : aad;
+        uint32_t al = part ? aad2_len : aad_len;
+        if (ok && al)
+            ok = enc ? EVP_EncryptUpdate(ctx, NULL, &n, a, (int)al) : EVP_DecryptUpdate(ctx, NULL, &n, a, (int)al);
+    }
     if (ok && len)
         ok = enc ? EVP_EncryptUpdate(ctx, out, &n, in, (int)len) : EVP_DecryptUpdate(ctx, out, &n, in, (int)len);
     if (ok && !enc)
-        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, MRC_TAG_LEN, tag);
+        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, tlen, tag);
     if (ok) /* GCM writes nothing more here */
         ok = enc ? EVP_EncryptFinal_ex(ctx, none, &n) : EVP_DecryptFinal_ex(ctx, none, &n);
     if (ok && enc)
-        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, MRC_TAG_LEN, tag);
+        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, tlen, tag);
     return ok == 1 ? 0 : -EBADMSG;
 }
 
-int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len, uint32_t hl)
+/* A data packet's header tag (the SECH's last 8 bytes): GMAC under the
+ * direction's key, with its own nonce, over the headers a trimming switch
+ * keeps (BTH..IMMDT, hl bytes) less the tag itself. */
+static int htag(EVP_CIPHER_CTX *ctx, int enc, const uint8_t iv[12], uint64_t pn, const uint8_t *pkt, uint32_t hl,
+                uint8_t *tag)
+{
+    uint8_t nonce[12];
+    const uint32_t at = MRC_BTH_LEN + MRC_SECH_LEN - HTAG_LEN;
+    nonce_of(iv, pn, 1, nonce);
+    return gcm(ctx, enc, nonce, pkt, at, pkt + at + HTAG_LEN, hl - at - HTAG_LEN, NULL, 0, NULL, tag, HTAG_LEN);
+}
+
+int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len, uint32_t hl, uint32_t port)
 {
     struct qp_sec *s = q->sec;
-    if (!s || hl + MRC_TAG_LEN > len || (pkt[1] & 0x0F) != MRC_WIRE_SECURED)
+    if (!s || hl + MRC_TAG_LEN > len || (pkt[1] & 0x0F) != MRC_WIRE_SECURED || s->tx_pn >= SEC_PN_LIMIT)
         return -EINVAL;
     if (s->tx_pn && s->tx_pn % s->rotate == 0) { /* time for the next key */
         struct sec_key next = {0};
@@ -168,11 +242,16 @@ int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len, uint32_t hl)
     uint64_t pn = s->tx_pn++;
     uint8_t *x = pkt + MRC_BTH_LEN, nonce[12];
     x[1] = s->tx.id;
+    x[2] = (uint8_t)port;
+    x[3] = 0;
     for (int i = 0; i < 8; i++)
         x[4 + i] = (uint8_t)(pn >> (56 - 8 * i));
-    nonce_of(s->tx.iv, pn, nonce);
+    memset(x + MRC_SECH_LEN - HTAG_LEN, 0, HTAG_LEN);
     uint32_t body = len - MRC_TAG_LEN, aad = s->mode == MRC_SEC_ENCRYPT ? hl : body; /* AUTH: all of it */
-    return gcm(s->tx.ctx, 1, nonce, pkt, aad, pkt + aad, body - aad, pkt + aad, pkt + body);
+    if (mrc_opcode_is_data(pkt[0]) && htag(s->tx.ctx, 1, s->tx.iv, pn, pkt, hl, x + MRC_SECH_LEN - HTAG_LEN) < 0)
+        return -EIO; /* a data packet: its headers get a tag of their own, which a trim leaves */
+    nonce_of(s->tx.iv, pn, 0, nonce);
+    return gcm(s->tx.ctx, 1, nonce, pkt, aad, NULL, 0, pkt + aad, body - aad, pkt + aad, pkt + body, MRC_TAG_LEN);
 }
 
 static int seen(const struct qp_sec *s, uint64_t pn)
@@ -184,66 +263,92 @@ static int seen(const struct qp_sec *s, uint64_t pn)
     return (int)(s->rx_seen[pn / 64 % (SEC_WIN / 64)] >> (pn % 64) & 1);
 }
 
+/* pn (below SEC_PN_LIMIT) verified: the window moves up to it, forgetting
+ * what falls out of it, and marks it. */
 static void mark(struct qp_sec *s, uint64_t pn)
 {
-    for (; s->rx_top <= pn; s->rx_top++) { /* the window moves up: what falls out of it is forgotten */
-        if (pn - s->rx_top >= SEC_WIN) {
+    if (pn >= s->rx_top) {
+        if (pn - s->rx_top >= SEC_WIN)
             memset(s->rx_seen, 0, sizeof(s->rx_seen));
-            s->rx_top = pn + 1 - SEC_WIN;
-        }
-        s->rx_seen[s->rx_top / 64 % (SEC_WIN / 64)] &= ~(1ull << (s->rx_top % 64));
+        else
+            for (uint64_t n = s->rx_top; n < pn; n++)
+                s->rx_seen[n / 64 % (SEC_WIN / 64)] &= ~(1ull << (n % 64));
+        s->rx_top = pn + 1;
     }
     s->rx_seen[pn / 64 % (SEC_WIN / 64)] |= 1ull << (pn % 64);
 }
 
+/* The receive key a packet names: the current one, the one before, or the
+ * next (then *moved). */
+static struct sec_key *rx_key(struct qp_sec *s, uint8_t id, int *moved)
+{
+    *moved = 0;
+    if (id == s->rx.id)
+        return &s->rx;
+    if (s->rx_prev.ctx && id == s->rx_prev.id)
+        return &s->rx_prev;
+    if (s->rx_next.ctx && id == s->rx_next.id) {
+        *moved = 1;
+        return &s->rx_next;
+    }
+    return NULL;
+}
+
+/* The peer's key moved on and a packet under it verified: follow, and
+ * derive the one after ahead of time. */
+static void rx_move_on(struct qp_sec *s)
+{
+    key_free(&s->rx_prev);
+    s->rx_prev = s->rx;
+    s->rx = s->rx_next;
+    memset(&s->rx_next, 0, sizeof(s->rx_next));
+    if (key_next(&s->rx, &s->rx_next, 0) < 0)
+        key_free(&s->rx_next); /* no key after: a packet naming it is refused, nothing else changes */
+}
+
 int sec_open(struct mrc_ep *ep, struct qp *q, const uint8_t *pkt, uint32_t len, const struct mrc_pkt *p,
-             int trimmed, const uint8_t **out)
+             uint32_t port, int trimmed, const uint8_t **out)
 {
     struct qp_sec *s = q->sec;
     *out = pkt;
-    if (!s || p->sec_mode != s->mode || trimmed || len < MRC_TAG_LEN) {
+    if (!s || p->sec_mode != s->mode || p->pn >= SEC_PN_LIMIT || (!trimmed && len < MRC_TAG_LEN)) {
         ep_drop(ep, MRC_DROP_AUTH);
+        return -EACCES;
+    }
+    if (p->sec_port != port) { /* sealed for another plane than the one it came on: moved */
+        ep_drop(ep, MRC_DROP_MOVED);
         return -EACCES;
     }
     if (seen(s, p->pn)) {
         ep_drop(ep, MRC_DROP_REPLAY);
         return -EALREADY;
     }
-    struct sec_key *k = p->key_id == s->rx.id ? &s->rx : NULL, next = {0};
-    if (!k && s->rx_prev.ctx && p->key_id == s->rx_prev.id)
-        k = &s->rx_prev;
-    int moved = 0;
-    if (!k && p->key_id == (uint8_t)(s->rx.id + 1)) { /* the peer's key moved on: follow if the packet verifies */
-        if (key_next(&s->rx, &next, 0) < 0) {
-            key_free(&next);
-            ep_drop(ep, MRC_DROP_AUTH);
-            return -EIO;
-        }
-        k = &next;
-        moved = 1;
-    }
-    /* where the payload starts, from the parse: only data packets have one */
-    uint32_t body = len - MRC_TAG_LEN, hl = mrc_opcode_is_data(p->opcode) ? p->payload_off : body;
-    uint32_t aad = s->mode == MRC_SEC_ENCRYPT ? hl : body; /* AUTH: all of it */
-    uint8_t nonce[12], *dst = s->mode == MRC_SEC_ENCRYPT ? ep->sec_buf : NULL;
+    int moved;
+    struct sec_key *k = rx_key(s, p->key_id, &moved);
     int rc = -EACCES;
-    if (k && len <= sizeof(ep->sec_buf)) {
-        nonce_of(k->iv, p->pn, nonce);
+    uint8_t *dst = NULL;
+    if (k && trimmed) { /* the payload and the tag are gone: the header tag speaks for what is left */
+        uint8_t tag[HTAG_LEN];
+        memcpy(tag, pkt + MRC_BTH_LEN + MRC_SECH_LEN - HTAG_LEN, HTAG_LEN);
+        rc = htag(k->ctx, 0, k->iv, p->pn, pkt, p->payload_off, tag);
+    } else if (k && len <= sizeof(ep->sec_buf)) {
+        /* where the payload starts, from the parse: only data packets have one */
+        uint32_t body = len - MRC_TAG_LEN, hl = mrc_opcode_is_data(p->opcode) ? p->payload_off : body;
+        uint32_t aad = s->mode == MRC_SEC_ENCRYPT ? hl : body; /* AUTH: all of it */
+        uint8_t nonce[12];
+        dst = s->mode == MRC_SEC_ENCRYPT ? ep->sec_buf : NULL;
+        nonce_of(k->iv, p->pn, 0, nonce);
         if (dst) /* the headers as they are, the payload decrypted after them */
             memcpy(dst, pkt, hl);
-        rc = gcm(k->ctx, 0, nonce, pkt, aad, pkt + aad, body - aad, dst ? dst + aad : NULL, (uint8_t *)pkt + body);
+        rc = gcm(k->ctx, 0, nonce, pkt, aad, NULL, 0, pkt + aad, body - aad, dst ? dst + aad : NULL,
+                 (uint8_t *)pkt + body, MRC_TAG_LEN);
     }
     if (rc < 0) {
-        if (moved)
-            key_free(&next);
         ep_drop(ep, MRC_DROP_AUTH);
         return -EACCES;
     }
-    if (moved) {
-        key_free(&s->rx_prev);
-        s->rx_prev = s->rx;
-        s->rx = next;
-    }
+    if (moved)
+        rx_move_on(s);
     mark(s, p->pn);
     if (dst)
         *out = dst;
@@ -318,7 +423,7 @@ int mrc_sec_aead(uint32_t enc, const uint8_t key[32], const uint8_t nonce[12], c
         memcpy(tag, in + body, MRC_TAG_LEN);
     int rc = key_init(&k, key, nonce, 0, (int)enc);
     if (rc == 0)
-        rc = gcm(k.ctx, (int)enc, nonce, aad, aad_len, in, body, out, tag);
+        rc = gcm(k.ctx, (int)enc, nonce, aad, aad_len, NULL, 0, in, body, out, tag, MRC_TAG_LEN);
     if (rc == 0 && enc)
         memcpy(out + body, tag, MRC_TAG_LEN);
     if (rc < 0 && !enc)

@@ -127,8 +127,10 @@ int mrc_pkt_build_hdr(const struct mrc_pkt *p, uint8_t *out, size_t cap)
     if (p->sec_mode) { /* SECH: the sealer writes the packet number and the tag (sec.c) */
         x[0] = p->sec_mode;
         x[1] = p->key_id;
-        x[2] = x[3] = 0;
+        x[2] = p->sec_port;
+        x[3] = 0;
         put64(x + 4, p->pn);
+        put64(x + 12, p->htag);
         x += MRC_SECH_LEN;
     }
     if (mrc_opcode_is_data(p->opcode)) {
@@ -242,8 +244,10 @@ int mrc_pkt_parse(const uint8_t *buf, size_t len, int trimmed, struct mrc_pkt *p
     if (sech) {
         p->sec_mode = x[0];
         p->key_id = x[1];
+        p->sec_port = x[2];
         p->pn = get64(x + 4);
-        if (p->sec_mode < 1 || p->sec_mode > 2 || x[2] || x[3])
+        p->htag = get64(x + 12);
+        if (p->sec_mode < 1 || p->sec_mode > 2 || x[3])
             return -EPROTO;
         x += MRC_SECH_LEN;
     }

@@ -146,11 +146,12 @@ class BTH(Packet):
 
 
 class SECH(Packet):
-    """A secured packet's security header: mode, key id, packet number."""
+    """A secured packet's security header: mode, key id, the port (plane) it
+    was sealed for, packet number, a data packet's header tag."""
 
     name = "MRC SECH"
     fields_desc = [ByteEnumField("mode", 1, {1: "AUTH", 2: "ENCRYPT"}), ByteField("key_id", 0),
-                   ShortField("reserved", 0), LongField("pn", 0)]
+                   ByteField("port", 0), ByteField("reserved", 0), LongField("pn", 0), XLongField("htag", 0)]
 
     def guess_payload_class(self, payload):
         """The extension header, by the BTH's opcode."""

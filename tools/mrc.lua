@@ -86,7 +86,9 @@ f.icrc = ProtoField.uint32("mrc.icrc", "ICRC", base.HEX)
 -- SECH and the tag of a secured packet (TVer 2, protocol.md section 8)
 f.sec_mode = ProtoField.uint8("mrc.sech.mode", "Security mode", base.DEC, { [1] = "AUTH", [2] = "ENCRYPT" })
 f.key_id = ProtoField.uint8("mrc.sech.key_id", "Key id")
+f.sec_port = ProtoField.uint8("mrc.sech.port", "Port (plane) sealed for")
 f.pn = ProtoField.uint64("mrc.sech.pn", "Packet number")
+f.htag = ProtoField.uint64("mrc.sech.htag", "Header tag", base.HEX)
 f.tag = ProtoField.bytes("mrc.tag", "AES-GCM tag")
 f.icrc_ok = ProtoField.bool("mrc.icrc_ok", "ICRC correct")
 
@@ -179,7 +181,7 @@ function mrc.dissector(tvb, pinfo, tree)
     bth:add(f.psn, tvb(9, 3))
     local el = ext_len(op, flags)
     local secured = bit32.band(tvb(1, 1):uint(), 0x0F) == 2
-    local sech = secured and 12 or 0
+    local sech = secured and 20 or 0
     local icrc_len = trimmed and 0 or (secured and 16 or 4)
     if el == nil or len < 12 + sech + el + icrc_len then
         t:add_proto_expert_info(e_short, "too short for its opcode, or an unknown opcode")
@@ -190,8 +192,9 @@ function mrc.dissector(tvb, pinfo, tree)
         bit32.band(flags, 0x40) ~= 0 and " RTX" or "", trimmed and " TRIMMED" or "")
     local x = 12
     if secured then
-        local s = t:add(tvb(x, 12), "SECH")
-        s:add(f.sec_mode, tvb(x, 1)); s:add(f.key_id, tvb(x + 1, 1)); s:add(f.pn, tvb(x + 4, 8)); x = x + 12
+        local s = t:add(tvb(x, 20), "SECH")
+        s:add(f.sec_mode, tvb(x, 1)); s:add(f.key_id, tvb(x + 1, 1)); s:add(f.sec_port, tvb(x + 2, 1))
+        s:add(f.pn, tvb(x + 4, 8)); s:add(f.htag, tvb(x + 12, 8)); x = x + 20
     end
     if op >= 0xC6 and op <= 0xCB then
         local m = t:add(tvb(x, 4), "METH")

@@ -37,7 +37,7 @@ ARRAY_MAP(cfg, struct port_cfg, 1);
 ARRAY_MAP(st, struct port_st, 1);
 
 enum {
-    ETH = 14, IP6 = 40, UDP = 8, BTH = 12, SECH = 12, METH = 4, TSETH = 4, RETH = 16, IMM = 4,
+    ETH = 14, IP6 = 40, UDP = 8, BTH = 12, SECH = 20, METH = 4, TSETH = 4, RETH = 16, IMM = 4,
     TVER_SECURED = 2, /* a secured packet (protocol.md section 8): SECH after BTH */
     ROCE_PORT = 4791, DSCP_TRIMMED = 46, NH_UDP = 17, NH_IPV6 = 41,
     OP_DATA_FIRST = 0xC6, OP_DATA_LAST = 0xCB, OP_LAST_IMM = 0xC9, OP_ONLY_IMM = 0xCB,
@@ -78,7 +78,7 @@ static __always_inline __u16 udp_csum(struct __sk_buff *skb, const __u8 *src, co
     __builtin_memcpy(&pseudo[4], dst, 16);
     pseudo[8] = bpf_htonl(udp_len);
     pseudo[9] = bpf_htonl(NH_UDP);
-    __u32 seg[15] = {}; /* the longest trimmed segment: UDP, BTH, SECH, METH, TSETH, RETH, ImmDt */
+    __u32 seg[17] = {}; /* the longest trimmed segment: UDP, BTH, SECH, METH, TSETH, RETH, ImmDt */
     long rc = -1;
     if (udp_len == 40)
         rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 40);
@@ -86,12 +86,12 @@ static __always_inline __u16 udp_csum(struct __sk_buff *skb, const __u8 *src, co
         rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 44);
     else if (udp_len == 48)
         rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 48);
-    else if (udp_len == 52) /* a secured packet's (SECH) */
-        rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 52);
-    else if (udp_len == 56)
-        rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 56);
-    else if (udp_len == 60)
+    else if (udp_len == 60) /* a secured packet's (SECH) */
         rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 60);
+    else if (udp_len == 64)
+        rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 64);
+    else if (udp_len == 68)
+        rc = bpf_skb_load_bytes(skb, ETH + IP6, seg, 68);
     if (rc)
         return 0;
     ((__u16 *)seg)[3] = 0;

@@ -31,7 +31,7 @@ enum {
     MRC_ERTH_LEN = 16,
     MRC_EETH_LEN = 36,
     MRC_ICRC_LEN = 4,
-    MRC_SECH_LEN = 12,        /* mode (1) | key id (1) | reserved (2) | packet number (8) */
+    MRC_SECH_LEN = 20,        /* mode (1) | key id (1) | port (1) | reserved (1) | packet number (8) | header tag (8) */
     MRC_TAG_LEN = 16,         /* AES-GCM's tag */
     MRC_PSN_BITS = 24,
     MRC_PSN_MASK = 0xFFFFFF,
@@ -115,10 +115,13 @@ struct mrc_pkt {
     uint8_t tver;
     uint16_t pkey;
     /* SECH (a secured packet: tver MRC_WIRE_SECURED): MRC_SEC_AUTH or MRC_SEC_ENCRYPT (mrc/mrc.h),
-     * the key's id and the packet's number in its direction */
+     * the key's id, the port (plane) it was sealed for, the packet's number in its direction and a
+     * data packet's header tag (what a trim leaves verifiable; 0 in other packets) */
     uint8_t sec_mode;
     uint8_t key_id;
+    uint8_t sec_port;
     uint64_t pn;
+    uint64_t htag;
     uint32_t dqpn;
     uint32_t psn;
     /* METH */

@@ -128,12 +128,12 @@ def test_above_the_trim_threshold_mrc_data_is_trimmed_exactly_as_the_protocol_sa
 
 def test_a_secured_packet_is_trimmed_after_its_sech(port):
     """Authenticated MRC (protocol.md section 8): the SECH stays with the
-    headers, so the trimmed packet still parses (its receiver, which cannot
-    verify it without its tag, drops and counts it)."""
+    headers, its header tag with it, so the trimmed packet still parses
+    (its receiver verifies the header tag and answers NACK TRIMMED)."""
     t = port[0]
     f = mrc_frame(t, opcode=wire.OP_WRITE_ONLY_IMM, sec_mode=2, pn=77, imm=5)
     verdict, out, d = run(port, f, T + 1)
-    keep = 14 + 40 + 8 + 12 + 12 + 4 + 16 + 4
+    keep = 14 + 40 + 8 + 12 + 20 + 4 + 16 + 4
     assert verdict == TC_ACT_OK and d["trimmed"] == 1 and len(out) == keep and out[62:keep] == f[62:keep]
     parsed = wire.parse(bytes(Ether(out)[dissect.BTH]), trimmed=True)
     assert (parsed["sec_mode"], parsed["pn"], parsed["imm"], parsed["payload_len"]) == (2, 77, 5, 0)

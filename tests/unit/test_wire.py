@@ -45,19 +45,22 @@ def test_header_sizes_match_protocol_doc():
 
 
 def test_a_secured_packet_has_its_sech_after_bth_and_a_tag_for_the_icrc():
-    """protocol.md section 8: TVer 2, SECH (mode, key id, reserved, packet
-    number), the extension headers, the payload, a 16-byte tag."""
-    pkt = wire.build(b"ab", opcode=wire.OP_WRITE_ONLY_IMM, sec_mode=2, key_id=3, pn=0x0102030405060708)
-    assert len(pkt) == 12 + 12 + 4 + 16 + 4 + 2 + 16 and pkt[1] & 0x0F == 2
-    assert pkt[12:24] == bytes([2, 3, 0, 0]) + bytes(range(1, 9))
+    """protocol.md section 8: TVer 2, SECH (mode, key id, port, reserved,
+    packet number, header tag), the extension headers, the payload, a
+    16-byte tag."""
+    pkt = wire.build(b"ab", opcode=wire.OP_WRITE_ONLY_IMM, sec_mode=2, key_id=3, sec_port=5,
+                     pn=0x0102030405060708, htag=0x1112131415161718)
+    assert len(pkt) == 12 + 20 + 4 + 16 + 4 + 2 + 16 and pkt[1] & 0x0F == 2
+    assert pkt[12:32] == bytes([2, 3, 5, 0]) + bytes(range(1, 9)) + bytes(range(0x11, 0x19))
     p = wire.parse(pkt)
-    assert (p["sec_mode"], p["key_id"], p["pn"], p["payload"]) == (2, 3, 0x0102030405060708, b"ab")
-    assert lib.mrc_pkt_hdr_len(pkt, len(pkt)) == 12 + 12 + 4 + 16 + 4
+    assert (p["sec_mode"], p["key_id"], p["sec_port"], p["pn"], p["htag"], p["payload"]) == (
+        2, 3, 5, 0x0102030405060708, 0x1112131415161718, b"ab")
+    assert lib.mrc_pkt_hdr_len(pkt, len(pkt)) == 12 + 20 + 4 + 16 + 4
     for bad in (bytes([3]), bytes([0])):  # a mode that is none of the two
         with pytest.raises(ValueError):
             wire.parse(pkt[:12] + bad + pkt[13:])
-    with pytest.raises(ValueError):  # reserved bytes set
-        wire.parse(pkt[:14] + b"\x01" + pkt[15:])
+    with pytest.raises(ValueError):  # the reserved byte set
+        wire.parse(pkt[:15] + b"\x01" + pkt[16:])
 
 
 def test_icrc_is_crc32c_and_catches_corruption():

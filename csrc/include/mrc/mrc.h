@@ -93,7 +93,8 @@ enum mrc_drop {
     MRC_DROP_PKEY = 13,        /* another partition than the QP's (mrc_qp_attr.pkey) */
     MRC_DROP_AUTH = 14,        /* a secured QP's packet that does not verify (or is not secured), or the reverse */
     MRC_DROP_REPLAY = 15,      /* a secured packet whose number was seen, or is too old to tell */
-    MRC_DROP_NREASONS = 16,
+    MRC_DROP_MOVED = 16,       /* a secured packet that came on another port (plane) than it was sealed for */
+    MRC_DROP_NREASONS = 17,
 };
 
 /* The names of the values above (NULL for a value out of range). */
