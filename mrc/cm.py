@@ -18,8 +18,11 @@ pair's keys from the exchange, the key and everything both saw
 messages carry (QP numbers, PSNs, regions and rkeys, the X25519 keys) is
 sealed as well: AES-256-GCM under keys from the pre-shared key, the
 challenge and the nonce (``sealed``), so a listener on the management
-network learns none of it. Every number read from a peer is checked by one
-strict reader (an int, not a bool, in range).
+network learns none of it, and so does every message after them, each
+direction numbered from the hello and the answer on (:class:`Connection`'s
+``send`` and ``recv``): a relay without the key can neither read nor change,
+replay, reorder or drop one unnoticed. Every number read from a peer is
+checked by one strict reader (an int, not a bool, in range).
 
 The listener runs each handshake in a thread of its own as connections
 arrive (at most ``MAX_HANDSHAKES`` at once, ``MAX_PER_ADDRESS`` from one
@@ -117,7 +120,37 @@ def read_psk(path: str, what: str = "pre-shared key") -> bytes:
     return key
 
 
+def _nth(key_iv: tuple[bytes, bytes], n: int) -> tuple[bytes, bytes]:
+    """(key, nonce) of a direction's message n: the IV XOR n in its last 8 bytes."""
+    key, iv = key_iv
+    return key, iv[:4] + (int.from_bytes(iv[4:], "big") ^ n).to_bytes(8, "big")
+
+
+class _Sealed:
+    """One direction's keys of a setup channel under a pre-shared key, and
+    the number of its next message (the hello and the answer are 0)."""
+
+    def __init__(self, key_iv: tuple[bytes, bytes], n: int) -> None:
+        self.key, self.iv = bytearray(key_iv[0]), bytearray(key_iv[1])
+        self.n = n
+
+    def next(self) -> tuple[bytes, bytes]:
+        """(key, nonce) for the next message, counted."""
+        out = _nth((bytes(self.key), bytes(self.iv)), self.n)
+        self.n += 1
+        return out
+
+    def wipe(self) -> None:
+        self.key[:] = bytes(len(self.key))
+        self.iv[:] = bytes(len(self.iv))
+
+
 class Connection:
+    """One connection-setup channel. Under a pre-shared key every message
+    after the greeting travels sealed (AES-256-GCM, a key and a count per
+    direction): a message that does not verify (changed, replayed, out of
+    order, or one before it dropped) ends the channel with EACCES."""
+
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._buf = b""
@@ -126,10 +159,13 @@ class Connection:
         self.answer: dict = {}     # the listener's answer (connector side)
         self._key: tuple[bytes, bytes] | None = None  # (pre-shared key, challenge) when the setup is authenticated
         self._seal: tuple[bytes, bytes] | None = None  # (key, IV) the answer is sealed with, under a key
+        self._hello_key: tuple[bytes, bytes] | None = None  # and the hello's: the listener reads with it after
         self.addr = ""             # the other end's address (listener side)
         #: the QPs' security mode both sides agreed on ("off", "auth", "encrypt")
         self.security = "off"
         self._kx: dict = {}        # the key exchange: our private and public keys, the peer's, the transcript
+        self._tx: _Sealed | None = None  # under a key: what we send, sealed, once the answer is out
+        self._rx: _Sealed | None = None  # and what we read, once the hello (answer) came
 
     def keys(self, my_qpn: int, peer_qpn: int):
         """The keys of our QP ``my_qpn`` toward the peer's ``peer_qpn`` (a
@@ -138,12 +174,16 @@ class Connection:
         if self.security == "off":
             return None
         kx = self._kx
+        if not kx:
+            raise ErrnoError(errno.EBADF, "the connection's keys were wiped when it closed: take a QP's keys before")
         pair = (my_qpn, peer_qpn) if kx["initiator"] else (peer_qpn, my_qpn)  # the connector's QP first
         seen = kx["transcript"] + b"".join(n.to_bytes(4, "big") for n in pair)
-        return secure.derive(kx["priv"], kx["peer"], kx["psk"], seen, kx["initiator"], self.security)
+        return secure.derive(bytes(kx["priv"]), kx["peer"], bytes(kx["psk"]), seen, kx["initiator"], self.security)
 
     def send(self, obj: dict) -> None:
-        """Send one JSON message."""
+        """Send one JSON message (sealed under a key, once the answer is out)."""
+        if self._tx is not None:
+            obj = {"sealed": secure.seal(self._tx.next(), b"mrc message", json.dumps(obj).encode()).hex()}
         self.sock.sendall((json.dumps(obj) + "\n").encode())
 
     def recv(self, timeout: float | None = SETUP_TIMEOUT) -> dict:
@@ -174,10 +214,30 @@ class Connection:
             raise _bad(f"not JSON ({str(e)[:60]})") from None
         if not isinstance(msg, dict):
             raise _bad("not a JSON object")
+        if self._rx is not None:
+            msg = self._open(msg)
         if "error" in msg:
             raise ErrnoError(_uint(msg.get("errno"), 1, 4095) or errno.EPROTO,
                              f"the peer refused: {str(msg['error'])[:200]}")
         return msg
+
+    def _open(self, msg: dict) -> dict:
+        """The message a sealed one carries, as the next of its direction."""
+        what = f"setup-channel message {self._rx.n}"
+        if set(msg) != {"sealed"}:
+            raise ErrnoError(errno.EACCES, f"{what} came unsealed on a sealed channel (a relay without the key?): "
+                                           "the connection ends")
+        try:
+            return _unseal_json(self._rx.next(), b"mrc message", msg["sealed"], what)
+        except ErrnoError as e:
+            if e.errno != errno.EACCES:
+                raise
+            raise ErrnoError(errno.EACCES, f"{what} did not verify: changed, replayed, out of order or one before "
+                                           "it dropped on the way; the connection ends") from None
+
+    def _arm(self, tx: tuple[bytes, bytes], rx: tuple[bytes, bytes]) -> None:
+        """The hello and the answer went: from now on both directions are sealed, from message 1."""
+        self._tx, self._rx = _Sealed(tx, 1), _Sealed(rx, 1)
 
     def reply(self, info: RemoteInfo, **extra) -> None:
         """Answer a request with our QP's description (signed when a key is set)."""
@@ -189,6 +249,8 @@ class Connection:
         if self._key is not None:
             ans["auth"] = _proof(*self._key, ans, b"answer")
         self.send(ans)
+        if self._seal is not None:
+            self._arm(self._seal, self._hello_key)
 
     def refuse(self, err: Exception) -> None:
         """Tell the peer why (best effort), then close. What the peer still
@@ -210,8 +272,17 @@ class Connection:
         self.close()
 
     def close(self) -> None:
-        """Close the setup connection."""
+        """Close the setup connection and wipe its secrets (what Python lets us wipe:
+        the bytearrays here; docs/security.md says what it cannot)."""
         self.sock.close()
+        for d in (self._tx, self._rx):
+            if d is not None:
+                d.wipe()
+        for k in ("priv", "psk"):
+            v = self._kx.get(k)
+            if isinstance(v, bytearray):
+                v[:] = bytes(len(v))
+        self._kx = {}
 
 
 def _unseal_json(key_iv: tuple[bytes, bytes], aad: bytes, sealed, what: str) -> dict:
@@ -385,7 +456,7 @@ class Listener:
                 keys = secure.setup_keys(self.psk, challenge, nonce)
                 hello = {**_unseal_json(keys["c2s"], b"mrc hello", hello.get("sealed"), "hello"),
                          "nonce": hello["nonce"]}
-                c._seal = keys["s2c"]
+                c._seal, c._hello_key = keys["s2c"], keys["c2s"]
             c.peer = info_from_json(hello.get("info"))
             c.hello = hello
             self._key_exchange(c, hello)
@@ -410,7 +481,7 @@ class Listener:
         peer = _hex(hello.get("kx"), 32, 32, "the hello's kx (an X25519 public key)")
         priv, pub = secure.keypair()
         c.security = asked
-        c._kx = {"priv": priv, "pub": pub, "peer": peer, "psk": self.psk, "initiator": False,
+        c._kx = {"priv": bytearray(priv), "pub": pub, "peer": peer, "psk": bytearray(self.psk), "initiator": False,
                  "transcript": c._key[1] + peer + pub}  # challenge + the client's nonce, then both public keys
 
     def accept(self, timeout: float | None = None) -> Connection:
@@ -494,12 +565,13 @@ def connect(addr: str, port: int, info: RemoteInfo, timeout: float = SETUP_TIMEO
             # proven over our nonce too: a recorded answer does not pass
             _check_proof(psk, challenge + nonce, ans, b"answer", "server")
             ans = _unseal_json(keys["s2c"], b"mrc answer", ans.get("sealed"), "answer")
+            c._arm(keys["c2s"], keys["s2c"])
         c.peer = info_from_json(ans.get("info"))
         c.answer = ans
         if security != "off":
             peer = _hex(ans.get("kx"), 32, 32, "the answer's kx (an X25519 public key)")
             c.security = security
-            c._kx = {"priv": priv, "pub": pub, "peer": peer, "psk": psk, "initiator": True,
+            c._kx = {"priv": bytearray(priv), "pub": pub, "peer": peer, "psk": bytearray(psk), "initiator": True,
                      "transcript": challenge + nonce + pub + peer}
         return c
     except BaseException:

@@ -488,18 +488,26 @@ class ConnectedQP(QueuePair):
     profiles: tuple | list = ()
     ev_profile = None
     security = "off"
+    _keyed = False  # keys installed once: the QP is secured for life
 
     def connect(self, remote: RemoteInfo, keys=None) -> None:  # type: ignore[override]
         """Connect to ``remote`` (its paths from the EV profile when the QP has
         one); a secured QP under ``keys``, its connection setup's
-        (``conn.keys(qp.qpn, remote.qpn)``)."""
-        if keys is None and self.security != "off":
+        (``conn.keys(qp.qpn, remote.qpn)``), which are wiped here once
+        installed. Reconnecting (after ERROR and RESET) may give the same keys
+        again, new ones, or none (the QP keeps those it has): its packet numbers
+        go on either way (protocol.md 8, nonces)."""
+        if keys is None and self.security != "off" and not self._keyed:
             raise ErrnoError(errno.EINVAL, f"QP {self.qpn} runs security {self.security}: connect it with the keys "
                                            f"of its connection setup (conn.keys(qp.qpn, peer.qpn))")
         if keys is not None:
             if keys.mode != mode_of(self.security):
                 raise ErrnoError(errno.EINVAL, f"QP {self.qpn} runs security {self.security}, the keys another mode")
-            self.set_keys(keys)
+            try:
+                self.set_keys(keys)
+            finally:
+                ffi.memmove(keys, bytes(ffi.sizeof(keys[0])), ffi.sizeof(keys[0]))
+            self._keyed = True
         prof = self.ev_profile
         if prof is not None:
             # the profile's paths (its denied ones too: allow brings them back) replace the peer's own

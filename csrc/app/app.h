@@ -116,9 +116,14 @@ struct mrc_cm {
     int initiator;
     /* under a key, the two messages travel sealed: (key, IV) each way, from the key, challenge and nonce */
     uint8_t c2s[44], s2c[44];
+    /* and so does every message after them (sealed set once the answer went): the next one's number
+     * each way, the hello and the answer being 0 (mrc.cm's Connection) */
+    int sealed;
+    uint64_t ntx, nrx;
 };
 
 int chan_read_psk(const char *path, uint8_t *key, size_t *len);
+void chan_arm(struct mrc_cm *cm);          /* the hello and the answer went: seal from message 1 on */
 struct mrc_cm *chan_new(int fd);           /* NULL (fd closed) when out of memory */
 void chan_refuse(struct mrc_cm *cm, int err); /* tell the peer why (mrc_last_error), then let it go */
 #endif

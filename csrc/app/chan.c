@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,13 +37,94 @@ int chan_read_psk(const char *path, uint8_t *key, size_t *len)
     return 0;
 }
 
+/* (key, nonce) of a direction's message n: the IV XOR n in its last 8 bytes */
+static void nth(const uint8_t key_iv[44], uint64_t n, uint8_t nonce[12])
+{
+    memcpy(nonce, key_iv + 32, 12);
+    for (int i = 0; i < 8; i++)
+        nonce[4 + i] ^= (uint8_t)(n >> (56 - 8 * i));
+}
+
+static const char MSG_AAD[] = "mrc message";
+
+void chan_arm(struct mrc_cm *cm)
+{
+    cm->sealed = cm->auth;
+    cm->ntx = cm->nrx = 1;
+}
+
+/* {"sealed": hex of the message under our direction's key and its next number} into b */
+static int seal_line(struct mrc_cm *cm, const char *json_object, size_t len, struct text *b)
+{
+    const uint8_t *k = cm->initiator ? cm->c2s : cm->s2c;
+    uint8_t nonce[12], *sealed = malloc(len + SEAL_TAG);
+    char *hex = malloc(2 * (len + SEAL_TAG) + 1);
+    nth(k, cm->ntx, nonce);
+    int rc = sealed && hex ? mrc_sec_aead(1, k, nonce, (const uint8_t *)MSG_AAD, sizeof(MSG_AAD) - 1,
+                                          (const uint8_t *)json_object, (uint32_t)len, sealed)
+                           : -ENOMEM;
+    if (rc == 0) {
+        cm->ntx++;
+        hex_encode(sealed, len + SEAL_TAG, hex);
+        text_put(b, "{\"sealed\":\"", 11);
+        text_put(b, hex, strlen(hex));
+        text_put(b, "\"}", 2);
+    }
+    free(sealed);
+    free(hex);
+    return rc < 0 ? app_fail(ENOMEM, "cannot seal a connection-setup message") : 0;
+}
+
+/* cm->msg, {"sealed": ...} and nothing else, becomes the message it carries: the next of its direction. */
+static int open_line(struct mrc_cm *cm)
+{
+    const uint8_t *k = cm->initiator ? cm->s2c : cm->c2s;
+    int m = json_member(&cm->msg, 0, "sealed");
+    const char *hex = json_str(&cm->msg, m);
+    uint64_t n = cm->nrx;
+    if (!hex || json_len(&cm->msg, 0) != 1)
+        return app_fail(EACCES, "setup-channel message %llu came unsealed on a sealed channel (a relay without "
+                        "the key?): the connection ends", (unsigned long long)n);
+    size_t len = strlen(hex) / 2;
+    uint8_t *raw = len ? malloc(len) : NULL, *plain = len ? malloc(len) : NULL, nonce[12];
+    int rc = raw && plain && len > SEAL_TAG && hex_decode(hex, raw, len) == (int)len ? 0 : -EACCES;
+    nth(k, n, nonce);
+    if (rc == 0)
+        rc = mrc_sec_aead(0, k, nonce, (const uint8_t *)MSG_AAD, sizeof(MSG_AAD) - 1, raw, (uint32_t)len, plain);
+    if (rc == 0) {
+        cm->nrx++;
+        json_free(&cm->msg);
+        rc = json_parse(&cm->msg, (const char *)plain, len - SEAL_TAG, "a sealed connection-setup message");
+        if (rc == 0 && cm->msg.n[0].type != J_OBJ) {
+            json_free(&cm->msg);
+            rc = app_fail(EPROTO, "bad connection-setup message: the sealed message is not a JSON object");
+        }
+    } else {
+        rc = app_fail(EACCES, "setup-channel message %llu did not verify: changed, replayed, out of order or one "
+                      "before it dropped on the way; the connection ends", (unsigned long long)n);
+    }
+    if (plain)
+        OPENSSL_cleanse(plain, len);
+    free(raw);
+    free(plain);
+    return rc;
+}
+
 int mrc_cm_send(struct mrc_cm *cm, const char *json_object)
 {
     size_t len = strlen(json_object);
     if (len >= MAX_LINE || memchr(json_object, '\n', len))
         return app_fail(EINVAL, "a connection-setup message is one line of less than %u bytes", MAX_LINE);
     struct text b = {0};
-    text_put(&b, json_object, len);
+    if (cm->sealed) {
+        int rc = seal_line(cm, json_object, len, &b);
+        if (rc < 0) {
+            text_free(&b);
+            return rc;
+        }
+    } else {
+        text_put(&b, json_object, len);
+    }
     text_put(&b, "\n", 1);
     if (b.oom) {
         text_free(&b);
@@ -104,6 +186,10 @@ int mrc_cm_recv(struct mrc_cm *cm, int timeout_ms)
         json_free(&cm->msg);
         return app_fail(EPROTO, "bad connection-setup message: not a JSON object");
     }
+    if (cm->sealed && (rc = open_line(cm)) < 0) {
+        json_free(&cm->msg);
+        return rc;
+    }
     int err = json_member(&cm->msg, 0, "error");
     if (err >= 0) {
         uint64_t code = EPROTO;
@@ -153,8 +239,7 @@ void mrc_cm_close(struct mrc_cm *cm)
         close(cm->fd);
     json_free(&cm->msg);
     free(cm->in);
-    explicit_bzero(cm->key, sizeof(cm->key));
-    explicit_bzero(cm->kx_priv, sizeof(cm->kx_priv));
+    OPENSSL_cleanse(cm, sizeof(*cm)); /* the key, the X25519 private key, the channel's keys */
     free(cm);
 }
 

@@ -10,6 +10,7 @@
  * is dropped. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <openssl/crypto.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
@@ -82,7 +83,7 @@ static int setup_keys(struct mrc_cm *cm)
                           sizeof(info) - 1, out, sizeof(out));
     memcpy(cm->c2s, out, 44);
     memcpy(cm->s2c, out + 44, 44);
-    explicit_bzero(out, sizeof(out));
+    OPENSSL_cleanse(out, sizeof(out));
     return rc < 0 ? app_fail(-rc, "cannot derive the setup's keys") : 0;
 }
 
@@ -105,6 +106,8 @@ static int unseal_msg(struct mrc_cm *cm, const uint8_t key_iv[44], const char *a
         rc = rc == -EPROTO ? app_fail(EPROTO, "bad connection-setup message: the %s has no sealed part", what)
                            : app_fail(EACCES, "the sealed %s did not verify (another key?)", what);
     }
+    if (plain) /* the decrypted text (QP numbers, keys) is not left behind */
+        OPENSSL_cleanse(plain, n);
     free(raw);
     free(plain);
     return rc;
@@ -244,7 +247,7 @@ void mrc_cm_listener_close(struct mrc_cm_listener *l)
         return;
     if (l->fd >= 0)
         close(l->fd);
-    memset(l->psk, 0, sizeof(l->psk));
+    OPENSSL_cleanse(l->psk, sizeof(l->psk));
     free(l);
 }
 
@@ -321,7 +324,10 @@ int mrc_cm_accept(struct mrc_cm_listener *l, struct mrc_ctx *c, int timeout_ms, 
 int mrc_cm_reply(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mine, const char *extra)
 {
     app_clear_error();
-    return send_side(cm, c, mine, extra, "answer", NULL);
+    int rc = send_side(cm, c, mine, extra, "answer", NULL);
+    if (rc == 0)
+        chan_arm(cm); /* from here on, every message each way is sealed */
+    return rc;
 }
 
 /* --------------------------------------------------------- the connector */
@@ -404,6 +410,7 @@ static int exchange(struct mrc_cm *cm, struct mrc_ctx *c, const char *psk_file, 
     if (auth && ((rc = check_proof(cm, "answer", "server")) < 0 || (rc = unseal_msg(cm, cm->s2c, "mrc answer",
                                                                                     "answer")) < 0))
         return rc;
+    chan_arm(cm); /* from here on, every message each way is sealed */
     if ((rc = key_exchange(cm, mine->security, "server")) < 0)
         return rc;
     return app_remote(app_of(c), &cm->msg, json_member(&cm->msg, 0, "info"), peer);
@@ -455,7 +462,8 @@ int mrc_cm_qp_connect(struct mrc_cm *cm, struct mrc_ctx *c, struct mrc_local *mi
                                 (uint32_t)cm->initiator, cm->security, &k);
         if (rc == 0)
             rc = mrc_qp_set_keys(c, mine->qpn, &k);
-        explicit_bzero(&k, sizeof(k));
+        OPENSSL_cleanse(&k, sizeof(k));
+        OPENSSL_cleanse(seen, sizeof(seen));
         if (rc < 0)
             return app_fail(-rc, "cannot secure QP %u: %s", mine->qpn, strerror(-rc));
     }

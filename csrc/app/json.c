@@ -5,6 +5,7 @@
  * computed over (Python's sort_keys and compact separators). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -393,6 +394,8 @@ int json_parse(struct json *d, const char *text, size_t len, const char *what)
 void json_free(struct json *d)
 {
     free(d->n);
+    if (d->strs) /* a decrypted message's text is not left behind */
+        OPENSSL_cleanse(d->strs, d->scap);
     free(d->strs);
     memset(d, 0, sizeof(*d));
 }

@@ -37,7 +37,11 @@ def _job_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--port", type=int, default=0, metavar="P", help="rank 0's setup port (default: a random one "
                                                                      "from the launcher; 18700 by hand)")
     g.add_argument("--job", help="with --rank: the job id every rank is given (a stranger's hello is refused)")
-    g.add_argument("--psk-file", metavar="FILE", help="a pre-shared key every rank proves it holds at setup")
+    g.add_argument("--psk-file", metavar="FILE", help="a pre-shared key every rank proves it holds at setup; "
+                                                     "the bootstrap's messages travel sealed under it")
+    g.add_argument("--security", choices=["off", "auth", "encrypt"], default="off",
+                   help="authenticated MRC for every QP of the job (needs --psk-file): auth tags every packet, "
+                        "encrypt also hides the payload (default off)")
     g.add_argument("--channels", type=int, default=2, help="QPs per rank pair (default 2; each sprays over every "
                                                           "plane)")
     g.add_argument("--slots", type=int, default=8, help="receive slots per channel, the credits (default 8)")
@@ -131,6 +135,8 @@ def check_args(a: argparse.Namespace, cmd: str, nranks: int) -> None:
                          .replace("slot_bytes=", "--slot-size ")) from None
     if not a.timeout > 0:
         raise UsageError(f"--timeout must be above 0 s, not {a.timeout}")
+    if a.security != "off" and not a.psk_file:
+        raise UsageError(f"--security {a.security} needs --psk-file (the job's pre-shared key)")
     if cmd == "coll":
         if a.minbytes > a.maxbytes:
             raise UsageError(f"-b {a.minbytes} is above -e {a.maxbytes}")
@@ -197,7 +203,7 @@ def _comm(a: argparse.Namespace):
 
         prof = qp_profile(rate, len(from_environment().local_ports()) or 1)
     net = FabricNet(a.rank, a.nranks, a.root_addr, a.port or 18700, a.job, psk=psk, port_rate_bps=rate,
-                    spin_us=a.spin_us, qp_attr=prof)
+                    spin_us=a.spin_us, qp_attr=prof, security=a.security)
     try:
         return Communicator(a.rank, a.nranks, net, channels=a.channels, slots=a.slots, slot_bytes=a.slot_size,
                             timeout=a.timeout)

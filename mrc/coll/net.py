@@ -13,6 +13,13 @@ receives and says ``ready``; rank 0 says ``go`` when all have. Pairs an
 algorithm needs later (all-to-all: every pair) are connected the same way
 at the first call that needs them.
 
+Secured (``security`` "auth" or "encrypt", with the job's pre-shared key):
+the control connections are ``mrc.cm``'s, sealed after the handshake; every
+QP offer carries an ephemeral X25519 public key (``kx``), and each QP pair's
+keys come from the two ranks' exchange (HKDF salted with the key, bound to
+the job, both ranks, both public keys and both QP numbers), so rank 0,
+which relays the offers, never holds another pair's keys.
+
 The TCP connections stay open as the control plane, one JSON line per
 message (cm's framing, at most 64 KiB): ``abort`` from any rank is relayed
 by rank 0 to every rank; a rank whose connection closes without ``bye``
@@ -31,7 +38,7 @@ import socket
 import threading
 import time
 
-from mrc import cm
+from mrc import cm, secure
 from mrc.coll.comm import Communicator, Link
 from mrc.errors import ErrnoError, MrcError, UsageError
 from mrc.verbs import Context, QPAttr
@@ -44,11 +51,14 @@ QP_EXP_CNT = 10
 MAX_JOB = 64
 
 
-def check_hello(h: dict, job: str, nranks: int, taken: set[int]) -> str | None:
+def check_hello(h: dict, job: str, nranks: int, taken: set[int], security: str = "off") -> str | None:
     """Why rank 0 refuses a hello (None: it is one of this job's ranks, not taken yet)."""
     who = h.get("rank")
     if h.get("job") != job:
         return f"job {str(h.get('job'))[:40]!r} is not this job"
+    if h.get("qp_security", "off") != security:
+        return (f"this job's QPs run security {security}, rank {str(who)[:20]} asked for "
+                f"{str(h.get('qp_security'))[:20]!r} (give every rank the same --security)")
     if h.get("nranks") != nranks:
         return f"nranks {str(h.get('nranks'))[:20]} is not {nranks}"
     if not isinstance(who, int) or isinstance(who, bool) or not 1 <= who < nranks or who in taken:
@@ -104,11 +114,16 @@ class FabricNet:
 
     def __init__(self, rank: int, nranks: int, root: str, port: int, job: str, psk: bytes | None = None,
                  ctx: Context | None = None, port_rate_bps: int = 0, spin_us: float | None = None,
-                 join_timeout: float = JOIN_TIMEOUT, qp_attr: dict | None = None) -> None:
+                 join_timeout: float = JOIN_TIMEOUT, qp_attr: dict | None = None, security: str = "off") -> None:
         """``qp_attr``: QPAttr fields every QP gets (timers and NSCC for a rate-limited fabric:
-        ``mrc.fabric.qos.qp_profile``)."""
+        ``mrc.fabric.qos.qp_profile``). ``security`` "auth" or "encrypt" (with ``psk``) secures every QP."""
         if not job or len(job) > MAX_JOB or not job.isprintable():
             raise UsageError(f"the job id must be 1 to {MAX_JOB} printable characters")
+        secure.mode_of(security)
+        if security != "off" and psk is None:
+            raise UsageError(f"security {security} needs the job's pre-shared key: give --psk-file")
+        self.security = security
+        self._kx: dict[tuple[int, int], tuple[bytearray, bytes]] = {}  # (peer, channel) -> our X25519 pair
         if not 1 <= nranks <= 4096 or not 0 <= rank < nranks:
             raise UsageError(f"rank {rank} of {nranks}: ranks are 0 to nranks - 1")
         self.rank, self.nranks, self.root, self.port, self.job, self.psk = rank, nranks, root, port, job, psk
@@ -235,24 +250,50 @@ class FabricNet:
             for ch in range(comm.channels):
                 qp = self.ctx.create_qp(cq=self.cq, attr=QPAttr(**{"exp_cnt": QP_EXP_CNT, **self.qp_attr,
                                                                    "rq_depth": depth, "sq_depth": depth,
-                                                                   "max_wimm": min(256, depth)}))
+                                                                   "max_wimm": min(256, depth)}),
+                                        security=self.security)
                 region = self.ctx.reg_mr(bytearray(comm.region_bytes()), remote_write=True)
                 link = Link(peer, ch, qp, region, 0, 0)
                 comm.links[(peer, ch)] = link
                 comm.by_qpn[qp.qpn] = link
-                infos.append(cm.info_to_json(self.ctx.local_info(qp, region)))
+                info = cm.info_to_json(self.ctx.local_info(qp, region))
+                if self.security != "off":
+                    priv, pub = secure.keypair()
+                    self._kx[(peer, ch)] = (bytearray(priv), pub)
+                    info["kx"] = pub.hex()
+                infos.append(info)
             offers[str(peer)] = infos
         return offers
 
     def _connect(self, comm: Communicator, theirs: dict) -> None:
-        """Connect our QPs to what each peer offered us, and post the receives."""
+        """Connect our QPs to what each peer offered us (secured: under the pair's keys), and post the receives."""
         mine = {peer for peer, _ in comm.links}
         for peer, infos in parse_offers(theirs, self.nranks, comm.channels, comm.region_bytes(), mine).items():
             for ch, info in enumerate(infos):
                 link = comm.links[(peer, ch)]
-                link.qp.connect(info)
+                keys = self._pair_keys(peer, ch, link.qp.qpn, info.qpn, theirs[str(peer)][ch].get("kx"))
+                link.qp.connect(info, keys)
                 link.raddr, link.rkey = info.addr, info.rkey
                 link.qp.post_recv([0] * (2 * comm.slots + 4))
+
+    def _pair_keys(self, peer: int, ch: int, my_qpn: int, peer_qpn: int, peer_kx):
+        """Our QP's keys toward ``peer``'s on channel ``ch`` (None: not secured). The lower rank
+        is the initiator; the transcript is the job, both ranks, both public keys, both QP numbers,
+        lower rank first, so both ends derive the same. Our private key is wiped once used."""
+        if self.security == "off":
+            return None
+        theirs = cm._hex(peer_kx, 32, 32, f"rank {peer}'s QP offer's kx (an X25519 public key)")
+        priv, pub = self._kx.pop((peer, ch))
+        lo = self.rank < peer
+        pubs = (pub, theirs) if lo else (theirs, pub)
+        qpns = (my_qpn, peer_qpn) if lo else (peer_qpn, my_qpn)
+        ranks = (self.rank, peer) if lo else (peer, self.rank)
+        seen = (b"mrc coll v1 " + self.job.encode() + b"".join(r.to_bytes(4, "big") for r in (*ranks, ch)) +
+                b"".join(pubs) + b"".join(q.to_bytes(4, "big") for q in qpns))
+        try:
+            return secure.derive(bytes(priv), theirs, self.psk, seen, lo, self.security)
+        finally:
+            priv[:] = bytes(len(priv))
 
     @staticmethod
     def _route(got: dict, dst: int) -> dict:
@@ -262,7 +303,7 @@ class FabricNet:
     # ------------------------------------------------------------ bootstrap
     def _hello_extra(self, offers: dict) -> dict:
         return {"job": self.job, "rank": self.rank, "nranks": self.nranks, "qps": offers,
-                "host": self.ctx.resolver.host}
+                "host": self.ctx.resolver.host, "qp_security": self.security}
 
     def _join(self, comm: Communicator, offers: dict) -> None:
         succ = str((self.rank + 1) % self.nranks)
@@ -316,7 +357,7 @@ class FabricNet:
                 continue  # a bad hello was refused: the job goes on
             h = c.hello
             who = h.get("rank")
-            why = check_hello(h, self.job, self.nranks, set(conns))
+            why = check_hello(h, self.job, self.nranks, set(conns), self.security)
             if why:
                 c.refuse(ErrnoError(errno.EPERM, why))
                 continue
@@ -442,20 +483,25 @@ class FabricNet:
             self.ctx.close()
         for fd in (self._wake_r, self._wake_w):
             os.close(fd)
+        for priv, _ in self._kx.values():
+            priv[:] = bytes(len(priv))
+        self._kx.clear()
 
 
 def init(rank: int, nranks: int, root_addr: str, job: str, port: int = 18700, psk: bytes | None = None,
          channels: int = 2, slots: int = 8, slot_bytes: int = 1 << 19, timeout: float = 120.0,
-         **net_kw) -> Communicator:
+         security: str = "off", **net_kw) -> Communicator:
     """Join job ``job`` as ``rank`` of ``nranks``: rank 0 listens on ``port`` (on its
     management address when the topology names it, else on all), the others connect
     to ``root_addr``. Returns the communicator once every rank has joined and the
     ring is connected (``net_kw``: FabricNet's options, e.g. ``port_rate_bps``).
+    ``security`` "auth" or "encrypt" (with ``psk``) seals every QP's packets and the
+    bootstrap's messages.
 
     >>> comm = init(rank, 4, "fd6e::1", job="step-42")              # doctest: +SKIP
     >>> grads = comm.all_reduce(np.ones(1 << 20, np.float32))       # doctest: +SKIP
     """
-    net = FabricNet(rank, nranks, root_addr, port, job, psk=psk, **net_kw)
+    net = FabricNet(rank, nranks, root_addr, port, job, psk=psk, security=security, **net_kw)
     try:
         return Communicator(rank, nranks, net, channels=channels, slots=slots, slot_bytes=slot_bytes,
                             timeout=timeout)

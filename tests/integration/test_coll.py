@@ -45,6 +45,20 @@ def test_collectives_verified_on_four_hosts(four, collective):
     assert r["qp_counters"]["qps_not_rts"] == 0
 
 
+@pytest.mark.parametrize("mode", ["auth", "encrypt"])
+def test_secured_collectives_verified_and_a_rank_with_another_mode_refused(four, tmp_path, mode):
+    """--security: every QP sealed, every pair keyed by its two ranks (the all-to-all connects the pairs
+    rank 0 only relays), the bootstrap sealed under the key; a job without the key is refused at once."""
+    key = tmp_path / "key"
+    key.write_text("k" * 32)
+    r = coll(four, "all_to_all", "-b", "64K", "-e", "1M", "-f", "16", "-n", "2", "-w", "1", "--security", mode,
+             "--psk-file", str(key))
+    assert r["qp_errors"] == 0 and [row["wrong"] for row in r["rows"]] == [0, 0]
+    p = subprocess.run([*MRC, "coll", "all_reduce", "--fabric", four.name, "--security", mode], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "--psk-file" in p.stderr
+
+
 def test_a_link_and_a_plane_cut_mid_run_change_nothing(four):
     p = subprocess.Popen([*MRC, "coll", "all_reduce", "-b", "8M", "-e", "8M", "-n", "30", "-w", "1", "--check",
                           "--json", "--fabric", four.name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
