@@ -2,8 +2,10 @@
 process on the peer host, with the peer's address and a plain UDP socket,
 forges a write, a SACK, a NACK, a port status, a trim and answers to
 the probes of a dead path; a forger on the
-receiver's leaf port (a raw socket in the switch) replays a captured frame
-and sends one it changed. Secured (auth, encrypt): none has any effect, and
+receiver's leaf port (a raw socket in the switch) replays a captured frame,
+sends one it changed, and one it trimmed; the same forger watches two
+reconnects under the same keys, and moves a dead path's probes onto a live
+plane; a relay without the key meddles with the setup channel. Secured (auth, encrypt): none has any effect, and
 each is counted. Off: each but the plain replay takes effect (what
 InfiniBand-level protection leaves to an attacker that learned the QP's
 numbers, or sees its packets), as the README's security table says."""
@@ -24,14 +26,19 @@ def test_a_secured_connection_ignores_every_forgery_and_counts_it(fabric, mode, 
     assert not r["any_effect"], r
     if kind == "probe":  # a burst this fast loses some on the kernel's way; each that arrives is counted
         assert list(r["counted"]) == ["auth"] and 0 < r["counted"]["auth"] <= hostile_peer.PROBE_ANSWERS, r
+    elif kind == "moved":  # every probe moved onto the live plane is refused as moved
+        assert r["counted"]["probes_moved"] > 0 and r["counted"]["moved"] == r["counted"]["probes_moved"], r
+    elif kind == "relay":  # each of the 10 meddlings (5 kinds, both ways) ended its channel
+        assert r["counted"] == {"auth": 10}, r
     else:
-        assert r["counted"] == {"replay" if kind == "replay" else "auth": 1}, r
+        assert r["counted"] == {"replay" if kind in ("replay", "rekey") else "auth": 1}, r
 
 
 @pytest.mark.parametrize("kind,effect", [("write", "bytes_written"), ("sack", "completions_changed"),
                                          ("nack", "qp_errors"), ("port", "peer_port_changes"),
                                          ("trim", "nacks_caused"), ("probe", "evs_revived"),
-                                         ("tamper", "bytes_written")])
+                                         ("tamper", "bytes_written"), ("ftrim", "nacks_caused"),
+                                         ("moved", "evs_revived"), ("relay", "changes_taken")])
 def test_without_security_each_forgery_takes_effect(fabric, kind, effect):
     r = hostile_peer.attack(fabric, "off", kind)
     assert r["effects"][effect] > 0, r
