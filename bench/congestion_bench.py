@@ -62,6 +62,7 @@ from mrc.fabric.topology import Topology  # noqa: E402
 from mrc.units import parse_rate, parse_size, percentile  # noqa: E402
 
 TRANSPORTS = ("mrc", "tcp_cubic", "tcp_bbr", "mptcp")
+SECURED = ("mrc_auth", "mrc_encrypt")  # authenticated MRC: asked for by name (--transports mrc,mrc_auth)
 WORKLOADS = ("incast", "victim", "alltoall")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -419,6 +420,11 @@ def rounds_summary(rounds: list[dict], transports: list[str], ideal_ms: float) -
         theirs = [r[tr] for r in rounds if r.get(tr)]
         if theirs:
             out[f"ideal_vs_{tr}_median"] = round(ideal_ms / statistics.median(theirs), 3)
+    for tr in set(transports) & set(SECURED):  # a secured mode's p99 over off's, round by round
+        ratios = sorted(round(r[tr] / r["mrc"], 3) for r in rounds if r.get("mrc") and r.get(tr))
+        if ratios:
+            out[f"{tr[4:]}_over_off_p99_median"] = round(statistics.median(ratios), 3)
+            out[f"{tr[4:]}_over_off_p99_spread"] = [ratios[0], ratios[-1]]
     mine = [r["mrc"] for r in rounds if r.get("mrc")]
     if mine:
         out["p99_ms_median"] = round(statistics.median(mine), 2)
@@ -461,7 +467,9 @@ def main() -> int:
     ap.add_argument("--msg", type=parse_size, default=1 << 20, help="message size (default 1M)")
     ap.add_argument("--seconds", type=float, default=5.0, help="length of each run (default 5)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--transports", default=",".join(TRANSPORTS))
+    ap.add_argument("--transports", default=",".join(TRANSPORTS),
+                    help=f"of {','.join(TRANSPORTS + SECURED)} (default {','.join(TRANSPORTS)}); MRC's modes "
+                         "alone (mrc,mrc_auth,mrc_encrypt) are saved as congestion_bench_security")
     ap.add_argument("--plots", metavar="DIR", help="write a PNG per workload into DIR")
     ap.add_argument("--no-nic-rate", action="store_true",
                     help="a control: leave the hosts' ports unlimited (only the switch ports queue)")
@@ -501,8 +509,9 @@ def main() -> int:
     workloads = [w for w in a.workloads.split(",") if w]
     transports = [x for x in a.transports.split(",") if x]
     for x in transports:
-        if x not in TRANSPORTS:
-            print(f"congestion_bench: unknown transport {x!r} (use {', '.join(TRANSPORTS)})", file=sys.stderr)
+        if x not in TRANSPORTS + SECURED:
+            print(f"congestion_bench: unknown transport {x!r} (use {', '.join(TRANSPORTS + SECURED)})",
+                  file=sys.stderr)
             return 2
     problem = check_args(a, workloads) or (None if 1 <= a.rounds <= 20 else f"--rounds {a.rounds}: 1 to 20")
     if problem:
@@ -563,8 +572,10 @@ def main() -> int:
     finally:
         reader.close()
         apply.down(t.name)
-    if a.save:
-        store.save("congestion_bench", out, a.save, srv6=out.get("srv6"))
+    if a.save:  # MRC's modes alone (mrc,mrc_auth,...): authenticated MRC's run, kept apart
+        name = "congestion_bench_security" if set(transports) <= {"mrc", *SECURED} and len(transports) > 1 else \
+            "congestion_bench"
+        store.save(name, out, a.save, srv6=out.get("srv6"))
     if a.json:
         print(json.dumps(out, indent=1))
     return 0

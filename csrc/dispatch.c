@@ -219,7 +219,7 @@ static uint32_t tx_ctrl(struct mrc_ep *ep, uint64_t now, uint8_t *buf, uint32_t 
         memcpy(buf + *used, c->buf, c->len);
         if (c->sec_qpn) { /* a secured QP's: numbered and sealed now, in the order packets leave */
             struct qp *q = ep_qp(ep, c->sec_qpn);
-            if (!q || !q->sec || sec_seal(q, buf + *used, c->len, c->len - MRC_TAG_LEN, ev_plane(c->ev)) < 0) {
+            if (!q || !q->sec || sec_seal(q, buf + *used, c->len, c->len - MRC_TAG_LEN, ev_plane(c->ev), NULL) < 0) {
                 ep_ctrl_pop(ep); /* its QP is gone, or changed: nothing leaves unsealed */
                 continue;
             }

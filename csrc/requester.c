@@ -40,6 +40,23 @@ static void gather(const struct wqe *w, uint32_t off, uint32_t len, uint8_t *dst
     }
 }
 
+/* Where len bytes from off of w's payload are: the pieces of its SGEs. */
+static void segments(const struct wqe *w, uint32_t off, uint32_t len, struct sec_src *out)
+{
+    for (uint32_t i = 0; i < w->wr.num_sge && len; i++) {
+        const struct mrc_sge *s = &w->wr.sg_list[i];
+        if (off >= s->length) {
+            off -= s->length;
+            continue;
+        }
+        uint32_t n = s->length - off < len ? s->length - off : len;
+        out->p[out->n] = (const uint8_t *)(uintptr_t)s->addr + off;
+        out->len[out->n++] = n;
+        len -= n;
+        off = 0;
+    }
+}
+
 /* A data packet into out; with sum (a packet in the clear), its
  * ones'-complement sum taken in the same pass as the copy and the ICRC. */
 static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int ackreq, int rtx, uint8_t *out,
@@ -71,10 +88,14 @@ static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int ack
     int hl = mrc_pkt_build_hdr(&p, out, cap);
     if (hl < 0)
         return hl;
-    if (q->sec) { /* the tag, not the ICRC: sealed once it is whole */
-        gather(w, pe->off, pe->len, out + hl, NULL, NULL, 0);
+    if (q->sec) { /* the tag, not the ICRC: sealed once it is whole (encrypted on its way in) */
+        struct sec_src src = {.n = 0}, *from = sec_wants_src(q) ? &src : NULL;
+        if (from)
+            segments(w, pe->off, pe->len, from);
+        else
+            gather(w, pe->off, pe->len, out + hl, NULL, NULL, 0);
         int len = mrc_pkt_finish(out, (uint32_t)hl + pe->len);
-        return sec_seal(q, out, (uint32_t)len, (uint32_t)hl, ev_plane(pe->ev)) < 0 ? -EIO : len;
+        return sec_seal(q, out, (uint32_t)len, (uint32_t)hl, ev_plane(pe->ev), from) < 0 ? -EIO : len;
     }
     /* the payload copied, the ICRC and the checksum extended over it in one pass */
     uint32_t crc = mrc_crc32c(0, out, (uint32_t)hl), end = (uint32_t)hl + pe->len;
@@ -173,7 +194,7 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         struct mrc_pkt p = {.opcode = MRC_OP_RELIABILITY_PROBE, .pkey = q->pkey, .dqpn = q->dqpn, .probe_id = pid,
                             .ev = e->ev, .t1 = now, .sec_mode = sec_mode(q)};
         int len = mrc_pkt_build(&p, NULL, buf + *used, buflen - *used);
-        if (len < 0 || (q->sec && sec_seal(q, buf + *used, (uint32_t)len, (uint32_t)len - MRC_TAG_LEN, ev_plane(e->ev)) < 0))
+        if (len < 0 || (q->sec && sec_seal(q, buf + *used, (uint32_t)len, (uint32_t)len - MRC_TAG_LEN, ev_plane(e->ev), NULL) < 0))
             break;
         emit(ep, now, &d[n++], *used, len, e->ev, q, MRC_DSCP_CONTROL << 2, 0);
         *used += (uint32_t)len;

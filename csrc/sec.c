@@ -213,6 +213,27 @@ static int gcm(EVP_CIPHER_CTX *ctx, int enc, const uint8_t nonce[12], const uint
     return ok == 1 ? 0 : -EBADMSG;
 }
 
+/* AES-GCM sealing as gcm() does, the body taken from n segments (src,
+ * lens) instead of one buffer: ENCRYPT encrypts a WQE's payload straight
+ * from the application's memory into the packet, one pass, no copy first. */
+static int gcm_from(EVP_CIPHER_CTX *ctx, const uint8_t nonce[12], const uint8_t *aad, uint32_t aad_len,
+                    const struct sec_src *src, uint8_t *out, uint8_t tag[MRC_TAG_LEN])
+{
+    uint8_t none[MRC_TAG_LEN];
+    int n = 0, ok = EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce);
+    if (ok && aad_len)
+        ok = EVP_EncryptUpdate(ctx, NULL, &n, aad, (int)aad_len);
+    for (uint32_t i = 0; ok && i < src->n; i++) {
+        ok = EVP_EncryptUpdate(ctx, out, &n, src->p[i], (int)src->len[i]);
+        out += src->len[i];
+    }
+    if (ok)
+        ok = EVP_EncryptFinal_ex(ctx, none, &n);
+    if (ok)
+        ok = EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, MRC_TAG_LEN, tag);
+    return ok == 1 ? 0 : -EBADMSG;
+}
+
 /* A data packet's header tag (the SECH's last 8 bytes): GMAC under the
  * direction's key, with its own nonce, over the headers a trimming switch
  * keeps (BTH..IMMDT, hl bytes) less the tag itself. */
@@ -225,7 +246,7 @@ static int htag(EVP_CIPHER_CTX *ctx, int enc, const uint8_t iv[12], uint64_t pn,
     return gcm(ctx, enc, nonce, pkt, at, pkt + at + HTAG_LEN, hl - at - HTAG_LEN, NULL, 0, NULL, tag, HTAG_LEN);
 }
 
-int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len, uint32_t hl, uint32_t port)
+int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len, uint32_t hl, uint32_t port, const struct sec_src *src)
 {
     struct qp_sec *s = q->sec;
     if (!s || hl + MRC_TAG_LEN > len || (pkt[1] & 0x0F) != MRC_WIRE_SECURED || s->tx_pn >= SEC_PN_LIMIT)
@@ -251,8 +272,12 @@ int sec_seal(struct qp *q, uint8_t *pkt, uint32_t len, uint32_t hl, uint32_t por
     if (mrc_opcode_is_data(pkt[0]) && htag(s->tx.ctx, 1, s->tx.iv, pn, pkt, hl, x + MRC_SECH_LEN - HTAG_LEN) < 0)
         return -EIO; /* a data packet: its headers get a tag of their own, which a trim leaves */
     nonce_of(s->tx.iv, pn, 0, nonce);
+    if (src && s->mode == MRC_SEC_ENCRYPT)
+        return gcm_from(s->tx.ctx, nonce, pkt, aad, src, pkt + aad, pkt + body);
     return gcm(s->tx.ctx, 1, nonce, pkt, aad, NULL, 0, pkt + aad, body - aad, pkt + aad, pkt + body, MRC_TAG_LEN);
 }
+
+int sec_wants_src(const struct qp *q) { return q->sec && q->sec->mode == MRC_SEC_ENCRYPT; }
 
 static int seen(const struct qp_sec *s, uint64_t pn)
 {

@@ -44,7 +44,10 @@ import sys
 import threading
 import time
 
-TRANSPORTS = ("mrc", "tcp_cubic", "tcp_bbr", "mptcp")
+TRANSPORTS = ("mrc", "mrc_auth", "mrc_encrypt", "tcp_cubic", "tcp_bbr", "mptcp")
+#: the pre-shared key of a bench's secured flows: it salts each flow's own X25519 exchange, whose public
+#: keys travel in the infos the driver relays (a driver that relays them learns no flow's keys)
+BENCH_PSK = b"mrc workload: one bench's flows"
 MAX_MSG, MAX_SLOTS, MAX_FLOWS, MAX_SECONDS = 256 << 20, 64, 4096, 3600
 IPPROTO_MPTCP = 262
 SAMPLE_S = 0.05
@@ -108,6 +111,8 @@ class Worker:
         self.transport = setup.get("transport")
         if self.transport not in TRANSPORTS:
             raise ValueError(f"unknown transport {str(self.transport)[:40]!r}: use one of {', '.join(TRANSPORTS)}")
+        self.mrc = self.transport.startswith("mrc")
+        self.security = self.transport[4:] or "off"  # mrc_auth, mrc_encrypt: authenticated MRC
         # memory: a source or a region of msg x slots per flow
         self.msg, self.slots = _int(setup, "msg", 1, MAX_MSG), _int(setup, "slots", 1, MAX_SLOTS, 4)
         self.flows = _flows(setup, self.host)
@@ -123,7 +128,8 @@ class Worker:
     def setup(self) -> dict:
         """Make this host's endpoints for its flows; returns what peers need to connect."""
         infos = {}
-        if self.transport == "mrc":
+        if self.mrc:
+            from mrc import secure
             from mrc.cm import info_to_json
             from mrc.paths import from_environment
             from mrc.verbs import Context, QPAttr
@@ -142,7 +148,11 @@ class Worker:
                     f.buf = bytearray(size)
                     f.mr = ctx.reg_mr(f.buf, remote_write=True)
                     f.qp = ctx.create_qp(attr=attr)
+                f.qp.security = self.security
                 infos[f.id] = info_to_json(ctx.local_info(f.qp, f.mr))
+                if self.security != "off":
+                    f.kx = secure.keypair()
+                    infos[f.id]["kx"] = f.kx[1].hex()
         else:
             proto = IPPROTO_MPTCP if self.transport == "mptcp" else 0
             for f in self.flows:
@@ -158,12 +168,12 @@ class Worker:
 
     def connect(self, peers: dict) -> dict:
         """Connect the flows to their peers."""
-        if self.transport == "mrc":
+        if self.mrc:
             from mrc.cm import info_from_json
 
             for f in self.flows:
                 info = info_from_json(peers[str(f.id)])
-                f.qp.connect(info)
+                f.qp.connect(info, self._keys(f, info, peers[str(f.id)]))
                 f.remote = self.ctx.resolve(info)
             return {"connected": True}
         proto = IPPROTO_MPTCP if self.transport == "mptcp" else 0
@@ -184,6 +194,20 @@ class Worker:
                 f.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 self.socks.append(f.sock)
         return {"connected": True}
+
+    def _keys(self, f, info, peer: dict):
+        """A secured flow's keys: its two ends' X25519 exchange, the sender the initiator."""
+        if self.security == "off":
+            return None
+        from mrc import secure
+        from mrc.cm import _hex
+
+        theirs = _hex(peer.get("kx"), 32, 32, f"flow {f.id}'s kx")
+        priv, mine = f.kx
+        pubs, qpns = ((mine, theirs), (f.qp.qpn, info.qpn)) if f.sends else ((theirs, mine), (info.qpn, f.qp.qpn))
+        seen = b"mrc workload flow " + f.id.to_bytes(4, "big") + b"".join(pubs) + \
+            b"".join(q.to_bytes(4, "big") for q in qpns)
+        return secure.derive(priv, theirs, BENCH_PSK, seen, f.sends, self.security)
 
     # ------------------------------------------------------------ run
     def _mrc_send(self, f: _Flow, t0: float, end: float) -> None:
@@ -243,10 +267,10 @@ class Worker:
         threads, sending = [], []
         for f in self.flows:
             if f.sends:
-                fn = self._mrc_send if self.transport == "mrc" else self._tcp_send
+                fn = self._mrc_send if self.mrc else self._tcp_send
                 threads.append(threading.Thread(target=self._guard, args=(fn, f, t0, end), daemon=True))
                 sending.append(threads[-1])
-            elif self.transport != "mrc":
+            elif not self.mrc:
                 threads.append(threading.Thread(target=self._guard, args=(self._tcp_recv, f), daemon=True))
         from mrc.units import gc_paused
 
@@ -261,9 +285,9 @@ class Worker:
                 now = time.monotonic()
                 for f in senders:
                     f.timeline.append([round(now - t0, 4), f.done_bytes])
-                    if self.transport == "mrc":
+                    if self.mrc:
                         f.cwnd.append([round(now - t0, 4), f.qp.stats()["cwnd"]])
-                if now > end and not any(th.is_alive() for th in sending) and self.transport == "mrc":
+                if now > end and not any(th.is_alive() for th in sending) and self.mrc:
                     break
                 time.sleep(SAMPLE_S)
         cpu, wall = time.process_time() - cpu0, time.monotonic() - t0
@@ -273,7 +297,7 @@ class Worker:
                  "error": f.error,
                  "written": self._written(f),
                  "sha256": hashlib.sha256(memoryview(self._src(f))[:self._written(f)]).hexdigest()}
-            if self.transport == "mrc":
+            if self.mrc:
                 st = f.qp.stats()
                 r["stats"] = {k: st[k] for k in ("tx_packets", "rtx_packets", "rtx_bytes", "losses", "timeouts",
                                                  "ecn_marks", "trims", "probes_tx", "cwnd", "srtt_ns")}
