@@ -32,6 +32,8 @@ all-reduce and all-to-all at 256 and 1,024 NICs, with a T1 failed mid-run.
 
     python bench/coll_bench.py --json
     python bench/coll_bench.py --rounds 1 --size 16M --train-seconds 20 --train-pairs 1 --sim-nics 64 --json   # quicker
+    python bench/coll_bench.py --security --json   # MRC alone, security off, auth and encrypt alternated
+                                                   # (mrc coll --security, one key): auth_over_off, encrypt_over_off
 
 Needs root, OpenMPI and mpi4py (tools/setup.sh installs them; without them
 the MPI rows are skipped with a line).
@@ -151,10 +153,12 @@ class _Capture:
         pass
 
 
-def run_mrc_coll(t: Topology, a, coll: str) -> dict | None:
+def run_mrc_coll(t: Topology, a, coll: str, security: str = "off") -> dict | None:
     root = t.mgmt_address(0)
     argv = ["coll", coll, "-b", str(a.size_bytes), "-e", str(a.size_bytes), "-n", str(a.iters), "-w", "1",
             "--check", "--json", "--port-rate", a.rate, "--spin-us", "0"]
+    if security != "off":  # every QP sealed, the bootstrap too, under the bench's key
+        argv += ["--security", security, "--psk-file", a.psk_file]
     cap = _Capture()
     rc = launch.launch(t.name, t.host_nodes(), root, argv, out=cap, err=_Capture(), timeout=1800)
     try:
@@ -300,6 +304,9 @@ def main() -> int:
     ap.add_argument("--sim-size", default="16M", help="mrc sim's all-reduce bytes per NIC (default 16M)")
     ap.add_argument("--sim-a2a-size", default="4M", help="mrc sim's all-to-all bytes per NIC (default 4M)")
     ap.add_argument("--skip", default="", help="parts to leave out: coll,train,sim,mpi,gloo")
+    ap.add_argument("--security", action="store_true",
+                    help="MRC's collectives alone with security off, auth and encrypt in alternated rounds "
+                         "(no baselines, train or sim); saved as coll_bench_security")
     ap.add_argument("--json", action="store_true")
     import store  # bench/, beside this file
 
@@ -309,8 +316,13 @@ def main() -> int:
     a.size_bytes, a.model_bytes, a.bucket_bytes = parse_size(a.size), parse_size(a.model), parse_size(a.bucket)
     a.sim_nics = [int(x) for x in a.sim_nics.split(",") if x]
     a.sim_size, a.sim_a2a_size = parse_size(a.sim_size), parse_size(a.sim_a2a_size)
-    skip = {x for x in a.skip.split(",") if x}
+    skip = {x for x in a.skip.split(",") if x} | ({"train", "sim", "mpi", "gloo"} if a.security else set())
     rate = parse_rate(a.rate)
+    if a.security:
+        keyfile = tempfile.NamedTemporaryFile("w", prefix="coll_bench_key_", delete=False)
+        keyfile.write(os.urandom(32).hex())
+        keyfile.close()
+        a.psk_file = keyfile.name
     apply.require_root("bench/coll_bench.py")
     have_mpi = bool(shutil.which("mpirun")) and importlib.util.find_spec("mpi4py") is not None
     if "mpi" in skip:
@@ -341,7 +353,7 @@ def main() -> int:
                 if not mpi.mptcp:
                     log("mptcpize (Debian's mptcpd) is missing: MPI over MPTCP is skipped")
             transports = ["mrc"] + ([c for c in MPI_CONFIGS if c != "mpi_mptcp" or mpi.mptcp] if mpi else []) + \
-                (["gloo"] if have_gloo else [])
+                (["gloo"] if have_gloo else []) + (["mrc_auth", "mrc_encrypt"] if a.security else [])
             if "coll" not in skip:
                 raw = {tr: {c: [] for c in ("all_reduce", "all_to_all")} for tr in transports}
                 for rnd in range(a.rounds):
@@ -349,8 +361,8 @@ def main() -> int:
                     for coll in ("all_reduce", "all_to_all"):
                         for tr in order:
                             log(f"round {rnd + 1}/{a.rounds}: {coll} {a.size} over {tr}")
-                            r = run_mrc_coll(t, a, coll) if tr == "mrc" else run_gloo_coll(t, a, coll) \
-                                if tr == "gloo" else run_mpi_coll(mpi, tr, a, coll)
+                            r = run_mrc_coll(t, a, coll, tr[4:] or "off") if tr.startswith("mrc") else \
+                                run_gloo_coll(t, a, coll) if tr == "gloo" else run_mpi_coll(mpi, tr, a, coll)
                             raw[tr][coll].append(r)
                             if r:
                                 log(f"  busbw {r['busbw_gbps']} Gb/s ({r['busbw_gbps'] / bound:.3f} of the bound), "
@@ -366,6 +378,11 @@ def main() -> int:
                                                                                        strict=False) if x and y]
                             out["mrc"][c][f"over_{tr}"] = round(m / o, 3)
                             out["mrc"][c][f"over_{tr}_spread"] = [round(min(pairs), 3), round(max(pairs), 3)]
+                            if tr.startswith("mrc_"):  # a secured mode over off, round by round
+                                sec = [1 / x for x in pairs]
+                                out[f"{tr[4:]}_over_off"] = {**out.get(f"{tr[4:]}_over_off", {}),
+                                                             c: round(statistics.median(sec), 3),
+                                                             f"{c}_spread": [round(min(sec), 3), round(max(sec), 3)]}
             if "train" not in skip:
                 tr_out = {}
                 for tr in ["mrc"] + ([c for c in ("mpi_tcp_striped", "mpi_tcp") if mpi] if mpi else []):
@@ -413,8 +430,12 @@ def main() -> int:
             apply.down(t.name)
     for tr in out.get("train", {}).get("transports", {}).values():
         tr.pop("rows", None)
+    if a.security:
+        os.unlink(a.psk_file)
+        out["targets"] = {"auth_over_off": 0.95, "encrypt_over_off": 0.90}
     if a.save:
-        store.save("coll_bench", out, a.save, srv6=srv6, files={"steps": a.plot})
+        store.save("coll_bench_security" if a.security else "coll_bench", out, a.save, srv6=srv6,
+                   files={"steps": a.plot})
     print(json.dumps(out, indent=1) if a.json else json.dumps(out))
     return 0
 

@@ -19,7 +19,7 @@ static void same(const struct mrc_pkt *a, const struct mrc_pkt *b)
     SAME(ack_psn_offset); SAME(ev); SAME(scid); SAME(dcid); SAME(cack_psn); SAME(cc_type); SAME(mpr);
     SAME(sack_base_off); SAME(bitmap); SAME(ts_echo); SAME(ooo_cnt); SAME(cc_flags); SAME(rcv_bytes);
     SAME(nack_reason); SAME(nack_psn); SAME(probe_id); SAME(ep_op); SAME(port_bitmap); SAME(t1); SAME(t2);
-    SAME(rx_port); SAME(sec_mode); SAME(key_id); SAME(pn);
+    SAME(rx_port); SAME(sec_mode); SAME(key_id); SAME(sec_port); SAME(pn); SAME(htag);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

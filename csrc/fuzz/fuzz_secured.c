@@ -1,8 +1,9 @@
 /* libFuzzer: a responder whose QP is secured (authenticated MRC, sec.c),
  * fed arbitrary packets (fuzz.h's records). A record with aux bit 1 set is
  * sealed by the harness as the peer would seal it (its fix-ups first, then
- * a secured layout, the next packet number, AES-256-GCM under the peer's
- * key), so that the fuzzer reaches past the check into the responder; aux
+ * a secured layout for the port it arrives on, the next packet number, a
+ * data packet's header tag, AES-256-GCM under the peer's key), so that the
+ * fuzzer reaches past the check into the responder (a trimmed one too); aux
  * bit 2 reuses packet number 0 (a replay); the rest arrive as they are. The
  * input's first byte picks AUTH or ENCRYPT.
  *
@@ -25,7 +26,9 @@ static uint32_t seal(uint8_t *buf, uint32_t len, const struct fz_rec *r, struct 
     fz_patch(f, &p, r->flags | FZ_PATCH_QP, base, rkey);
     p.sec_mode = (uint8_t)peer->mode;
     p.key_id = 0;
+    p.sec_port = r->port;
     p.pn = (r->aux & 4) ? 0 : (*pn)++;
+    p.htag = 0;
     int n = mrc_pkt_build(&p, buf + p.payload_off, out, sizeof(out));
     int hl = n > 0 ? mrc_pkt_hdr_len(out, (size_t)n) : -1;
     if (hl < 0)
@@ -34,6 +37,16 @@ static uint32_t seal(uint8_t *buf, uint32_t len, const struct fz_rec *r, struct 
     memcpy(nonce, peer->tx_iv, 12);
     for (int i = 0; i < 8; i++)
         nonce[4 + i] ^= (uint8_t)(p.pn >> (56 - 8 * i));
+    if (mrc_opcode_is_data(out[0])) { /* the header tag: GMAC of the kept headers less itself, nonce byte 0 ^ 0x80 */
+        uint8_t hn[12], tag[MRC_TAG_LEN], hdr[128];
+        const uint32_t at = MRC_BTH_LEN + MRC_SECH_LEN - 8;
+        memcpy(hn, nonce, 12);
+        hn[0] ^= 0x80;
+        memcpy(hdr, out, at);
+        memcpy(hdr + at, out + at + 8, (size_t)hl - at - 8);
+        FZ_CHECK(mrc_sec_aead(1, peer->tx_key, hn, hdr, (uint32_t)hl - 8, NULL, 0, tag) == 0, "header tag");
+        memcpy(out + at, tag, 8);
+    }
     uint32_t aad = peer->mode == MRC_SEC_ENCRYPT ? (uint32_t)hl : (uint32_t)n - MRC_TAG_LEN;
     uint32_t plain = (uint32_t)n - MRC_TAG_LEN - aad;
     FZ_CHECK(mrc_sec_aead(1, peer->tx_key, nonce, out, aad, out + aad, plain, body) == 0, "seal");

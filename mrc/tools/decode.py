@@ -54,7 +54,7 @@ def _bucket(d: int) -> str:
 
 
 def malformed_reason(pkt) -> str | None:
-    """Why an MRC packet does not follow wire v1.2 (None if it does): TVer 1,
+    """Why an MRC packet does not follow wire v1.3 (None if it does): TVer 1,
     or 2 for a secured packet (its SECH; its tag is the receiver's to check)."""
     from mrc import dissect as d
 
