@@ -6,26 +6,33 @@ from setuptools.command.build_ext import build_ext
 
 class BuildWithLibrary(build_ext):
     """Build libmrc.so (csrc/build_dp.py: the one data-path build) beside
-    mrc._dp, which links it, before the module itself; installed (and
-    copied in place) with it."""
+    mrc._dp, which links it, before the module itself, with libmrc-verbs.so
+    (the libibverbs layer) where libibverbs' headers are installed; installed
+    (and copied in place) with it."""
 
-    def _library(self) -> tuple[str, str]:
-        """libmrc.so where it is built, and where it goes in the source tree."""
+    def _libraries(self) -> list[tuple[str, str]]:
+        """Each library where it is built, and where it goes in the source tree."""
         pkg = self.get_finalized_command("build_py").get_package_dir("mrc")
-        return os.path.join(self.build_lib, "mrc", "libmrc.so"), os.path.join(pkg, "libmrc.so")
+        out = []
+        for name in ("libmrc.so", "libmrc-verbs.so"):
+            built = os.path.join(self.build_lib, "mrc", name)
+            if name == "libmrc.so" or os.path.exists(built):
+                out.append((built, os.path.join(pkg, name)))
+        return out
 
     def copy_extensions_to_source(self):
         super().copy_extensions_to_source()
-        self.copy_file(*self._library(), level=self.verbose)
+        for built, dest in self._libraries():
+            self.copy_file(built, dest, level=self.verbose)
 
     def _get_output_mapping(self):
         yield from super()._get_output_mapping()
         if self.inplace:
-            yield self._library()
+            yield from self._libraries()
 
     def get_outputs(self):
         outs = super().get_outputs()
-        return outs if self.inplace else sorted([*outs, self._library()[0]])
+        return outs if self.inplace else sorted([*outs, *(b for b, _ in self._libraries())])
 
     def build_extension(self, ext):
         if ext.name == "mrc._dp":

@@ -11,6 +11,11 @@ constant comes from the compiler, and finds the library next to itself
 (rpath ``$ORIGIN``).
 
     python csrc/build_dp.py      # both, into mrc/ (MRC_CFLAGS, MRC_LDFLAGS: e.g. sanitizers)
+
+Beside them, where libibverbs' headers are installed (libibverbs-dev),
+``libmrc-verbs.so``: the libibverbs layer (csrc/ibv/, docs/verbs.md), a client
+of libmrc's public calls, which exports only libibverbs' entry points at
+their versions (csrc/ibv/libmrc-verbs.map).
 """
 
 import os
@@ -32,6 +37,9 @@ SOURCES = ["wire.c", "crc32c.c", "ep.c", "rings.c", "ev.c", "ev_pick.c", "cc_nsc
            "engine.c", "verbs.c", "simfab.c", "simfab_setup.c", "app/err.c", "app/digest.c", "app/json.c",
            "app/ports.c", "app/topo.c", "app/open.c", "app/chan.c", "app/cm.c", "bench/blast.c", "bench/verify.c",
            "bench/udpping.c", "bench/pingpong.c", "bench/passes.c"]
+IBV_SOURCES = ["ibv/dev.c", "ibv/obj.c", "ibv/qp.c"]
+IBV_HEADER = "/usr/include/infiniband/verbs.h"
+IBV_LIBRARY = "libmrc-verbs.so"
 LIBRARY = "libmrc.so"
 SONAME = LIBRARY  # one version so far: the name is the soname
 CFLAGS = ["-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-std=gnu11", "-fPIC"]
@@ -58,7 +66,26 @@ def build_library(out_dir: str, tmp_dir: str, compiler=None) -> str:
                                 extra_postargs=[f"-Wl,-soname,{SONAME}",
                                                 f"-Wl,--version-script={os.path.join(HERE, 'libmrc.map')}"]
                                 + env_flags("MRC_LDFLAGS"))
+    build_verbs_library(out_dir, tmp_dir, compiler)
     return os.path.join(out_dir, LIBRARY)
+
+
+def build_verbs_library(out_dir: str, tmp_dir: str, compiler) -> str | None:
+    """libmrc-verbs.so beside libmrc.so, linking it; None (and a line) without libibverbs' headers."""
+    if not os.path.exists(IBV_HEADER):
+        print(f"build_dp: {IBV_HEADER} is missing (apt-get install libibverbs-dev): no libmrc-verbs.so",
+              file=sys.stderr)
+        return None
+    srcs = [os.path.join(HERE, s) for s in IBV_SOURCES]
+    objs = compiler.compile(srcs, output_dir=os.path.join(tmp_dir, "ibv"),
+                            include_dirs=[os.path.join(HERE, "include"), HERE],
+                            extra_postargs=CFLAGS + env_flags("MRC_CFLAGS"))
+    compiler.link_shared_object(objs, IBV_LIBRARY, output_dir=out_dir, libraries=["mrc", "dl"],
+                                library_dirs=[out_dir],
+                                extra_postargs=["-Wl,-rpath,$ORIGIN", f"-Wl,-soname,{IBV_LIBRARY}",
+                                                f"-Wl,--version-script={os.path.join(HERE, 'ibv', 'libmrc-verbs.map')}"]
+                                + env_flags("MRC_LDFLAGS"))
+    return os.path.join(out_dir, IBV_LIBRARY)
 
 
 def cdef_text() -> str:

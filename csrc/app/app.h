@@ -74,6 +74,9 @@ void topo_free(struct topo *t);
 /* This host's ports (ifname and plane): how many, or -errno. */
 int topo_local_ports(const struct topo *t, struct app_port *out, uint32_t max);
 int topo_mgmt(const struct topo *t, const char *host, struct in6_addr *out); /* 0, -ENOENT */
+/* The host that owns port address addr (host: its name), and its port address on plane (0, -ENOENT). */
+int topo_host_of(const struct topo *t, const struct in6_addr *addr, char host[65]);
+int topo_port_addr(const struct topo *t, const char *host, uint32_t plane, struct in6_addr *out);
 /* This host's path addresses toward `dst` on `plane` (out: up to
  * MRC_MAX_PATHS): how many (0: none known). */
 int topo_paths(const struct topo *t, const char *dst, uint32_t plane, uint8_t out[][16]);

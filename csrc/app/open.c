@@ -170,6 +170,52 @@ int mrc_ctx_qp_attr_default(struct mrc_ctx *c, struct mrc_qp_attr *attr)
     return 0;
 }
 
+int mrc_ctx_ports(struct mrc_ctx *c, struct mrc_port_info *out, uint32_t max)
+{
+    struct app_ctx *a = app_of(c);
+    if (!a || !out)
+        return -EINVAL;
+    uint32_t n = 0;
+    for (; n < a->nports && n < max; n++) {
+        memset(&out[n], 0, sizeof(out[n]));
+        snprintf(out[n].ifname, sizeof(out[n].ifname), "%s", a->ports[n].ifname);
+        out[n].plane = a->ports[n].plane;
+        out[n].mtu = a->ports[n].mtu;
+        memcpy(out[n].addr, &a->ports[n].addr, 16);
+        memcpy(out[n].mac, a->ports[n].mac, 6);
+    }
+    return (int)n;
+}
+
+int mrc_ctx_resolve_addr(struct mrc_ctx *c, const uint8_t addr[16], struct mrc_remote *out)
+{
+    app_clear_error();
+    struct app_ctx *a = app_of(c);
+    if (!a || !addr || !out)
+        return -EINVAL;
+    memset(out, 0, sizeof(*out));
+    char text[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, addr, text, sizeof(text));
+    if (!a->has_topo)
+        return app_fail(ENOENT, "no topology to find the host of %s in (run it under `mrc fabric exec`, or set "
+                        "$MRC_TOPOLOGY)", text);
+    if (topo_host_of(&a->topo, (const struct in6_addr *)addr, out->host) < 0)
+        return app_fail(ENOENT, "no host of topology %s has the address %s", a->topo.name, text);
+    snprintf(out->topology, sizeof(out->topology), "%s", a->topo.name);
+    out->reach.nplanes = a->planes;
+    for (uint32_t p = 0; p < a->planes; p++) {
+        struct mrc_peer_plane *pp = &out->reach.plane[p];
+        if (topo_port_addr(&a->topo, out->host, p, (struct in6_addr *)pp->final_addr) < 0)
+            continue; /* the peer has no port on this plane */
+        pp->npaths = (uint32_t)topo_paths(&a->topo, out->host, p, pp->paths);
+        if (!pp->npaths) {
+            memcpy(pp->paths[0], pp->final_addr, 16);
+            pp->npaths = 1;
+        }
+    }
+    return 0;
+}
+
 void app_info_json(struct app_ctx *a, const struct mrc_local *mine, struct text *out)
 {
     char addr[INET6_ADDRSTRLEN];
@@ -299,30 +345,39 @@ static int peer_slot(struct mrc_ctx *c, struct app_ctx *a, const struct mrc_peer
                    : idx;
 }
 
-int mrc_qp_connect(struct mrc_ctx *c, struct mrc_local *mine, const struct mrc_remote *peer)
+int mrc_qp_connect_rtr(struct mrc_ctx *c, uint32_t qpn, const struct mrc_remote *peer)
 {
     app_clear_error();
     struct app_ctx *a = app_of(c);
-    if (!a || !mine || !peer)
+    if (!a || !peer)
         return -EINVAL;
-    app_pick_psn(mine);
     int idx = peer_slot(c, a, &peer->reach);
     if (idx < 0)
         return idx;
     uint32_t npaths[MRC_MAX_PLANES] = {0};
     for (uint32_t p = 0; p < a->planes; p++)
         npaths[p] = peer->reach.plane[p].npaths;
-    struct mrc_qp_conn conn = {.dest_qpn = peer->qpn, .peer = (uint16_t)idx, .rq_psn = peer->psn,
-                               .sq_psn = mine->psn};
-    int rc = mrc_ev_set_paths(c, mine->qpn, npaths, a->planes);
+    struct mrc_qp_conn conn = {.dest_qpn = peer->qpn, .peer = (uint16_t)idx, .rq_psn = peer->psn};
+    int rc = mrc_ev_set_paths(c, qpn, npaths, a->planes);
     const char *step = "tell it its paths";
-    if (rc == 0 && (rc = mrc_qp_modify(c, mine->qpn, MRC_QPS_INIT, &conn)) < 0)
+    if (rc == 0 && (rc = mrc_qp_modify(c, qpn, MRC_QPS_INIT, &conn)) < 0)
         step = "move it to INIT";
-    if (rc == 0 && (rc = mrc_qp_modify(c, mine->qpn, MRC_QPS_RTR, &conn)) < 0)
+    if (rc == 0 && (rc = mrc_qp_modify(c, qpn, MRC_QPS_RTR, &conn)) < 0)
         step = "move it to RTR";
+    return rc < 0 ? app_fail(-rc, "cannot connect QP %u: %s failed: %s", qpn, step, strerror(-rc)) : 0;
+}
+
+int mrc_qp_connect(struct mrc_ctx *c, struct mrc_local *mine, const struct mrc_remote *peer)
+{
+    app_clear_error();
+    if (!app_of(c) || !mine || !peer)
+        return -EINVAL;
+    app_pick_psn(mine);
+    int rc = mrc_qp_connect_rtr(c, mine->qpn, peer);
+    struct mrc_qp_conn conn = {.sq_psn = mine->psn};
     if (rc == 0 && (rc = mrc_qp_modify(c, mine->qpn, MRC_QPS_RTS, &conn)) < 0)
-        step = "move it to RTS";
-    return rc < 0 ? app_fail(-rc, "cannot connect QP %u: %s failed: %s", mine->qpn, step, strerror(-rc)) : 0;
+        return app_fail(-rc, "cannot connect QP %u: move it to RTS failed: %s", mine->qpn, strerror(-rc));
+    return rc;
 }
 
 /* A random first PSN where the caller left 0. */

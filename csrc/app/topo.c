@@ -186,3 +186,27 @@ int topo_paths(const struct topo *t, const char *dst, uint32_t plane, uint8_t ou
             return parse_addr(json_str(d, json_member(d, p, "address")), (struct in6_addr *)out[0]) == 0;
     return 0;
 }
+
+int topo_host_of(const struct topo *t, const struct in6_addr *addr, char host[65])
+{
+    const struct json *d = &t->doc;
+    struct in6_addr a;
+    for (int h = d->n[t->hosts].first; h >= 0; h = d->n[h].next)
+        for (int p = json_first(d, json_member(d, h, "ports")); p >= 0; p = json_next(d, p))
+            if (parse_addr(json_str(d, json_member(d, p, "address")), &a) == 0 && !memcmp(&a, addr, 16)) {
+                snprintf(host, 65, "%s", json_key(d, h));
+                return 0;
+            }
+    return -ENOENT;
+}
+
+int topo_port_addr(const struct topo *t, const char *host, uint32_t plane, struct in6_addr *out)
+{
+    const struct json *d = &t->doc;
+    uint64_t pl;
+    int ports = json_member(d, json_member(d, t->hosts, host), "ports");
+    for (int p = json_first(d, ports); p >= 0; p = json_next(d, p))
+        if (json_uint(d, json_member(d, p, "plane"), MRC_MAX_PLANES - 1, &pl) == 0 && pl == plane)
+            return parse_addr(json_str(d, json_member(d, p, "address")), out) == 0 ? 0 : -ENOENT;
+    return -ENOENT;
+}

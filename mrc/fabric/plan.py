@@ -85,6 +85,7 @@ def plan(t: Topology) -> list[Op]:
         ops.append(Op("master", "mgmt", {"ifname": f"m{h}", "master": "br0"}))
         ops.append(Op("up", "mgmt", {"ifname": f"m{h}"}))
         ops.append(Op("addr", host, {"ifname": "mgmt", "address": t.mgmt_address(h), "prefixlen": 64}))
+        ops.append(Op("addr", host, {"ifname": "mgmt", "address": t.mgmt_ipv4(h), "prefixlen": 15}))
         ops.append(Op("up", host, {"ifname": "mgmt"}))
 
     # 3b. no side effects from the kernel for MRC packets: the raw socket has

@@ -38,7 +38,9 @@ KIND_HOST = 0xB
 DT6_FUNC = 0xD6
 #: Kernel-traffic ("inner") addresses: fd6d:<host>:<plane>::1 on the host's lo.
 INNER_PREFIX = "fd6d"
-#: Management network (a bridge in its own namespace): fd6e::<host+1>/64.
+#: Management network (a bridge in its own namespace): fd6e::<host+1>/64, and for programs whose
+#: out-of-band exchange is IPv4 only (perftest's), 198.18.<(host+1) div 256>.<(host+1) mod 256>/15:
+#: RFC 2544's range for benchmark networks, which nothing routes
 MGMT_PREFIX = "fd6e::"
 NS_PREFIX = "mrc-"
 IFNAMSIZ = 15  # Linux limit on interface names (16 with the NUL)
@@ -277,6 +279,10 @@ class Topology:
     def mgmt_address(self, h: int) -> str:
         """Host ``h``'s management address."""
         return f"{MGMT_PREFIX}{h + 1:x}"
+
+    def mgmt_ipv4(self, h: int) -> str:
+        """Host ``h``'s IPv4 management address (perftest's TCP exchange is IPv4 only)."""
+        return f"198.18.{(h + 1) >> 8}.{(h + 1) & 0xFF}"
 
     def paths(self) -> list[dict]:
         """Every (src, dst, plane, spine) path with its address."""

@@ -34,7 +34,7 @@ from mrc.signals import exit_cleanly_on_sigterm
 #: the subcommands, in the order of ``mrc --help``: modules with add_parser(sub) and run(args)
 COMMANDS = ["mrc.tools.cmd.demo", "mrc.tools.cmd.dash", "mrc.tools.cmd.perf", "mrc.tools.cmd.capture",
             "mrc.tools.cmd.decode", "mrc.tools.cmd.soak", "mrc.tools.cmd.sim", "mrc.ctl.cli", "mrc.coll.cli",
-            "mrc.tools.cmd.fabric"]
+            "mrc.tools.cmd.fabric", "mrc.tools.cmd.verbs"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the ``mrc`` command; returns its exit status."""
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    # everything after the first "--" is the command of `mrc fabric exec`,
-    # wherever the options stand
+    # everything after the first "--" is the command of `mrc fabric exec` (or
+    # `mrc verbs run`), wherever the options stand
     command: list[str] | None = None
     if "--" in argv:
         cut = argv.index("--")
@@ -65,9 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     a = parser.parse_args(argv)
     exit_cleanly_on_sigterm()  # a stopped server or fabric takes down what it built
     if command is not None:
-        if getattr(a, "fcmd", None) != "exec":
-            parser.error("`--` only goes with `mrc fabric exec NODE -- CMD`")
-        a.argv = a.argv + command
+        if getattr(a, "vcmd", None) == "run":
+            a.cmd = a.cmd + command
+        elif getattr(a, "fcmd", None) != "exec":
+            parser.error("`--` only goes with `mrc fabric exec NODE -- CMD` and `mrc verbs run -- CMD`")
+        else:
+            a.argv = a.argv + command
     try:
         if a.version:
             from mrc import __version__

@@ -450,6 +450,10 @@ int mrc_ctx_open(const struct mrc_open_attr *attr, struct mrc_ctx **out);
  * software data path's timing and NSCC settings (those of mrc.verbs), its
  * planes, and the largest payload its ports' MTU carries. */
 int mrc_ctx_qp_attr_default(struct mrc_ctx *c, struct mrc_qp_attr *a);
+/* The ports of a context opened by name, by plane: interface, global
+ * address, MAC, MTU. Returns how many (at most max). */
+struct mrc_port_info { char ifname[16]; uint32_t plane, mtu; uint8_t addr[16], mac[6]; };
+int mrc_ctx_ports(struct mrc_ctx *c, struct mrc_port_info *out, uint32_t max);
 
 /* One side of a connection: its QP, the PSN of its first packet (0: the
  * first call that needs it, mrc_qp_connect or mrc_cm_*, picks one at
@@ -477,6 +481,16 @@ struct mrc_remote {
  * slot per distinct peer, kept for the context's life), tells the QP which
  * EVs share a path, and starts its PSNs at mine->psn and peer->psn. */
 int mrc_qp_connect(struct mrc_ctx *c, struct mrc_local *mine, const struct mrc_remote *peer);
+/* The first half of mrc_qp_connect, as verbs moves a QP: RESET -> INIT -> RTR
+ * toward `peer` (its paths, its first PSN): the QP takes the peer's packets
+ * from now on. mrc_qp_modify(RTS) with the first PSN of ours finishes it. */
+int mrc_qp_connect_rtr(struct mrc_ctx *c, uint32_t qpn, const struct mrc_remote *peer);
+/* The host of the context's topology that owns port address `addr` (on any
+ * plane), as a peer to connect to: out->host, out->topology and out->reach
+ * (each plane's port address and this host's paths toward it); the QP, PSN
+ * and region fields are left 0. -ENOENT: no host has that address (or the
+ * context has no topology). What a RoCE GID names, for the verbs layer. */
+int mrc_ctx_resolve_addr(struct mrc_ctx *c, const uint8_t addr[16], struct mrc_remote *out);
 
 /* Connection setup over TCP (the management network), the exchange of
  * mrc.cm: JSON lines of at most 64 KiB; the listener greets with a fresh
