@@ -37,7 +37,7 @@ SOURCES = ["wire.c", "crc32c.c", "ep.c", "rings.c", "ev.c", "ev_pick.c", "cc_nsc
            "engine.c", "verbs.c", "simfab.c", "simfab_setup.c", "app/err.c", "app/digest.c", "app/json.c",
            "app/ports.c", "app/topo.c", "app/open.c", "app/chan.c", "app/cm.c", "bench/blast.c", "bench/verify.c",
            "bench/udpping.c", "bench/pingpong.c", "bench/passes.c"]
-IBV_SOURCES = ["ibv/dev.c", "ibv/obj.c", "ibv/qp.c"]
+IBV_SOURCES = ["ibv/base.c", "ibv/qp.c", "ibv/obj.c", "ibv/dev.c"]
 IBV_HEADER = "/usr/include/infiniband/verbs.h"
 IBV_LIBRARY = "libmrc-verbs.so"
 LIBRARY = "libmrc.so"

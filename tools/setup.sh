@@ -33,6 +33,13 @@ command -v clang >/dev/null 2>&1 || need+=(clang)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 # authenticated MRC: AES-GCM and X25519 from OpenSSL's libcrypto (csrc/sec.c)
 [ -f /usr/include/openssl/evp.h ] || need+=(libssl-dev)
+# the libibverbs layer (libmrc-verbs.so, csrc/ibv) builds against rdma-core's headers; perftest and
+# ibv_devinfo are what runs over it (mrc verbs run)
+[ -f /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+if [ "$what" != demo ]; then
+    command -v ib_write_bw >/dev/null 2>&1 || need+=(perftest)
+    command -v ibv_devinfo >/dev/null 2>&1 || need+=(ibverbs-utils)
+fi
 # and fuzz the data path with libFuzzer (tools/fuzz.sh)
 if [ "$what" = test ] && ! { command -v clang >/dev/null 2>&1 &&
         ls "$(clang -print-resource-dir)"/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1; }; then

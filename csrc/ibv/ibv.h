@@ -6,11 +6,12 @@
  * `mrc fabric exec` or $MRC_TOPOLOGY), a PD, MR, CQ and RC QP are the
  * engine's own, and a GID names a host of the topology. No protocol here.
  *
- * Files: dev.c (the device list, opening, the device's and port's
+ * Files, lowest first: base.c (the device, the real libibverbs' calls,
+ * failing with a reason), qp.c, obj.c, dev.c (the device list, opening, the device's and port's
  * attributes, GIDs, what is not supported), obj.c (PDs, MRs, completion
  * channels, CQs and polling), qp.c (QPs: creation, the state moves,
  * posting). Every object is the verbs struct first, so the pointer the
- * program holds is ours; real.c finds the real libibverbs' calls. */
+ * program holds is ours. */
 #ifndef MRC_IBV_H
 #define MRC_IBV_H
 #include <infiniband/verbs.h>
@@ -35,6 +36,8 @@ struct mv_ctx {
     struct mrc_qp_attr qpdef;     /* what a QP of this context runs (mrc_ctx_qp_attr_default) */
     pthread_mutex_t lock;         /* the QP table and object creation */
     struct mv_qp *qps[MV_MAX_QPS];
+    /* what destroyed QPs sent again and why, for the stats file */
+    uint64_t rtx_packets, timeouts, tlp_probes, losses;
 };
 
 struct mv_pd { struct ibv_pd pd; uint32_t pdn; };
@@ -65,7 +68,8 @@ struct mv_qp {
     pthread_mutex_t lock;         /* posting from several threads */
 };
 
-/* Whether a context, or the context of an object, is ours. */
+/* base.c: the device, and what every file shares. Whether a context, or the context of an object, is ours. */
+extern struct ibv_device mv_device;
 int mv_is_ours(const struct ibv_context *c);
 static inline struct mv_ctx *mv_ctx(struct ibv_context *c) { return (struct mv_ctx *)((char *)c - offsetof(struct mv_ctx, v.context)); }
 

@@ -46,9 +46,10 @@ static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t length, uint64_t
     if (iova != (uintptr_t)addr)
         return mv_fail(EOPNOTSUPP, "mrc0 regions are addressed by their virtual address (iova %llu != %p)",
                        (unsigned long long)iova, addr);
-    if (access & (IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND))
-        return mv_fail(EOPNOTSUPP, "MRC has RDMA WRITE only: no remote read or atomic access");
-    if (!length)
+    if (access & IBV_ACCESS_MW_BIND)
+        return mv_fail(EOPNOTSUPP, "MRC has no memory windows");
+    /* remote read and atomic access are taken and grant nothing: MRC has no READ or atomics, which
+     * fail where they are posted (so a program that asks for them fails there, past connection setup) */    if (!length)
         return mv_fail(EINVAL, "a region of 0 bytes");
     struct mv_mr *m = calloc(1, sizeof(*m));
     if (!m)
@@ -223,6 +224,8 @@ int mv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
     while (got < n) {
         if (q->spill_at == q->nspill) { /* the next batch from the engine */
             int k = mrc_poll_cq(c->mc, q->cqn, q->spill, sizeof(q->spill) / sizeof(q->spill[0]));
+            if (k == 0 && !got && mrc_ctx_progress(c->mc) > 0) /* a program that spins here drives the NIC */
+                k = mrc_poll_cq(c->mc, q->cqn, q->spill, sizeof(q->spill) / sizeof(q->spill[0]));
             if (k < 0) {
                 pthread_mutex_unlock(&q->lock);
                 return got ? got : -1;

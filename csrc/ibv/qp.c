@@ -109,6 +109,13 @@ int ibv_destroy_qp(struct ibv_qp *qp)
         return REAL(ibv_destroy_qp, "IBVERBS_1.1", qp);
     struct mv_ctx *c = mv_ctx(qp->context);
     struct mv_qp *q = (struct mv_qp *)qp;
+    struct mrc_qp_stats st;
+    if (mrc_qp_query(c->mc, q->qpn, &st) == 0) {
+        c->rtx_packets += st.rtx_packets;
+        c->timeouts += st.timeouts;
+        c->tlp_probes += st.tlp_probes;
+        c->losses += st.losses;
+    }
     int rc = mrc_qp_destroy(c->mc, q->qpn);
     if (rc < 0)
         return mv_err(-rc, "destroy_qp: %s", strerror(-rc));
@@ -338,12 +345,33 @@ int mv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
     while (wr && !rc) {
         struct ibv_recv_wr *head = wr;
         uint32_t n = 0;
-        for (; wr && n < 32; wr = wr->next)
+        for (; wr && n < 32; wr = wr->next) {
+            uint64_t bytes = 0;
+            for (int i = 0; i < wr->num_sge; i++)
+                bytes += wr->sg_list[i].length;
+            if (wr->num_sge < 0 || bytes) { /* a buffer to receive into is a SEND's: refused, as SEND is */
+                rc = mv_err(EINVAL, "MRC has no SEND: a receive takes a WRITE_WITH_IMM's immediate and no buffer "
+                            "(post it with num_sge 0, or empty SGEs)");
+                break;
+            }
             ids[n++] = wr->wr_id;
+        }
+        if (rc) {
+            struct ibv_recv_wr *at = head;
+            for (uint32_t i = 0; i < n; i++)
+                at = at->next;
+            *bad = at;
+        }
+        if (!n)
+            break;
         int k = mrc_post_recv(c->mc, q->qpn, ids, n);
-        if (k < 0) {
-            rc = mv_err(-k == ENOSPC ? ENOMEM : -k, "post_recv: %s", strerror(-k));
-            *bad = head;
+        if (k < 0 || (uint32_t)k < n) { /* the engine took the first k */
+            int err = k < 0 ? -k : ENOMEM;
+            rc = mv_err(err == ENOSPC ? ENOMEM : err, "post_recv: %s", strerror(err));
+            struct ibv_recv_wr *at = head;
+            for (int i = 0; i < (k > 0 ? k : 0); i++)
+                at = at->next;
+            *bad = at;
         }
     }
     pthread_mutex_unlock(&q->lock);

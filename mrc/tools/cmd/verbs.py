@@ -36,6 +36,7 @@ def add_parser(sub) -> None:
                                    "($MRC_TOPOLOGY, which `mrc fabric exec` sets, or --topology). Afterwards it "
                                    "prints what each plane carried. docs/verbs.md. Example: `mrc fabric exec h1 "
                                    "-- mrc verbs run -- ib_write_bw -d mrc0 -x 0 -F`.")
+    p.set_defaults(run=run, parser=p)
     vsub = p.add_subparsers(dest="vcmd", metavar="run", required=True)
     r = vsub.add_parser("run", help="run CMD with the mrc0 device",
                         description="Run CMD (after --) with libmrc-verbs.so preloaded; exits with CMD's status.")
