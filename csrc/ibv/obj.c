@@ -54,6 +54,9 @@ static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t length, uint64_t
     struct mv_mr *m = calloc(1, sizeof(*m));
     if (!m)
         return mv_fail(ENOMEM, "out of memory");
+    /* as a NIC pins a region's pages when it is registered: faulted in now, not under the engine's
+     * placement of the first packets (a mapping that cannot be written is left as it is) */
+    mrc_ctx_populate(addr, length);
     uint32_t acc = (access & IBV_ACCESS_LOCAL_WRITE ? MRC_ACCESS_LOCAL_WRITE : 0) |
                    (access & IBV_ACCESS_REMOTE_WRITE ? MRC_ACCESS_REMOTE_WRITE : 0);
     int rc = mrc_mr_reg(mv_ctx(pd->context)->mc, ((struct mv_pd *)pd)->pdn, addr, length, acc, &m->mr.lkey,
