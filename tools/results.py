@@ -23,7 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_fmt import fmt, get, table  # noqa: E402  (tools/, beside this file)
-from results_security import hostile, security_coll, security_congestion, security_fabric, security_latency  # noqa: E402,E501
+from results_security import (hostile, security_coll, security_congestion, security_fabric,  # noqa: E402
+                              security_latency)
+from results_verbs import verbs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -400,6 +402,7 @@ SECTIONS = [
     ("coll_bench_security", "Authenticated MRC: collectives", security_coll),
     ("congestion_bench_security", "Authenticated MRC: incast with trimming", security_congestion),
     ("hostile_peer", "A hostile peer", hostile),
+    ("verbs_bench", "Unmodified perftest over MRC", verbs),
 ]
 
 

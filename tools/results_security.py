@@ -127,3 +127,4 @@ def security_congestion(runs: list[dict]) -> tuple[list[str], list[list]]:
              f"{fmt(w.get('auth_over_off_p99_median'))} / {fmt(w.get('encrypt_over_off_p99_median'))}",
              "<= 1.1 / -"]]
     return lines, head
+
