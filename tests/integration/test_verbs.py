@@ -102,7 +102,7 @@ def test_what_mrc_does_not_have_fails_at_once_in_perftest(fabric, prog):
     assert rc != 0 and src != 0 and time.monotonic() - t0 < 30, (out[-1500:], sout[-1500:])
 
 
-def test_a_verbs_program_gets_an_errno_for_each_refused_call(fabric, tmp_path):
+def test_a_verbs_program_gets_an_errno_for_each_refused_call_and_its_channel_works(fabric, tmp_path):
     need("ibv_devinfo")
     exe = str(tmp_path / "verbs_errors")
     subprocess.run(["cc", "-O2", "-o", exe, os.path.join(os.path.dirname(__file__), "verbs_errors.c"), "-libverbs"],
@@ -119,6 +119,9 @@ def test_a_verbs_program_gets_an_errno_for_each_refused_call(fabric, tmp_path):
             "lkey_of_another_pd": errno.EFAULT, "sge_past_region": errno.EFAULT, "five_sges": errno.EINVAL,
             "inline_too_long": errno.EINVAL, "query_qp": 0, "query_qp_state_rts": 0,
             "recv_with_buffer": errno.EINVAL, "recv_for_write_imm": 0,
+            # the completion channel: a WRITE_WITH_IMM of the QP to itself, waited for with ibv_get_cq_event
+            "req_notify": 0, "write_imm_to_self": 0, "get_cq_event": 0, "event_names_the_cq": 0, "send_completed": 0,
+            "imm_received": 0, "data_placed": 0,
             "dealloc_pd_in_use": errno.EBUSY}
     assert {k: got.get(k) for k in want} == want
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define SAY(name, err) printf("%s %d\n", name, err)
 
@@ -29,7 +30,8 @@ int main(void)
     static char buf[1 << 16], other[4096];
     struct ibv_mr *mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     struct ibv_mr *mr2 = ibv_reg_mr(pd2, other, sizeof(other), IBV_ACCESS_LOCAL_WRITE);
-    struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+    struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+    struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, ch, 0);
     struct ibv_qp_init_attr qa = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_UD,
                                   .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1}};
     struct ibv_qp *qp = ibv_create_qp(pd, &qa);
@@ -102,6 +104,35 @@ int main(void)
     rw.num_sge = 0;
     SAY("recv_for_write_imm", ibv_post_recv(qp, &rw, &rbad));
     SAY("dealloc_pd_in_use", ibv_dealloc_pd(pd));
+    /* the QP is connected to itself: a WRITE_WITH_IMM into our own region, waited for on the channel */
+    SAY("req_notify", ibv_req_notify_cq(cq, 0));
+    memset(buf, 0x5A, 64);
+    sge = (struct ibv_sge){.addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey};
+    w = (struct ibv_send_wr){.wr_id = 9, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE_WITH_IMM,
+                             .send_flags = IBV_SEND_SIGNALED, .imm_data = htobe32(0xC0FFEE),
+                             .wr = {.rdma = {.remote_addr = (uintptr_t)buf + 4096, .rkey = mr->rkey}}};
+    SAY("write_imm_to_self", ibv_post_send(qp, &w, &bad));
+    struct ibv_cq *ev_cq = NULL;
+    void *ev_ctx = NULL;
+    alarm(10); /* a lost event fails the test rather than hang it */
+    SAY("get_cq_event", ibv_get_cq_event(ch, &ev_cq, &ev_ctx));
+    SAY("event_names_the_cq", ev_cq == cq ? 0 : 1);
+    ibv_ack_cq_events(cq, 1);
+    int send_ok = 0, recv_imm = 0;
+    for (int spins = 0; spins < 10000000 && !(send_ok && recv_imm); spins++) {
+        struct ibv_wc wc;
+        if (ibv_poll_cq(cq, 1, &wc) == 1) {
+            if (wc.opcode == IBV_WC_RDMA_WRITE && wc.wr_id == 9 && wc.status == IBV_WC_SUCCESS)
+                send_ok = 1;
+            if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM && wc.wr_id == 7 && be32toh(wc.imm_data) == 0xC0FFEE &&
+                wc.byte_len == 64 && wc.status == IBV_WC_SUCCESS)
+                recv_imm = 1;
+        }
+    }
+    alarm(0);
+    SAY("send_completed", send_ok ? 0 : 1);
+    SAY("imm_received", recv_imm ? 0 : 1);
+    SAY("data_placed", memcmp(buf, buf + 4096, 64) ? 1 : 0);
     /* exits without destroying anything: closing the process ends the engine */
     printf("end 0\n");
     fflush(stdout);
