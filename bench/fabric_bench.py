@@ -63,7 +63,6 @@ from mrc.verbs import RemoteInfo
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu  # noqa: E402 (bench/, beside this file)
 
-
 #: what every sender here walks (MRC's source and destination regions, the copying blaster's
 #: source, TCP's and MPTCP's buffers at each end): larger than the caches, as an application's
 REGION = 64 << 20

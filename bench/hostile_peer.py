@@ -61,8 +61,9 @@ import socket
 import sys
 import time
 
-from mrc import wire
 from mrc._dp import lib
+
+from mrc import wire
 from mrc.fabric import apply, ns
 from mrc.fabric.pair import qp_pair
 from mrc.fabric.topology import Topology
@@ -119,7 +120,7 @@ def capture_all(sock: socket.socket, dqpn: int, seconds: float, out: bool = True
     while time.monotonic() < deadline:
         try:
             frame, addr = sock.recvfrom(1 << 16)
-        except socket.timeout:
+        except TimeoutError:
             continue
         if (addr[2] == PACKET_OUTGOING) == out and _mrc_to(frame, dqpn) and (
                 frame[HDRS] == opcode if opcode is not None else lib.mrc_opcode_is_data(frame[HDRS])):
@@ -294,7 +295,6 @@ def _copy(keys):
 
 def _reconnect(p, keys) -> None:
     """ERROR, RESET and connect again both ways (the receiver first), under ``keys`` (copies: connect wipes them)."""
-    from mrc._dp import ffi
 
     for qp in (p.qa, p.qb):
         qp.modify(lib.MRC_QPS_ERROR)
@@ -362,7 +362,7 @@ def moved(t: Topology, p) -> tuple[dict, dict]:
         while time.monotonic() < deadline:  # each probe moved the moment it passes, as a forger on the path would
             try:
                 pr, addr = src.recvfrom(1 << 16)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             if addr[2] == PACKET_OUTGOING or not _mrc_to(pr, p.qb.qpn) or pr[HDRS] != wire.OP_RELIABILITY_PROBE:
                 continue
@@ -417,7 +417,7 @@ def forgery_cost(rounds: int = 7, n: int = 3000) -> dict:
             for _ in range(n):
                 b.input(f, port=port, now_ns=2000)
             times[name].append((time.perf_counter() - t0) / n * 1e6)
-    ratio, spread = median_spread([x / y for x, y in zip(times["next"], times["current"])])
+    ratio, spread = median_spread([x / y for x, y in zip(times["next"], times["current"], strict=True)])
     out = {"n": n, "rounds": rounds, "us_current": median_spread(times["current"])[0],
            "us_next": median_spread(times["next"])[0], "next_over_current": ratio,
            "next_over_current_spread": spread, "refused": b.drops()["auth"]}

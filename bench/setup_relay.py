@@ -109,7 +109,7 @@ def converse(psk: bytes | None, relay_attack: str | None, way: str = "c2s", n: i
             conn.reply(SERVER)
             for i in range(3):
                 conn.send({"peers": {"m": i, "rkey": SERVER.rkey}})
-            for i in range(3):
+            for _ in range(3):
                 got["server"].append(conn.recv(3))
             conn.close()
         except (ErrnoError, OSError) as e:
@@ -121,7 +121,7 @@ def converse(psk: bytes | None, relay_attack: str | None, way: str = "c2s", n: i
         c = cm.connect("::1", relay.port, CLIENT, timeout=5, psk=psk)
         for i in range(3):
             c.send({"rank": i, "go": True, "qpn": CLIENT.qpn})
-        for i in range(3):
+        for _ in range(3):
             got["client"].append(c.recv(3))
         c.close()
     except (ErrnoError, OSError) as e:

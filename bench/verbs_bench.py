@@ -54,9 +54,11 @@ def log(msg: str) -> None:
     print(f"verbs_bench: {msg}", file=sys.stderr, flush=True)
 
 
-def in_host(t: Topology, host: str, argv: list[str], verbs: bool = True) -> list[str]:
+def in_host(t: Topology, host: str, argv: list[str], verbs: bool = True, stats: str | None = None) -> list[str]:
+    """argv in a fabric host, under `mrc verbs run` (``stats``: its per-plane counts to that file)."""
+    extra = ["--stats", stats] if stats else []
     return [*MRC, "fabric", "exec", "--name", t.name, host, "--", *(
-        [*MRC, "verbs", "run", "--quiet", "--"] if verbs else []), *argv]
+        [*MRC, "verbs", "run", "--quiet", *extra, "--"] if verbs else []), *argv]
 
 
 def pair(t: Topology, server: list[str], client: list[str], srv_host: str, cli_host: str, timeout: float = 120,
@@ -169,9 +171,9 @@ def main() -> int:
                             p.kill()
                             p.wait()
                 log(f"round {r + 1}: {who} {bw[who][-1]:.2f} Gb/s, 64 B round trip {lat[who][-1]:.1f} us")
-        ratios = [p / m for p, m in zip(bw["perftest"], bw["mrc_perf"]) if m]
-        deltas = [p - m for p, m in zip(lat["perftest"], lat["mrc_perf"])]
-        control = [c - m for c, m in zip(lat["mrc_perf_spinners"], lat["mrc_perf"])]
+        ratios = [p / m for p, m in zip(bw["perftest"], bw["mrc_perf"], strict=True) if m]
+        deltas = [p - m for p, m in zip(lat["perftest"], lat["mrc_perf"], strict=True)]
+        control = [c - m for c, m in zip(lat["mrc_perf_spinners"], lat["mrc_perf"], strict=True)]
         out.update(bw_gbps=bw, rtt_us=lat, perftest_over_mrc_perf=round(statistics.median(ratios), 3),
                    perftest_over_mrc_perf_spread=[round(min(ratios), 3), round(max(ratios), 3)],
                    lat_delta_us=round(statistics.median(deltas), 1),

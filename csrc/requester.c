@@ -9,40 +9,10 @@
 #include "core.h"
 #include "csum.h"
 
-/* Copy [off, off+len) of a message's scatter list to dst; with crc, extend
- * *crc over the bytes in the same pass (each byte of the region read once),
- * and with sum add their ones'-complement sum too (csrc/csum.h; dst is at
- * byte offset at of the packet). */
-static void gather(const struct wqe *w, uint32_t off, uint32_t len, uint8_t *dst, uint32_t *crc, uint64_t *sum,
-                   uint32_t at)
-{
-    for (uint32_t i = 0; i < w->wr.num_sge && len; i++) {
-        const struct mrc_sge *s = &w->wr.sg_list[i];
-        if (off >= s->length) {
-            off -= s->length;
-            continue;
-        }
-        uint32_t n = s->length - off < len ? s->length - off : len;
-        const uint8_t *from = (const uint8_t *)(uintptr_t)s->addr + off;
-        if (sum) {
-            uint64_t piece = 0;
-            *crc = mrc_crc32c_copy_sum(*crc, dst, from, n, &piece);
-            *sum += csum_at(piece, at);
-        } else if (crc) {
-            *crc = mrc_crc32c_copy(*crc, dst, from, n);
-        } else {
-            memcpy(dst, from, n);
-        }
-        dst += n;
-        at += n;
-        len -= n;
-        off = 0;
-    }
-}
-
 /* Where len bytes from off of w's payload are: the pieces of its SGEs. */
 static void segments(const struct wqe *w, uint32_t off, uint32_t len, struct sec_src *out)
 {
+    out->n = 0;
     for (uint32_t i = 0; i < w->wr.num_sge && len; i++) {
         const struct mrc_sge *s = &w->wr.sg_list[i];
         if (off >= s->length) {
@@ -54,6 +24,31 @@ static void segments(const struct wqe *w, uint32_t off, uint32_t len, struct sec
         out->len[out->n++] = n;
         len -= n;
         off = 0;
+    }
+}
+
+/* Copy [off, off+len) of a message's scatter list to dst; with crc, extend
+ * *crc over the bytes in the same pass (each byte of the region read once),
+ * and with sum add their ones'-complement sum too (csrc/csum.h; dst is at
+ * byte offset at of the packet). */
+static void gather(const struct wqe *w, uint32_t off, uint32_t len, uint8_t *dst, uint32_t *crc, uint64_t *sum,
+                   uint32_t at)
+{
+    struct sec_src src;
+    segments(w, off, len, &src);
+    for (uint32_t i = 0; i < src.n; i++) {
+        uint32_t n = src.len[i];
+        if (sum) {
+            uint64_t piece = 0;
+            *crc = mrc_crc32c_copy_sum(*crc, dst, src.p[i], n, &piece);
+            *sum += csum_at(piece, at);
+        } else if (crc) {
+            *crc = mrc_crc32c_copy(*crc, dst, src.p[i], n);
+        } else {
+            memcpy(dst, src.p[i], n);
+        }
+        dst += n;
+        at += n;
     }
 }
 
@@ -89,7 +84,7 @@ static int build_data(struct qp *q, uint32_t psn, const struct pent *pe, int ack
     if (hl < 0)
         return hl;
     if (q->sec) { /* the tag, not the ICRC: sealed once it is whole (encrypted on its way in) */
-        struct sec_src src = {.n = 0}, *from = sec_wants_src(q) ? &src : NULL;
+        struct sec_src src, *from = sec_wants_src(q) ? &src : NULL;
         if (from)
             segments(w, pe->off, pe->len, from);
         else

@@ -23,8 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_fmt import fmt, get, table  # noqa: E402  (tools/, beside this file)
-from results_security import (hostile, security_coll, security_congestion, security_fabric,  # noqa: E402
-                              security_latency)
+from results_security import hostile, security_coll, security_congestion, security_fabric, security_latency  # noqa: E402
 from results_verbs import verbs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

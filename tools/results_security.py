@@ -72,7 +72,8 @@ def hostile(runs: list[dict]) -> tuple[list[str], list[list]]:
              "- / 0 / 0"]]
     fc = r.get("forgery_cost")
     if fc:
-        lines += ["", f"What a forged packet costs the receiver (one process, {fmt(fc.get('rounds'))} alternated rounds "
+        lines += ["", "What a forged packet costs the receiver (one process, "
+                      f"{fmt(fc.get('rounds'))} alternated rounds "
                       f"of {fmt(fc.get('n'))} forgeries each): naming the current key id {fmt(fc.get('us_current'))} "
                       f"us, the next one {fmt(fc.get('us_next'))} us; the next over the current, the median of the "
                       f"rounds' ratios: {fmt(fc.get('next_over_current'))} "

@@ -36,8 +36,8 @@ def verbs(runs: list[dict]) -> tuple[list[str], list[list]]:
          f"{', '.join(fmt(x, 2) for x in cut.get('before', []))} / {', '.join(fmt(x, 2) for x in cut.get('after', []))}"
          f"; {fmt(r.get('plane_cut_ratio'))}; exit {r.get('plane_cut_rc')}",
          f">= {get(r, 'targets.plane_cut_ratio')}; 0"],
-        ["verbs_check (verbs.h only), 1 MiB writes, a link and a plane cut: wrong bytes", f"{fmt(r.get('check_wrong_bytes'))}"
-         f" of {fmt(r.get('check_bytes'))}", "0"]])
+        ["verbs_check (verbs.h only), 1 MiB writes, a link and a plane cut: wrong bytes",
+         f"{fmt(r.get('check_wrong_bytes'))} of {fmt(r.get('check_bytes'))}", "0"]])
     head = [["unmodified perftest over MRC: ib_write_bw / mrc perf at 1 MiB; every size 2 B-8 MiB; a plane cut; "
              "wrong bytes", f"{fmt(r.get('perftest_over_mrc_perf'))}; {len(r.get('perftest_sizes') or [])} sizes, "
              f"exit {r.get('perftest_rc')}; {fmt(r.get('plane_cut_ratio'))} of before; "

@@ -18,7 +18,8 @@ def status_text(t, state: dict, present: list[str]) -> tuple[dict, str]:
     hosts = []
     for h in range(t.hosts):
         hosts.append({
-            "host": t.host(h), "namespace": t.ns(t.host(h)), "leaf": t.host_leaf(h), "mgmt": t.mgmt_address(h), "mgmt_ipv4": t.mgmt_ipv4(h),
+            "host": t.host(h), "namespace": t.ns(t.host(h)), "leaf": t.host_leaf(h), "mgmt": t.mgmt_address(h),
+            "mgmt_ipv4": t.mgmt_ipv4(h),
             "ports": [{"plane": p, "ifname": t.port_ifname(p), "address": t.port_address(h, p),
                        "kernel_address": t.inner_address(h, p)} for p in range(t.planes)],
         })

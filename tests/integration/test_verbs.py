@@ -18,9 +18,12 @@ import pytest
 
 from mrc.fabric import apply
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench"))
+import verbs_bench  # noqa: E402
+from verbs_bench import in_host  # noqa: E402
+
 pytestmark = pytest.mark.root
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MRC = [sys.executable, "-m", "mrc"]
 LIB = os.path.join(ROOT, "mrc", "libmrc-verbs.so")
 
 
@@ -31,32 +34,10 @@ def need(tool: str) -> None:
         pytest.skip(f"{tool} is not installed (bash tools/setup.sh installs perftest and ibverbs-utils)")
 
 
-def in_host(t, host: str, argv: list[str], stats: str | None = None) -> list[str]:
-    extra = ["--stats", stats] if stats else []
-    return [*MRC, "fabric", "exec", "--name", t.name, host, "--", *MRC, "verbs", "run", "--quiet", *extra, "--",
-            *argv]
-
-
 def pair(t, prog: list[str], during=None, timeout: float = 120, stats: str | None = None):
     """prog as server in h1 and as client in h0 (toward h1's IPv4 management address)."""
-    s = subprocess.Popen(in_host(t, t.host(1), prog), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        time.sleep(1.5)
-        c = subprocess.Popen(in_host(t, t.host(0), [*prog, t.mgmt_ipv4(1)], stats), stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-        if during:
-            during()
-        cout, _ = c.communicate(timeout=timeout)
-        try:
-            sout, _ = s.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            s.kill()
-            sout, _ = s.communicate()
-        return c.returncode, cout, s.returncode, sout
-    finally:
-        if s.poll() is None:
-            s.kill()
-            s.wait()
+    return verbs_bench.pair(t, in_host(t, t.host(1), prog), in_host(t, t.host(0), [*prog, t.mgmt_ipv4(1)], stats=stats),
+                            t.host(1), t.host(0), timeout, (lambda _proc: during()) if during else None)
 
 
 def test_ibv_devices_and_devinfo_list_mrc0_and_its_port(fabric):
