@@ -36,6 +36,7 @@ struct mv_ctx {
     struct mrc_qp_attr qpdef;     /* what a QP of this context runs (mrc_ctx_qp_attr_default) */
     pthread_mutex_t lock;         /* the QP table and object creation */
     struct mv_qp *qps[MV_MAX_QPS];
+    uint32_t qps_hi;              /* one past the highest slot ever used: lookups scan no further */
     /* what destroyed QPs sent again and why, for the stats file */
     uint64_t rtx_packets, timeouts, tlp_probes, losses;
 };

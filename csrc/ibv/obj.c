@@ -195,10 +195,11 @@ static const enum ibv_wc_status status_of[] = {
     [MRC_WC_RETRY_EXC_ERR] = IBV_WC_RETRY_EXC_ERR, [MRC_WC_WR_FLUSH_ERR] = IBV_WC_WR_FLUSH_ERR,
     [MRC_WC_REM_OP_ERR] = IBV_WC_REM_OP_ERR};
 
-/* One engine completion as the program sees it; 0 when it is not to be seen (an unsignaled send). */
-static int convert(struct mv_ctx *c, const struct mrc_wc *w, struct ibv_wc *wc)
+/* One engine completion as the program sees it; 0 when it is not to be seen (an unsignaled send).
+ * *last: the QP of the completion before (most come from one QP in a row). */
+static int convert(struct mv_ctx *c, const struct mrc_wc *w, struct ibv_wc *wc, struct mv_qp **last)
 {
-    struct mv_qp *q = mv_qp_of(c, w->qpn);
+    struct mv_qp *q = *last && (*last)->qpn == w->qpn ? *last : (*last = mv_qp_of(c, w->qpn));
     if (!q)
         return 0; /* its QP was destroyed: nobody to tell */
     if (w->opcode == MRC_WC_WRITE)
@@ -221,6 +222,7 @@ int mv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
     struct mv_cq *q = (struct mv_cq *)cq;
     struct mv_ctx *c = mv_ctx(cq->context);
     int got = 0;
+    struct mv_qp *last = NULL;
     if (n <= 0)
         return 0;
     pthread_mutex_lock(&q->lock);
@@ -238,7 +240,7 @@ int mv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
             if (!k)
                 break;
         }
-        got += convert(c, &q->spill[q->spill_at++], &wc[got]);
+        got += convert(c, &q->spill[q->spill_at++], &wc[got], &last);
     }
     pthread_mutex_unlock(&q->lock);
     return got;

@@ -16,7 +16,8 @@
 
 struct mv_qp *mv_qp_of(struct mv_ctx *c, uint32_t qpn)
 {
-    for (uint32_t i = 0; i < MV_MAX_QPS; i++) {
+    uint32_t hi = __atomic_load_n(&c->qps_hi, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < hi; i++) {
         struct mv_qp *q = __atomic_load_n(&c->qps[i], __ATOMIC_ACQUIRE);
         if (q && q->qpn == qpn)
             return q;
@@ -80,8 +81,11 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
         mrc_qp_destroy(c->mc, q->qpn);
         rc = -ENOSPC;
     }
-    if (rc == 0)
+    if (rc == 0) {
         __atomic_store_n(&c->qps[slot], q, __ATOMIC_RELEASE);
+        if (slot + 1 > c->qps_hi)
+            __atomic_store_n(&c->qps_hi, slot + 1, __ATOMIC_RELEASE);
+    }
     pthread_mutex_unlock(&c->lock);
     if (rc < 0) {
         qp_free(c, q);
