@@ -95,13 +95,16 @@ class Mpi:
                 baseline.mptcp_setup(t, h)
 
     def run(self, config: str, program_args: list[str], out=None, timeout: float = 1800) -> tuple[int, dict | None]:
-        """One mpirun; once more if it died before any result (OpenMPI's launch in namespaces
-        now and then ends in a crash of its own before the program starts: counted in ``retries``)."""
+        """One mpirun; up to twice more if it died before any result (OpenMPI's launch in
+        namespaces now and then ends in a crash of its own before the program starts: counted
+        in ``retries``)."""
         rc, res, started = self._run(config, program_args, out, timeout)
-        if res is None and not started:
+        for _ in range(2):
+            if res is not None or started:
+                break
             self.retries += 1
             log(f"{config}: mpirun ended before the program started (exit {rc}); once more")
-            rc, res, _ = self._run(config, program_args, out, timeout)
+            rc, res, started = self._run(config, program_args, out, timeout)
         return rc, res
 
     def _run(self, config: str, program_args: list[str], out, timeout: float) -> tuple[int, dict | None, bool]:

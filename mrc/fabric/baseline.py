@@ -121,12 +121,15 @@ def mpirun_argv(t: Topology, agent: str, hostfile: str, planes: list[int], progr
     """mpirun (run inside the first host's namespace) for one rank per host over
     OpenMPI's TCP BTL on the kernel addresses of ``planes``; its daemons start
     through ``agent`` (a script that runs a command in a host's namespace) and talk
-    over the management network, each straight to mpirun (``routed direct``: the
-    default tree routing lost its way between daemons in namespaces). ``mptcp``:
+    over the management network's IPv6 addresses, each straight to mpirun
+    (``routed direct``: the default tree routing lost its way between daemons in
+    namespaces; the network's IPv4 addresses, there for perftest's exchange, are
+    left out). ``mptcp``:
     the ranks' sockets become MPTCP (Debian's mptcpize), whose subflows take the
     other planes."""
     wrap = ["mptcpize", "run"] if mptcp else []
     return ["mpirun", "--hostfile", hostfile, "-np", str(t.hosts), "--mca", "plm_rsh_agent", agent,
-            "--mca", "oob_tcp_if_include", "mgmt", "--mca", "routed", "direct", "--mca", "btl", "tcp,self",
+            "--mca", "oob_tcp_if_include", "mgmt", "--mca", "oob_tcp_disable_ipv4_family", "1",
+            "--mca", "routed", "direct", "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", ",".join(f"{MPI_PORT}{p}" for p in planes),
             "--mca", "orte_base_help_aggregate", "0", *wrap, *program]
