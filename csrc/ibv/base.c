@@ -52,3 +52,13 @@ int mv_err(int err, const char *why, ...)
 
 int mv_is_ours(const struct ibv_context *c) { return c && c->device == &mv_device; }
 
+
+enum ibv_wc_status mv_wc_status(uint8_t status)
+{
+    static const enum ibv_wc_status of[] = {
+        [MRC_WC_SUCCESS] = IBV_WC_SUCCESS,           [MRC_WC_LOC_LEN_ERR] = IBV_WC_LOC_LEN_ERR,
+        [MRC_WC_LOC_PROT_ERR] = IBV_WC_LOC_PROT_ERR,   [MRC_WC_REM_ACCESS_ERR] = IBV_WC_REM_ACCESS_ERR,
+        [MRC_WC_RETRY_EXC_ERR] = IBV_WC_RETRY_EXC_ERR, [MRC_WC_WR_FLUSH_ERR] = IBV_WC_WR_FLUSH_ERR,
+        [MRC_WC_REM_OP_ERR] = IBV_WC_REM_OP_ERR};
+    return status < sizeof(of) / sizeof(of[0]) ? of[status] : IBV_WC_GENERAL_ERR;
+}

@@ -57,12 +57,11 @@ struct mv_swr { uint64_t wr_id; uint8_t signaled, opcode; };
 struct mv_qp {
     struct ibv_qp qp;
     uint32_t qpn;
-    uint32_t sq_depth, rq_depth, max_inline;
+    uint32_t sq_depth, rq_depth;
     int sig_all;
     struct mv_swr *ring;          /* by send sequence number mod sq_depth */
     uint64_t seq;                 /* the next send's sequence number */
     uint64_t freed;               /* sends before this one gave back their slots (a signaled one polled) */
-    uint64_t rq_posted, rq_done;
     uint8_t *inl;                 /* sq_depth x MV_MAX_INLINE bytes, registered: inline data lands here */
     uint32_t inl_lkey;
     uint32_t dest_qpn, rq_psn, sq_psn; /* what RTR and RTS gave */
@@ -78,6 +77,8 @@ static inline struct mv_ctx *mv_ctx(struct ibv_context *c) { return (struct mv_c
 void *mv_real(const char *name, const char *version);
 #define REAL(name, ver, ...) ((__typeof__(&name))mv_real(#name, ver))(__VA_ARGS__)
 
+/* An engine completion's status as verbs names it (one table for sends and receives). */
+enum ibv_wc_status mv_wc_status(uint8_t status);
 /* errno set, NULL returned: a verbs call's way to fail. */
 void *mv_fail(int err, const char *why, ...) __attribute__((format(printf, 2, 3)));
 /* Say why (MRC_VERBS_DEBUG=1 prints to stderr) and return err. */

@@ -189,12 +189,6 @@ int ibv_destroy_cq(struct ibv_cq *cq)
     return 0;
 }
 
-static const enum ibv_wc_status status_of[] = {
-    [MRC_WC_SUCCESS] = IBV_WC_SUCCESS,         [MRC_WC_LOC_LEN_ERR] = IBV_WC_LOC_LEN_ERR,
-    [MRC_WC_LOC_PROT_ERR] = IBV_WC_LOC_PROT_ERR, [MRC_WC_REM_ACCESS_ERR] = IBV_WC_REM_ACCESS_ERR,
-    [MRC_WC_RETRY_EXC_ERR] = IBV_WC_RETRY_EXC_ERR, [MRC_WC_WR_FLUSH_ERR] = IBV_WC_WR_FLUSH_ERR,
-    [MRC_WC_REM_OP_ERR] = IBV_WC_REM_OP_ERR};
-
 /* One engine completion as the program sees it; 0 when it is not to be seen (an unsignaled send).
  * *last: the QP of the completion before (most come from one QP in a row). */
 static int convert(struct mv_ctx *c, const struct mrc_wc *w, struct ibv_wc *wc, struct mv_qp **last)
@@ -206,14 +200,13 @@ static int convert(struct mv_ctx *c, const struct mrc_wc *w, struct ibv_wc *wc, 
         return mv_qp_send_done(q, w, wc);
     memset(wc, 0, sizeof(*wc));
     wc->wr_id = w->wr_id;
-    wc->status = w->status < sizeof(status_of) / sizeof(status_of[0]) ? status_of[w->status] : IBV_WC_GENERAL_ERR;
+    wc->status = mv_wc_status(w->status);
     wc->opcode = IBV_WC_RECV_RDMA_WITH_IMM;
     wc->byte_len = w->byte_len;
     wc->imm_data = htobe32(w->imm_data);
     wc->wc_flags = IBV_WC_WITH_IMM;
     wc->qp_num = w->qpn;
     wc->src_qp = q->dest_qpn;
-    __atomic_add_fetch(&q->rq_done, 1, __ATOMIC_RELEASE);
     return 1;
 }
 

@@ -25,13 +25,12 @@ struct mv_qp *mv_qp_of(struct mv_ctx *c, uint32_t qpn)
     return NULL;
 }
 
-static void qp_free(struct mv_ctx *c, struct mv_qp *q)
+static void qp_free(struct mv_qp *q)
 {
     free(q->ring);
     free(q->inl);
     pthread_mutex_destroy(&q->lock);
     free(q);
-    (void)c;
 }
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
@@ -57,7 +56,6 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
     q->sq_depth = cap->max_send_wr;
     q->rq_depth = cap->max_recv_wr ? cap->max_recv_wr : 1;
     q->sig_all = a->sq_sig_all;
-    q->max_inline = MV_MAX_INLINE;
     q->ring = calloc(q->sq_depth, sizeof(*q->ring));
     q->inl = aligned_alloc(64, (size_t)q->sq_depth * MV_MAX_INLINE);
     struct mrc_qp_attr qa = c->qpdef;
@@ -88,7 +86,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
     }
     pthread_mutex_unlock(&c->lock);
     if (rc < 0) {
-        qp_free(c, q);
+        qp_free(q);
         return mv_fail(-rc, "create_qp: %s", strerror(-rc));
     }
     q->qp.context = pd->context;
@@ -129,7 +127,7 @@ int ibv_destroy_qp(struct ibv_qp *qp)
         if (c->qps[i] == q)
             __atomic_store_n(&c->qps[i], NULL, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&c->lock);
-    qp_free(c, q);
+    qp_free(q);
     return 0;
 }
 
@@ -323,10 +321,7 @@ int mv_qp_send_done(struct mv_qp *q, const struct mrc_wc *w, struct ibv_wc *wc)
         return 0;
     memset(wc, 0, sizeof(*wc));
     wc->wr_id = s->wr_id;
-    static const enum ibv_wc_status st[] = {IBV_WC_SUCCESS, IBV_WC_LOC_LEN_ERR, IBV_WC_LOC_PROT_ERR,
-                                            IBV_WC_REM_ACCESS_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_WR_FLUSH_ERR,
-                                            IBV_WC_REM_OP_ERR};
-    wc->status = w->status < sizeof(st) / sizeof(st[0]) ? st[w->status] : IBV_WC_GENERAL_ERR;
+    wc->status = mv_wc_status(w->status);
     wc->opcode = IBV_WC_RDMA_WRITE;
     wc->qp_num = q->qpn;
     wc->byte_len = w->byte_len;
