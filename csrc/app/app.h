@@ -127,6 +127,14 @@ struct mrc_cm {
 
 int chan_read_psk(const char *path, uint8_t *key, size_t *len);
 void chan_arm(struct mrc_cm *cm);          /* the hello and the answer went: seal from message 1 on */
+/* A channel message sealed under key_iv (key, IV) as message number n of its direction (nonce: the IV
+ * XOR n) with additional data aad, appended to out as hex: 0 or -errno. And the reverse, into *out: 0,
+ * -EBADMSG (not hex of more than a tag), -EACCES (does not verify), -EPROTO (not a JSON object, `what`
+ * in the sentence). The hello and the answer are message 0; the rest of the channel, 1 on. */
+int chan_seal_hex(const uint8_t key_iv[44], uint64_t n, const char *aad, const char *in, size_t len,
+                  struct text *out);
+int chan_open_hex(const uint8_t key_iv[44], uint64_t n, const char *aad, const char *hex, const char *what,
+                  struct json *out);
 struct mrc_cm *chan_new(int fd);           /* NULL (fd closed) when out of memory */
 void chan_refuse(struct mrc_cm *cm, int err); /* tell the peer why (mrc_last_error), then let it go */
 #endif

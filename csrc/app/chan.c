@@ -53,61 +53,78 @@ void chan_arm(struct mrc_cm *cm)
     cm->ntx = cm->nrx = 1;
 }
 
-/* {"sealed": hex of the message under our direction's key and its next number} into b */
-static int seal_line(struct mrc_cm *cm, const char *json_object, size_t len, struct text *b)
+int chan_seal_hex(const uint8_t key_iv[44], uint64_t n, const char *aad, const char *in, size_t len, struct text *out)
 {
-    const uint8_t *k = cm->initiator ? cm->c2s : cm->s2c;
     uint8_t nonce[12], *sealed = malloc(len + SEAL_TAG);
     char *hex = malloc(2 * (len + SEAL_TAG) + 1);
-    nth(k, cm->ntx, nonce);
-    int rc = sealed && hex ? mrc_sec_aead(1, k, nonce, (const uint8_t *)MSG_AAD, sizeof(MSG_AAD) - 1,
-                                          (const uint8_t *)json_object, (uint32_t)len, sealed)
+    nth(key_iv, n, nonce);
+    int rc = sealed && hex ? mrc_sec_aead(1, key_iv, nonce, (const uint8_t *)aad, (uint32_t)strlen(aad),
+                                          (const uint8_t *)in, (uint32_t)len, sealed)
                            : -ENOMEM;
     if (rc == 0) {
-        cm->ntx++;
         hex_encode(sealed, len + SEAL_TAG, hex);
-        text_put(b, "{\"sealed\":\"", 11);
-        text_put(b, hex, strlen(hex));
-        text_put(b, "\"}", 2);
+        text_put(out, hex, strlen(hex));
     }
     free(sealed);
     free(hex);
-    return rc < 0 ? app_fail(ENOMEM, "cannot seal a connection-setup message") : 0;
+    return rc < 0 ? rc : out->oom ? -ENOMEM : 0;
+}
+
+int chan_open_hex(const uint8_t key_iv[44], uint64_t n, const char *aad, const char *hex, const char *what,
+                  struct json *out)
+{
+    size_t len = hex ? strlen(hex) / 2 : 0;
+    uint8_t *raw = len ? malloc(len) : NULL, *plain = len ? malloc(len) : NULL, nonce[12];
+    int rc = raw && plain && len > SEAL_TAG && hex_decode(hex, raw, len) == (int)len ? 0 : -EBADMSG;
+    nth(key_iv, n, nonce);
+    if (rc == 0 && mrc_sec_aead(0, key_iv, nonce, (const uint8_t *)aad, (uint32_t)strlen(aad), raw, (uint32_t)len,
+                                plain) < 0)
+        rc = -EACCES;
+    if (rc == 0) {
+        json_free(out);
+        rc = json_parse(out, (const char *)plain, len - SEAL_TAG, "a sealed connection-setup message");
+        if (rc == 0 && out->n[0].type != J_OBJ) {
+            json_free(out);
+            rc = app_fail(EPROTO, "bad connection-setup message: the sealed %s is not a JSON object", what);
+        }
+    }
+    if (plain) /* the decrypted text (QP numbers, keys) is not left behind */
+        OPENSSL_cleanse(plain, len);
+    free(raw);
+    free(plain);
+    return rc;
+}
+
+/* {"sealed": hex of the message under our direction's key and its next number} into b */
+static int seal_line(struct mrc_cm *cm, const char *json_object, size_t len, struct text *b)
+{
+    text_put(b, "{\"sealed\":\"", 11);
+    int rc = chan_seal_hex(cm->initiator ? cm->c2s : cm->s2c, cm->ntx, MSG_AAD, json_object, len, b);
+    text_put(b, "\"}", 2);
+    if (rc < 0)
+        return app_fail(ENOMEM, "cannot seal a connection-setup message");
+    cm->ntx++;
+    return 0;
 }
 
 /* cm->msg, {"sealed": ...} and nothing else, becomes the message it carries: the next of its direction. */
 static int open_line(struct mrc_cm *cm)
 {
-    const uint8_t *k = cm->initiator ? cm->s2c : cm->c2s;
-    int m = json_member(&cm->msg, 0, "sealed");
-    const char *hex = json_str(&cm->msg, m);
+    const char *hex = json_str(&cm->msg, json_member(&cm->msg, 0, "sealed"));
     uint64_t n = cm->nrx;
     if (!hex || json_len(&cm->msg, 0) != 1)
         return app_fail(EACCES, "setup-channel message %llu came unsealed on a sealed channel (a relay without "
                         "the key?): the connection ends", (unsigned long long)n);
-    size_t len = strlen(hex) / 2;
-    uint8_t *raw = len ? malloc(len) : NULL, *plain = len ? malloc(len) : NULL, nonce[12];
-    int rc = raw && plain && len > SEAL_TAG && hex_decode(hex, raw, len) == (int)len ? 0 : -EACCES;
-    nth(k, n, nonce);
+    char *copy = strdup(hex); /* the message it sits in is replaced */
+    int rc = copy ? chan_open_hex(cm->initiator ? cm->s2c : cm->c2s, n, MSG_AAD, copy, "message", &cm->msg)
+                  : -ENOMEM;
+    free(copy);
+    if (rc == -EBADMSG || rc == -EACCES)
+        return app_fail(EACCES, "setup-channel message %llu did not verify: changed, replayed, out of order or one "
+                        "before it dropped on the way; the connection ends", (unsigned long long)n);
     if (rc == 0)
-        rc = mrc_sec_aead(0, k, nonce, (const uint8_t *)MSG_AAD, sizeof(MSG_AAD) - 1, raw, (uint32_t)len, plain);
-    if (rc == 0) {
         cm->nrx++;
-        json_free(&cm->msg);
-        rc = json_parse(&cm->msg, (const char *)plain, len - SEAL_TAG, "a sealed connection-setup message");
-        if (rc == 0 && cm->msg.n[0].type != J_OBJ) {
-            json_free(&cm->msg);
-            rc = app_fail(EPROTO, "bad connection-setup message: the sealed message is not a JSON object");
-        }
-    } else {
-        rc = app_fail(EACCES, "setup-channel message %llu did not verify: changed, replayed, out of order or one "
-                      "before it dropped on the way; the connection ends", (unsigned long long)n);
-    }
-    if (plain)
-        OPENSSL_cleanse(plain, len);
-    free(raw);
-    free(plain);
-    return rc;
+    return rc == -ENOMEM ? app_fail(ENOMEM, "out of memory") : rc;
 }
 
 int mrc_cm_send(struct mrc_cm *cm, const char *json_object)

@@ -91,52 +91,35 @@ static int setup_keys(struct mrc_cm *cm)
 static int unseal_msg(struct mrc_cm *cm, const uint8_t key_iv[44], const char *aad, const char *what)
 {
     const char *hex = json_str(&cm->msg, json_member(&cm->msg, 0, "sealed"));
-    size_t n = hex ? strlen(hex) / 2 : 0;
-    uint8_t *raw = n ? malloc(n) : NULL, *plain = n ? malloc(n) : NULL;
-    int rc = raw && plain && n > SEAL_TAG && hex_decode(hex, raw, n) == (int)n ? 0 : -EPROTO;
-    if (rc == 0)
-        rc = mrc_sec_aead(0, key_iv, key_iv + 32, (const uint8_t *)aad, (uint32_t)strlen(aad), raw, (uint32_t)n,
-                          plain);
-    if (rc == 0) {
-        json_free(&cm->msg);
-        rc = json_parse(&cm->msg, (const char *)plain, n - SEAL_TAG, "a sealed connection-setup message");
-        if (rc == 0 && cm->msg.n[0].type != J_OBJ)
-            rc = app_fail(EPROTO, "bad connection-setup message: the sealed %s is not a JSON object", what);
-    } else {
-        rc = rc == -EPROTO ? app_fail(EPROTO, "bad connection-setup message: the %s has no sealed part", what)
-                           : app_fail(EACCES, "the sealed %s did not verify (another key?)", what);
-    }
-    if (plain) /* the decrypted text (QP numbers, keys) is not left behind */
-        OPENSSL_cleanse(plain, n);
-    free(raw);
-    free(plain);
-    return rc;
+    char *copy = hex ? strdup(hex) : NULL; /* the message it sits in is replaced */
+    int rc = hex && !copy ? -ENOMEM : chan_open_hex(key_iv, 0, aad, copy, what, &cm->msg);
+    free(copy);
+    if (rc == -EBADMSG)
+        return app_fail(EPROTO, "bad connection-setup message: the %s has no sealed part", what);
+    if (rc == -EACCES)
+        return app_fail(EACCES, "the sealed %s did not verify (another key?)", what);
+    return rc == -ENOMEM ? app_fail(ENOMEM, "out of memory") : rc;
 }
 
 /* b (our message) becomes {"nonce": nonce, "sealed": b sealed}: the
  * connector's key and "mrc hello", or the listener's and "mrc answer". */
 static int seal_text(struct mrc_cm *cm, struct text *b, const char *nonce)
 {
-    const uint8_t *k = cm->initiator ? cm->c2s : cm->s2c;
-    const char *aad = cm->initiator ? "mrc hello" : "mrc answer";
-    uint8_t *sealed = malloc(b->n + SEAL_TAG);
-    char *hex = malloc(2 * (b->n + SEAL_TAG) + 1);
-    int rc = sealed && hex ? mrc_sec_aead(1, k, k + 32, (const uint8_t *)aad, (uint32_t)strlen(aad),
-                                          (const uint8_t *)b->p, (uint32_t)b->n, sealed)
-                           : -ENOMEM;
-    if (rc == 0) {
-        hex_encode(sealed, b->n + SEAL_TAG, hex);
-        b->n = 0;
-        text_put(b, "{", 1);
-        if (nonce)
-            text_printf(b, "\"nonce\":\"%s\",", nonce);
-        text_put(b, "\"sealed\":\"", 10);
-        text_put(b, hex, strlen(hex));
-        text_put(b, "\"}", 2);
+    struct text out = {0};
+    text_put(&out, "{", 1);
+    if (nonce)
+        text_printf(&out, "\"nonce\":\"%s\",", nonce);
+    text_put(&out, "\"sealed\":\"", 10);
+    int rc = chan_seal_hex(cm->initiator ? cm->c2s : cm->s2c, 0, cm->initiator ? "mrc hello" : "mrc answer", b->p,
+                           b->n, &out);
+    text_put(&out, "\"}", 2);
+    if (rc < 0 || out.oom) {
+        text_free(&out);
+        return app_fail(rc < 0 ? -rc : ENOMEM, "cannot seal our message");
     }
-    free(sealed);
-    free(hex);
-    return rc < 0 || b->oom ? app_fail(rc < 0 ? -rc : ENOMEM, "cannot seal our message") : 0;
+    text_free(b);
+    *b = out;
+    return 0;
 }
 
 /* {"info": our side, extra..., "nonce": nonce, "security" and "kx" (secured), "auth": proof (when proven)};
