@@ -144,7 +144,7 @@ def run(name: str | None, run_ns: int, seed: int = 1) -> dict:
 def retry_budget_ns(attr: QPAttr) -> int:
     """The longest a QP that hears nothing back may live: one retransmit
     timeout per retry, linear_cnt of them at 1.024 us x 2^timeout, then
-    doubling, until the retries run out (csrc/completer.c, rto_ns)."""
+    doubling, until the retries run out (csrc/core/completer.c, rto_ns)."""
     a = attr.to_c()
     base = 1024 << a.timeout
     return sum(base if r < a.linear_cnt else base << min(r - a.linear_cnt + 1, 16)

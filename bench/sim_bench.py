@@ -1,4 +1,4 @@
-"""The engine at scale in virtual time (mrc sim, csrc/simfab.c): the issue's
+"""The engine at scale in virtual time (mrc sim, csrc/sim/simfab.c): the issue's
 scenarios with their targets, on one core.
 
     python bench/sim_bench.py --json                 # every scenario (about 20 minutes here)

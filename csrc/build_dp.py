@@ -29,14 +29,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 #: simulator, benchmark support
 HEADERS = [os.path.join(HERE, "include", h)
            for h in ("mrc_wire.h", "mrc/mrc.h", "mrc_manual.h", "mrc_sim.h", "mrc_bench.h")]
-# the core (sans-I/O), lowest layer first; then the in-memory link; then the
-# I/O side and the engine thread; the fabric simulator; opening by name and
-# connection setup for C programs (app/); then benchmark support (csrc/core.h, io.h)
-SOURCES = ["wire.c", "crc32c.c", "ep.c", "rings.c", "ev.c", "ev_pick.c", "cc_nscc.c", "sec.c", "qp.c", "requester.c", "completer.c",
-           "responder.c", "evprobe.c", "dispatch.c", "simlink.c", "io_packet.c", "io_tx.c", "link_watch.c",
-           "engine.c", "verbs.c", "simfab.c", "simfab_setup.c", "app/err.c", "app/digest.c", "app/json.c",
-           "app/ports.c", "app/topo.c", "app/open.c", "app/chan.c", "app/cm.c", "bench/blast.c", "bench/verify.c",
-           "bench/udpping.c", "bench/pingpong.c", "bench/passes.c"]
+# the sources by folder, lowest layer first (CONTRIBUTING.md: where a file goes): the wire format;
+# the sans-I/O core; the drivers (raw-socket ports, the engine thread); the API calls; the in-memory
+# link and the fabric simulator; opening by name and connection setup for C programs; benchmark support
+LAYERS = ["wire", "core", "drivers", "api", "sim", "app", "bench"]
+SOURCES = [f"{d}/{f}" for d in LAYERS for f in sorted(os.listdir(os.path.join(HERE, d))) if f.endswith(".c")]
 IBV_SOURCES = ["ibv/base.c", "ibv/qp.c", "ibv/obj.c", "ibv/dev.c"]
 IBV_HEADER = "/usr/include/infiniband/verbs.h"
 IBV_LIBRARY = "libmrc-verbs.so"

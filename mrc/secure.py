@@ -2,7 +2,7 @@
 ephemeral X25519 key pair each side of a connection setup makes, and the
 keys of one QP pair derived from it (HKDF-SHA256, salted with the
 pre-shared key, bound to what both sides saw). The cipher and the exchange
-run in C (csrc/sec.c, OpenSSL's libcrypto); this module hands bytes across.
+run in C (csrc/core/sec.c, OpenSSL's libcrypto); this module hands bytes across.
 
 >>> priv_a, pub_a = keypair(); priv_b, pub_b = keypair()
 >>> ka = derive(priv_a, pub_b, b"k" * 32, b"setup", True, "auth")

@@ -1,4 +1,4 @@
-"""The in-memory link (csrc/simlink.c): ``planes * per_plane`` paths between
+"""The in-memory link (csrc/sim/simlink.c): ``planes * per_plane`` paths between
 contexts driven by hand (:class:`mrc.manual.ManualContext`), each with delay,
 jitter, loss (random or a 64-bit mask), duplication, trimming, a rate with
 an ECN-marking queue and down or flapping intervals. Deterministic for a

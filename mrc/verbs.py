@@ -116,7 +116,7 @@ class RemoteInfo:
 class EngineThread:
     """The thread that plays the NIC for a context with ports: its raw
     sockets, the ports' carrier and admin state, and the blocking calls that
-    wait for it (csrc/engine.c). A :class:`Context` has one."""
+    wait for it (csrc/drivers/engine.c). A :class:`Context` has one."""
 
     def __init__(self, dev: Device, ports: list[Port]) -> None:
         self._dev = dev

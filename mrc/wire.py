@@ -27,7 +27,7 @@ NACK_REASONS = {v: k[5:] for k, v in CONSTANTS.items() if k.startswith("NACK_")}
 # An EV is plane << 16 | entropy in this implementation (protocol.md 2 leaves
 # the EV-to-path mapping to the sender); on the wire the IPv6 flow label holds
 # EV bits 0-19 and the UDP source port 0xC000 | bits 18-31. These are the
-# Python twins of csrc/hdr.h's accessors, with the same constants; no other
+# Python twins of csrc/wire/hdr.h's accessors, with the same constants; no other
 # module shifts or masks an EV.
 
 def ev_make(plane: int, entropy: int) -> int:

@@ -36,11 +36,10 @@ mkdir -p "$out"
 
 # the data path's sources, as the Python build lists them (csrc/build_dp.py)
 srcs=$("$py" - <<'PY'
-import ast
-tree = ast.parse(open("csrc/build_dp.py").read())
-for node in tree.body:
-    if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SOURCES":
-        print(" ".join("csrc/" + s for s in ast.literal_eval(node.value) if not s.startswith("bench/")))
+import sys
+sys.path.insert(0, "csrc")
+from build_dp import SOURCES
+print(" ".join("csrc/" + s for s in SOURCES if not s.startswith("bench/")))
 PY
 )
 flags=(-g -O1 -std=gnu11 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined

@@ -31,7 +31,7 @@ fi
 # the switch queues' BPF program (mrc fabric up --link-rate, mrc fabric qos)
 command -v clang >/dev/null 2>&1 || need+=(clang)
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
-# authenticated MRC: AES-GCM and X25519 from OpenSSL's libcrypto (csrc/sec.c)
+# authenticated MRC: AES-GCM and X25519 from OpenSSL's libcrypto (csrc/core/sec.c)
 [ -f /usr/include/openssl/evp.h ] || need+=(libssl-dev)
 # the libibverbs layer (libmrc-verbs.so, csrc/ibv) builds against rdma-core's headers; perftest and
 # ibv_devinfo are what runs over it (mrc verbs run)

@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "app.h"
+#include "app/app.h"
 
 int chan_read_psk(const char *path, uint8_t *key, size_t *len)
 {

@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "app.h"
+#include "app/app.h"
 
 struct mrc_cm_listener { int fd; int has_psk; uint8_t psk[MAX_PSK]; size_t psklen; uint32_t security; };
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "app/app.h"
 
 int hmac_sha256(const uint8_t *key, size_t klen, const void *const *parts, const size_t *lens, int nparts,
                 uint8_t out[32])

@@ -3,7 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "app.h"
+#include "app/app.h"
 
 static __thread char last[512];
 

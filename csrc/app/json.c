@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "app/app.h"
 
 #define MAX_DEPTH 32
 

@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/random.h>
 
-#include "../ctx.h"
-#include "app.h"
+#include "app/app.h"
+#include "drivers/engine.h"
 
 /* The software data path's settings (mrc.verbs SOFTWARE_TIMING and
  * SOFTWARE_CC; tests/unit/test_libmrc.py keeps the two equal), and the

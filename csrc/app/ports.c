@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "app.h"
+#include "app/app.h"
 
 #define MAX_GW 8
 

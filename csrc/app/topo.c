@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "app/app.h"
 
 #define MAX_FILE (64u << 20)
 

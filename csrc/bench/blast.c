@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../csum.h"
-#include "../io.h"
+#include "drivers/engine.h"
+#include "drivers/io.h"
+#include "wire/csum.h"
 
 /* The blaster, and with src the copying blaster: each packet's payload
  * copied from src (walking span bytes in turn, as a sender walks a region)

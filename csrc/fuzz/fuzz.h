@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "mrc_manual.h"
-#include "wire.h"
+#include "wire/wire.h"
 
 enum {
     FZ_FIX_ICRC = 0x01,  /* recompute the ICRC after the fix-ups */

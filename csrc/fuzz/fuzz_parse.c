@@ -8,7 +8,7 @@
  * payload where mrc_pkt_hdr_len says; building that again gives the same
  * bytes (the builder's output is a fixed point); a data packet's payload
  * lies inside the buffer. */
-#include "fuzz.h"
+#include "fuzz/fuzz.h"
 
 #define SAME(f) FZ_CHECK(a->f == b->f, "field " #f " changed in the round trip")
 

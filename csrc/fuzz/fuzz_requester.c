@@ -8,7 +8,7 @@
  * an error once retries run out): no forged packet stalls a QP for ever;
  * the in-flight count never underflows; the context only sends packets that
  * parse with a good ICRC; nothing crashes or reads out of bounds. */
-#include "fuzz.h"
+#include "fuzz/fuzz.h"
 
 enum { K = 4, SRC = 32 * 1024 };
 

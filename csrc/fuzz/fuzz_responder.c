@@ -7,7 +7,7 @@
  * pattern; every receive completion names our QP, a posted receive and at
  * most the region's size; the context only sends packets that parse with a
  * good ICRC; nothing crashes, leaks or reads out of bounds (ASan, UBSan). */
-#include "fuzz_target.h"
+#include "fuzz/fuzz_target.h"
 
 static struct fz_target t;
 

@@ -11,7 +11,8 @@
  * region keep their pattern; completions name our QP and a posted receive;
  * the context sends only packets that parse, sealed ones with its own
  * mode; nothing crashes or reads out of bounds (ASan, UBSan). */
-#include "fuzz_target.h"
+#include "fuzz/fuzz_target.h"
+#include "wire/wire.h"
 
 static struct fz_target t;
 

@@ -8,8 +8,8 @@
  * fails with EPROTO or gives a peer whose every plane has 1 to 16 paths. */
 #include <errno.h>
 
-#include "fuzz.h"
 #include "app/app.h"
+#include "fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -5,7 +5,7 @@
  * untouched, receives kept posted, and the checks of what completes. */
 #ifndef MRC_FUZZ_TARGET_H
 #define MRC_FUZZ_TARGET_H
-#include "fuzz.h"
+#include "fuzz/fuzz.h"
 
 enum { FZ_SIZE = 64 * 1024, FZ_GUARD = 4096, FZ_PAT = 0xA5, FZ_OTHER_PAT = 0x5A, FZ_RECVS = 64 };
 

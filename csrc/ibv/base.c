@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "ibv.h"
+#include "ibv/ibv.h"
 
 struct ibv_device mv_device = {.node_type = IBV_NODE_CA, .transport_type = IBV_TRANSPORT_IB,
                                .name = MV_NAME, .dev_name = "uverbs-mrc0",

@@ -13,7 +13,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "ibv.h"
+#include "ibv/ibv.h"
 
 /* ------------------------------------------------------------ the device list */
 /* The list handed out: the real list (kept to free it), then ours. */

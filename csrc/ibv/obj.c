@@ -9,7 +9,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
-#include "ibv.h"
+#include "ibv/ibv.h"
 
 /* ------------------------------------------------------------ PDs and MRs */
 struct ibv_pd *ibv_alloc_pd(struct ibv_context *ctx)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ibv.h"
+#include "ibv/ibv.h"
 
 struct mv_qp *mv_qp_of(struct mv_ctx *c, uint32_t qpn)
 {

@@ -1,7 +1,7 @@
 /*
  * mrc_manual.h - driving a context by hand: the sans-I/O endpoint's inputs
  * and outputs, and the in-memory link that joins endpoints in virtual time
- * (csrc/dispatch.c, csrc/simlink.c). For tests, the simulator and tools
+ * (csrc/core/dispatch.c, csrc/sim/simlink.c). For tests, the simulator and tools
  * that move packets themselves; read by the cffi build after mrc/mrc.h.
  */
 #ifndef MRC_MANUAL_H
@@ -31,7 +31,7 @@ struct mrc_meta {
 struct mrc_txdesc {
     uint32_t off;
     uint32_t len;
-    uint32_t ev;             /* the EV it goes on (plane and entropy: csrc/hdr.h) */
+    uint32_t ev;             /* the EV it goes on (plane and entropy: csrc/wire/hdr.h) */
     uint16_t peer;
     uint8_t tclass;          /* DSCP << 2 | ECN */
     uint8_t is_data;

@@ -1,5 +1,5 @@
 /*
- * mrc_sim.h - the fabric simulator (csrc/simfab.c): whole contexts on a
+ * mrc_sim.h - the fabric simulator (csrc/sim/simfab.c): whole contexts on a
  * simulated multi-plane Clos in virtual time (docs/sim.md). Read by
  * csrc/build_dp.py after mrc_manual.h, with the same rules: plain C between
  * CDEF BEGIN and CDEF END, 0 or -errno.
@@ -12,7 +12,7 @@
 /* CDEF BEGIN */
 /* ------------------------------------------------ the fabric simulator
  * H hosts x P planes, each plane a 2-tier Clos (L T0 leaves, S T1 spines),
- * in virtual time (csrc/simfab.c; docs/sim.md). Every host is a context
+ * in virtual time (csrc/sim/simfab.c; docs/sim.md). Every host is a context
  * driven by hand with an application of WRITE flows in C; every switch
  * forwards on the uSID destination as the kernel's End with next-CSID does
  * (the address plan of mrc.fabric.topology: host uSID kinds 0xB-0xE carry

@@ -88,7 +88,7 @@ enum {
  * plane << 16 | entropy (protocol.md 2 leaves the EV-to-path mapping to the
  * sender); on the wire the flow label carries EV bits 0-19 and the UDP source
  * port 0xC000 | EV bits 18-31. Every EV field is read and written through the
- * accessors in csrc/hdr.h (C) and mrc/wire.py (Python), which use these. */
+ * accessors in csrc/wire/hdr.h (C) and mrc/wire.py (Python), which use these. */
 enum {
     MRC_EV_PLANE_SHIFT = 16,
     MRC_EV_ENTROPY_MASK = 0xFFFF,

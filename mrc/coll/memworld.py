@@ -1,4 +1,4 @@
-"""Every rank of a job in one process, over the in-memory link (csrc/simlink.c):
+"""Every rank of a job in one process, over the in-memory link (csrc/sim/simlink.c):
 rootless, deterministic for a seed, and what the tests run the
 communicator on. The product runs over real ports (:mod:`mrc.coll.net`).
 

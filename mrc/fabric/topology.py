@@ -61,7 +61,7 @@ def usid(kind: int, plane: int, index: int) -> int:
 
 def host_usid(h: int, plane: int) -> int:
     """A host port's uSID: kind 0xB for hosts 0-255; kinds 0xC-0xE carry host
-    bits 8-9 (the simulator's 1,024 hosts, csrc/simfab.c; a namespace
+    bits 8-9 (the simulator's 1,024 hosts, csrc/sim/simfab.c; a namespace
     fabric stops at 256).
 
     >>> hex(host_usid(2, 1)), hex(host_usid(1023, 7))

@@ -1,5 +1,5 @@
 """``mrc sim``: the unchanged engine at every NIC of a simulated multi-plane
-Clos, in virtual time (csrc/simfab.c; docs/sim.md has the model).
+Clos, in virtual time (csrc/sim/simfab.c; docs/sim.md has the model).
 
     mrc sim --hosts 64 --planes 8 --workload permutation --size 16M --single-path --json
     mrc sim --hosts 256 --workload alltoall --size 4M --json

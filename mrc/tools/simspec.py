@@ -1,7 +1,7 @@
 """What ``mrc sim`` simulates: the fabric (planes, leaves, spines, hosts, rates,
 queues), the faults it runs (``--fail``, ``--flap``) and the workloads' flows,
 collectives included (mrc.coll's schedule as gated messages). Pure
-descriptions and their parsing; mrc.tools.sim runs them over csrc/simfab.c."""
+descriptions and their parsing; mrc.tools.sim runs them over csrc/sim/simfab.c."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ COLL_PIECE, COLL_CREDITS = 512 << 10, 16
 TIERS = ("nic", "leaf_up", "spine_down", "leaf_down")
 #: bytes on the wire beyond an MRC packet, as the simulator counts them
 WIRE_EXTRA = lib.MRC_FAB_WIRE_EXTRA
-#: MRC headers of a data packet with a RETH (csrc/wire.c)
+#: MRC headers of a data packet with a RETH (csrc/wire/wire.c)
 DATA_HDRS = lib.MRC_BTH_LEN + lib.MRC_RETH_LEN + lib.MRC_ICRC_LEN
 NEVER = 1 << 62
 
@@ -109,7 +109,7 @@ class Fabric:
 
     def host_usid(self, h: int, plane: int) -> int:
         """Host ``h``'s port uSID on ``plane``: mrc.fabric.topology.host_usid up to
-        MRC_FAB_NAMED_HOSTS hosts; past that the port's number on its leaf (csrc/simfab.h)."""
+        MRC_FAB_NAMED_HOSTS hosts; past that the port's number on its leaf (csrc/sim/fab.h)."""
         i = h
         if self.hosts > lib.MRC_FAB_NAMED_HOSTS:
             leaf = self.host_leaf(h)

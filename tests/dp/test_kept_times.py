@@ -1,4 +1,4 @@
-"""What poll_tx and next_timer keep of each QP (csrc/core.h, dl*): they read
+"""What poll_tx and next_timer keep of each QP (csrc/core/types.h, dl*): they read
 a QP only when it has work, so what they keep must be computed again after
 everything that can change it: a post from the application, a packet for the
 QP, a port change, an API call. Hand-driven, every step checked against the

@@ -1,4 +1,4 @@
-"""The fabric simulator (csrc/simfab.c, mrc.tools.sim) at small scale: forwarding
+"""The fabric simulator (csrc/sim/simfab.c, mrc.tools.sim) at small scale: forwarding
 against the address plan, link failures, determinism, every scenario of
 bench/sim_bench.py with its bound, and a cross-check with the in-memory link."""
 
@@ -113,7 +113,7 @@ def test_zero_payloads_left_out_in_flight_change_nothing_the_receivers_see():
 
 @pytest.mark.parametrize("shape", ["incast", "in_step"])
 def test_the_calendar_runs_the_events_in_the_heaps_order(shape):
-    # packets' events go on a calendar in front of the heap (csrc/evcal.h) where they find a place
+    # packets' events go on a calendar in front of the heap (csrc/sim/evcal.h) where they find a place
     # near a bucket's ends, else on the heap; the earlier of the two runs. The same run with every
     # event on the heap gives every figure the same. The incast trims, marks, drops and loses a
     # link; 1,024 NICs in step put thousands of events of one time in a bucket, and the calendar

@@ -14,7 +14,7 @@ from mrc.manual import ManualContext
 
 
 def ones_sum(b: bytes) -> int:
-    """RFC 1071 over native little-endian 16-bit words (csrc/csum.h), folded."""
+    """RFC 1071 over native little-endian 16-bit words (csrc/wire/csum.h), folded."""
     if len(b) % 2:
         b += b"\0"
     s = sum(struct.unpack(f"<{len(b) // 2}H", b))

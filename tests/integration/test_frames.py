@@ -2,7 +2,7 @@
 switch hands them to each host. Every one carries a UDP checksum that is
 good over its final destination (the address left after the last uSID
 shift): the data packets', whose payload sum the core takes while it copies
-the payload (csrc/csum.h), and the SACKs', summed by the I/O side. Checked
+the payload (csrc/wire/csum.h), and the SACKs', summed by the I/O side. Checked
 byte by byte here because nothing on the fabric checks it: the switches
 forward by address and the MRC receiver reads frames off its ring."""
 import os

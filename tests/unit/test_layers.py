@@ -15,36 +15,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
 MAX_LINES = 600
 
-# lowest first: a file may call only files of its own layer or below
-C_LAYERS = [
-    ["crc32c.c", "wire.c"],
-    ["ep.c"],
-    ["rings.c"],  # the endpoint's rings and posting, over its tables
-    ["ev.c", "cc_nscc.c", "sec.c"],  # sec.c: a QP's keys, sealing and opening (authenticated MRC)
-    ["ev_pick.c"],  # the rotation, over the EV states
-    ["qp.c"],
-    ["requester.c", "completer.c", "responder.c", "evprobe.c"],
-    ["dispatch.c"],
-    ["simlink.c", "io_packet.c", "io_tx.c", "link_watch.c"],
-    ["engine.c"],
-    ["verbs.c"],  # the API calls: each under the context's locks (engine.c) for one core call
-    ["simfab.c", "simfab_setup.c"],  # the fabric simulator drives whole contexts
-    # a C program's side (csrc/app/app.h): the error sentence, digests, JSON, the kernel's
-    # view of a port, topology files; then a context opened by name; then connection setup
-    ["app/err.c", "app/digest.c", "app/json.c", "app/ports.c", "app/topo.c", "app/chan.c"],
-    ["app/open.c"],
-    ["app/cm.c"],
-    # the libibverbs layer (csrc/ibv/ibv.h): a client of mrc.h, lowest first
-    ["ibv/base.c"],
-    ["ibv/qp.c"],
-    ["ibv/obj.c"],
-    ["ibv/dev.c"],
-    ["bench/blast.c", "bench/verify.c", "bench/udpping.c", "bench/pingpong.c", "bench/passes.c",
-     "fuzz/fuzz_parse.c", "fuzz/fuzz_responder.c", "fuzz/fuzz_requester.c", "fuzz/fuzz_setup.c",
-     "fuzz/fuzz_secured.c"],
-    ["bpf/port_queue.bpf.c", "bpf/usid_end.bpf.c",  # the switches' queues and End, and the hosts'
-     "bpf/host_encap.bpf.c", "bpf/host_decap.bpf.c"],  # encap and End.DT6 (kernel side): call nothing
-]
 #: the stack: these never import mrc.fabric (they take a path resolver)
 STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/errors.py", "mrc/paths.py",
          "mrc/docfile.py", "mrc/provenance.py", "mrc/secure.py", "mrc/signals.py",
@@ -56,29 +26,6 @@ STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/e
          # tools that run on any topology, not only the fabric's
          "mrc/tools/perf.py", "mrc/tools/decode.py", "mrc/tools/soak.py", "mrc/tools/workload.py",
          "mrc/tools/sim.py"]
-
-DEF = re.compile(r"^(?:static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([a-z_]\w*)\s*\([^;]*?\)\s*\{", re.M | re.S)
-CALL = re.compile(r"\b([a-z_]\w*)\s*\(")
-
-
-def _strip(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    text = re.sub(r"//[^\n]*", " ", text)
-    return re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
-
-
-def c_calls() -> dict[str, set[str]]:
-    """file -> the other C files whose functions it calls (static ones excluded)."""
-    files = sorted(p.relative_to(CSRC).as_posix() for p in CSRC.rglob("*.c"))
-    texts = {f: _strip((CSRC / f).read_text()) for f in files}
-    owner = {}
-    for f, text in texts.items():
-        for m in DEF.finditer(text):
-            if not m.group(0).lstrip().startswith("static"):
-                owner.setdefault(m.group(1), f)
-    return {f: {owner[name] for name in CALL.findall(text) if name in owner and owner[name] != f}
-            for f, text in texts.items()}
-
 
 def py_imports() -> dict[str, set[str]]:
     """module file -> the module files of mrc/ it imports (at any depth of the code)."""
@@ -126,19 +73,6 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
             if found:
                 return found
     return None
-
-
-def test_the_c_files_call_each_other_without_a_cycle_and_only_downwards():
-    calls = c_calls()
-    assert calls["requester.c"] and calls["dispatch.c"]  # the parse sees calls at all
-    assert cycle(calls) is None, " -> ".join(cycle(calls))
-    layer = {f: i for i, files in enumerate(C_LAYERS) for f in files}
-    assert set(layer) == set(calls), set(calls) ^ set(layer)
-    upward = [(f, g) for f, gs in calls.items() for g in gs if layer[g] > layer[f]]
-    assert not upward, upward
-    # the roles never call each other: they share state (core.h), not functions
-    roles = set(C_LAYERS[4])
-    assert not [(f, g) for f in roles for g in calls[f] if g in roles]
 
 
 def test_the_python_modules_import_each_other_without_a_cycle():
@@ -249,52 +183,6 @@ def test_the_code_points_only_at_docs_that_exist():
             if not (ROOT / "docs" / name).exists():
                 missing.append((p.relative_to(ROOT).as_posix(), name))
     assert not missing, missing
-
-
-HEADERS = CSRC / "include"
-#: header -> the prefixes of the calls it may declare (its audience)
-AUDIENCE = {"mrc/mrc.h": ("mrc_ctx_", "mrc_pd_", "mrc_mr_", "mrc_cq_", "mrc_qp_", "mrc_post_", "mrc_poll_",
-                          "mrc_ev_", "mrc_async_", "mrc_dp_version", "mrc_wc_", "mrc_event_", "mrc_drop_",
-                          "mrc_last_error", "mrc_cm_", "mrc_sha256_", "mrc_sec_"),
-            "mrc_wire.h": ("mrc_pkt_", "mrc_crc32c", "mrc_psn_", "mrc_opcode_", "mrc_nack_"),
-            "mrc_manual.h": ("mrc_ep_", "mrc_ctx_ep", "mrc_sim_"),
-            "mrc_sim.h": ("mrc_fab_",),
-            "mrc_bench.h": ("mrc_bench_",)}
-DECL = re.compile(r"^[a-z_][\w ]*?[\s\*](mrc_\w+)\(", re.M)
-
-
-def test_each_call_is_declared_once_in_the_header_of_its_audience():
-    """The contract is split by audience; the application's header declares no
-    call for the simulator, the bench or hand-driving, and the cffi build reads
-    every header (one declaration per call)."""
-    src = (CSRC / "build_dp.py").read_text()
-    assert all(f'"{h}"' in src for h in AUDIENCE), "build_dp.py reads every contract header"
-    seen: dict[str, str] = {}
-    wrong = []
-    for h, prefixes in AUDIENCE.items():
-        text = _strip((HEADERS / h).read_text())
-        for name in DECL.findall(text):
-            assert name not in seen, f"{name} declared in {seen[name]} and {h}"
-            seen[name] = h
-            if not name.startswith(prefixes):
-                wrong.append((h, name))
-    assert not wrong, wrong
-    assert len(seen) > 80  # the parse sees the declarations at all
-    assert sorted(p.relative_to(HEADERS).as_posix() for p in HEADERS.rglob("*.h")) == sorted(AUDIENCE)
-
-
-def test_the_public_header_stands_alone():
-    """A C program that includes only <mrc/mrc.h> compiles, strictly."""
-    import shutil
-    import subprocess
-    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if not cc:
-        pytest.skip("no C compiler")
-    p = subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-fsyntax-only",
-                        "-I", str(HEADERS), "-x", "c", "-"], input="#include <mrc/mrc.h>\nint main(void) "
-                       "{ struct mrc_ctx *c = 0; return c ? mrc_ctx_start(c) : MRC_MAX_PLANES > 0 ? 0 : 1; }\n",
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
 
 
 def test_every_public_function_says_what_it_does():

@@ -2,7 +2,7 @@
  * mrc/mrc.h - the MRC application API: contexts, protection domains, memory
  * regions, completion queues, queue pairs, posting and polling, EVs and
  * events, ports and peers. What a program that uses MRC includes; libmrc
- * implements it (csrc/verbs.c, csrc/engine.c) and the Python package reads
+ * implements it (csrc/api/verbs.c, csrc/drivers/engine.c) and the Python package reads
  * the same declarations (csrc/build_dp.py, between CDEF BEGIN and CDEF END:
  * plain C, enums for constants). Every call returns 0 (or a count) or
  * -errno.
@@ -72,7 +72,7 @@ enum mrc_access { MRC_ACCESS_LOCAL_WRITE = 1, MRC_ACCESS_REMOTE_WRITE = 2 };
 /* EV states: GOOD, SKIP (pass over it for about one RTT after ECN or a
  * trim; reported as GOOD to the controller), ASSUMED_BAD (after a loss,
  * until probes succeed), DENIED (the controller), UNKNOWN (OCP: an
- * unpopulated entry). csrc/ev.c holds the transitions. */
+ * unpopulated entry). csrc/core/ev.c holds the transitions. */
 enum mrc_ev_state { MRC_EV_GOOD = 0, MRC_EV_SKIP = 1, MRC_EV_ASSUMED_BAD = 2, MRC_EV_DENIED = 3, MRC_EV_UNKNOWN = 4 };
 
 /* Why a received packet was dropped (counters, never a crash). */
@@ -247,7 +247,7 @@ struct mrc_ev_event { uint32_t qpn; uint32_t ev; uint8_t old_state; uint8_t new_
 /* ------------------------------------------------------------- contexts
  * A context (OCP mrc_create_context) owns an endpoint (the sans-I/O core:
  * a NIC's worth of state) and, when it has ports, the raw sockets and the
- * engine thread that drives the endpoint (csrc/engine.c, which states the
+ * engine thread that drives the endpoint (csrc/drivers/engine.c, which states the
  * locking contract). A context made with no ports is driven by hand: the
  * caller moves packets and time through the mrc_ep_* driver calls of
  * mrc_manual.h (the in-memory link and tests do). Every call here takes

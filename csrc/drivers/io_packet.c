@@ -1,0 +1,311 @@
+/* Raw-socket I/O of a context, its ports and receive side: one AF_PACKET
+ * socket per port (plane) with a classic BPF filter for UDP 4791 and a
+ * PACKET_RX_RING, read without a system call; the peer table, which says
+ * how to reach each peer on each plane. Sending is io_tx.c's.
+ *
+ * Lock: io_open runs before the context is shared and io_close after its
+ * thread ended; every other function runs with the endpoint lock held (the
+ * engine thread's loop, or an API call), except the raw blaster's
+ * io_queue_tx/io_flush_tx on a context whose thread never started (io.h). */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <linux/filter.h>
+#include <linux/if_ether.h>
+#include <net/if.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "drivers/io_int.h"
+
+enum { RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512 };
+
+/* Classic BPF: IPv6, next header UDP, destination port 4791. */
+static int attach_filter(int fd)
+{
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 12),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IPV6, 0, 5),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, MRC_ETH_HLEN + 6),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 17, 0, 3),
+        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, MRC_ETH_HLEN + MRC_IPV6_HLEN + 2),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MRC_UDP_PORT, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, 0xFFFF),
+        BPF_STMT(BPF_RET | BPF_K, 0),
+    };
+    struct sock_fprog prog = {.len = sizeof(code) / sizeof(code[0]), .filter = code};
+    return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog));
+}
+
+
+static int open_port(struct io_port *p)
+{
+    int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, htons(ETH_P_IPV6));
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    if (attach_filter(fd) < 0 || setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    big_buffers(fd, 1);
+    /* the receive ring: RX_FRAMES frames of RX_FRAME bytes (a 9216-byte frame
+     * plus the tpacket header), RX_BLOCK (a whole number of pages) per block */
+    int v = TPACKET_V2;
+    struct tpacket_req req = {.tp_block_size = RX_BLOCK, .tp_block_nr = RX_FRAMES * RX_FRAME / RX_BLOCK,
+                              .tp_frame_size = RX_FRAME, .tp_frame_nr = RX_FRAMES};
+    if (setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v, sizeof(v)) < 0 ||
+        setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof(req)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    p->ring_len = (size_t)RX_FRAMES * RX_FRAME;
+    p->ring = mmap(NULL, p->ring_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0); /* no faults later */
+    if (p->ring == MAP_FAILED) {
+        int e = errno;
+        p->ring = NULL;
+        close(fd);
+        return -e;
+    }
+    struct sockaddr_ll sll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IPV6),
+                              .sll_ifindex = (int)p->cfg.ifindex};
+    if (bind(fd, (struct sockaddr *)&sll, sizeof(sll)) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    p->fd = fd;
+    p->sll = (struct sockaddr_ll){.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IPV6),
+                                  .sll_ifindex = (int)p->cfg.ifindex, .sll_halen = 6};
+    memcpy(p->sll.sll_addr, p->cfg.dst_mac, 6);
+    return 0;
+}
+
+int io_open(const struct mrc_port_cfg *ports, uint32_t nports, struct io **out)
+{
+    if (nports == 0 || nports > MRC_MAX_PORTS)
+        return -EINVAL;
+    struct io *io = calloc(1, sizeof(*io));
+    if (!io)
+        return -ENOMEM;
+    for (int i = 0; i < MRC_MAX_PLANES; i++)
+        io->plane_port[i] = -1;
+    for (uint32_t i = 0; i < MRC_MAX_PORTS; i++)
+        io->ports[i].fd = -1;
+    io->tx.fd = -1;
+    int rc = 0;
+    io->peers = calloc(MRC_MAX_PEERS, sizeof(*io->peers));
+    if (!io->peers)
+        rc = -ENOMEM;
+    for (uint32_t i = 0; i < nports && !rc; i++) {
+        if (ports[i].plane >= MRC_MAX_PLANES) {
+            rc = -EINVAL;
+            break;
+        }
+        io->ports[i].cfg = ports[i];
+        io->plane_port[ports[i].plane] = (int)i;
+        io->nports = i + 1;
+        rc = open_port(&io->ports[i]);
+    }
+    if (!rc)
+        rc = io_tx_open(io);
+    if (rc < 0) {
+        io_close(io);
+        return rc;
+    }
+    *out = io;
+    return 0;
+}
+
+void io_close(struct io *io)
+{
+    if (!io)
+        return;
+    for (uint32_t i = 0; i < MRC_MAX_PORTS; i++) {
+        if (io->ports[i].fd >= 0)
+            close(io->ports[i].fd);
+        if (io->ports[i].ring)
+            munmap(io->ports[i].ring, io->ports[i].ring_len);
+    }
+    io_tx_close(io);
+    free(io->peers);
+    free(io);
+}
+
+uint32_t io_nports(const struct io *io) { return io->nports; }
+struct io_port *io_port(struct io *io, uint32_t i) { return i < io->nports ? &io->ports[i] : NULL; }
+
+struct io_port *io_plane_port(struct io *io, uint32_t plane)
+{
+    return plane < MRC_MAX_PLANES && io->plane_port[plane] >= 0 ? &io->ports[io->plane_port[plane]] : NULL;
+}
+
+uint32_t io_pollfds(struct io *io, struct pollfd *pf)
+{
+    for (uint32_t i = 0; i < io->nports; i++)
+        pf[i] = (struct pollfd){.fd = io->ports[i].fd, .events = POLLIN};
+    return io->nports;
+}
+
+/* ------------------------------------------------------------------ peers */
+int io_add_peer(struct io *io, const struct mrc_peer_cfg *peer)
+{
+    if (peer->nplanes > MRC_MAX_PLANES)
+        return -EINVAL;
+    for (uint32_t p = 0; p < MRC_MAX_PLANES; p++)
+        if (peer->plane[p].npaths > MRC_MAX_PATHS)
+            return -EINVAL;
+    uint32_t i = 0;
+    while (i < io->npeers && io->live[i])
+        i++;
+    if (i >= MRC_MAX_PEERS)
+        return -ENOSPC;
+    io->peers[i] = *peer;
+    io->live[i] = 1;
+    if (i == io->npeers)
+        io->npeers++;
+    return (int)i;
+}
+
+/* Free a peer's slot (the next add may reuse it). */
+int io_del_peer(struct io *io, uint16_t peer)
+{
+    if (peer >= io->npeers || !io->live[peer])
+        return -ENOENT;
+    memset(&io->peers[peer], 0, sizeof(io->peers[peer]));
+    io->live[peer] = 0;
+    while (io->npeers && !io->live[io->npeers - 1])
+        io->npeers--;
+    return 0;
+}
+
+int io_npeers(const struct io *io) { return (int)io->npeers; }
+
+/* The first live peer index with the same final address on every plane:
+ * the same host (several indices differ only in their paths). */
+int io_peer_host(const struct io *io, uint16_t peer)
+{
+    const struct mrc_peer_cfg *p = &io->peers[peer];
+    for (uint32_t i = 0; i < peer; i++) {
+        const struct mrc_peer_cfg *o = &io->peers[i];
+        int same = io->live[i];
+        for (uint32_t pl = 0; pl < MRC_MAX_PLANES && same; pl++)
+            same = (o->plane[pl].npaths > 0) == (p->plane[pl].npaths > 0) &&
+                   (!p->plane[pl].npaths || !memcmp(o->plane[pl].final_addr, p->plane[pl].final_addr, 16));
+        if (same)
+            return (int)i;
+    }
+    return peer;
+}
+
+int io_has_path(const struct io *io, uint16_t peer, uint32_t plane)
+{
+    return peer < io->npeers && plane < MRC_MAX_PLANES && io->peers[peer].plane[plane].npaths > 0;
+}
+
+/* ------------------------------------------------------------------ rx */
+static int peer_of(const struct io *io, const uint8_t *src, uint32_t plane)
+{
+    for (uint32_t i = 0; i < io->npeers; i++)
+        if (io->peers[i].plane[plane].npaths && !memcmp(io->peers[i].plane[plane].final_addr, src, 16))
+            return (int)i;
+    return -1;
+}
+
+/* One received frame: unwrap Ethernet/IPv6/UDP and hand MRC to the core. */
+static void rx_frame(struct io *io, struct io_port *p, struct mrc_ep *ep, const uint8_t *f, uint32_t len,
+                     uint64_t now)
+{
+    if (len < IO_HDRS + MRC_BTH_LEN) {
+        p->st.rx_foreign++;
+        return;
+    }
+    const uint8_t *ip = f + MRC_ETH_HLEN, *udp = ip + MRC_IPV6_HLEN;
+    uint32_t w0 = get32(ip);
+    uint8_t tclass = (uint8_t)(w0 >> 20);
+    uint32_t ulen = get16(udp + 4);
+    if (ulen < MRC_UDP_HLEN || ulen > len - MRC_ETH_HLEN - MRC_IPV6_HLEN) {
+        p->st.rx_foreign++;
+        return;
+    }
+    /* for this port (its MAC and address: not a frame the NIC saw pass, nor
+     * one for another address of the host) and from a peer of ours */
+    int peer = memcmp(f, p->cfg.src_mac, 6) || memcmp(ip + 24, p->cfg.src_addr, 16) ? -1
+                                                                                    : peer_of(io, ip + 8, p->cfg.plane);
+    if (peer < 0) {
+        p->st.rx_foreign++;
+        return;
+    }
+    struct mrc_meta m = {.ev = ev_from_wire(w0, get16(udp)), .peer = (uint16_t)peer, .port = (uint8_t)p->cfg.plane,
+                         .ecn_ce = (tclass & 3) == MRC_ECN_CE, .trimmed = (tclass >> 2) == MRC_DSCP_TRIMMED};
+    p->st.rx_packets++;
+    p->st.rx_bytes += len;
+    mrc_ep_input(ep, udp + MRC_UDP_HLEN, ulen - MRC_UDP_HLEN, &m, now);
+}
+
+/* Take up to max frames from the port's receive ring (no system call). */
+static int rx_port(struct io *io, struct io_port *p, struct mrc_ep *ep, uint64_t now, int max)
+{
+    int n = 0;
+    while (n < max) {
+        struct tpacket2_hdr *h = (struct tpacket2_hdr *)(p->ring + (size_t)p->rhead * RX_FRAME);
+        uint32_t st = __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE);
+        if (!(st & TP_STATUS_USER))
+            break;
+        if (h->tp_snaplen < h->tp_len || h->tp_mac + h->tp_snaplen > RX_FRAME)
+            p->st.rx_foreign++; /* truncated: larger than any MRC frame */
+        else
+            rx_frame(io, p, ep, (const uint8_t *)h + h->tp_mac, h->tp_snaplen, now);
+        __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+        p->rhead = p->rhead + 1 == RX_FRAMES ? 0 : p->rhead + 1;
+        n++;
+    }
+    if (n)
+        p->st.rx_batches++;
+    return n;
+}
+
+/* A few frames from every port: draining one plane's backlog before the
+ * next would look to the peer like reordering by plane. */
+int io_rx_round(struct io *io, struct mrc_ep *ep, uint64_t now)
+{
+    int got = 0;
+    for (uint32_t i = 0; i < io->nports; i++)
+        got += rx_port(io, &io->ports[i], ep, now, IO_RX_ROUND);
+    return got;
+}
+
+int io_port_stats(struct io *io, uint32_t port, struct mrc_port_stats *st)
+{
+    if (port >= io->nports)
+        return -EINVAL;
+    struct io_port *p = &io->ports[port];
+    struct tpacket_stats ks;
+    socklen_t kl = sizeof(ks);
+    /* the kernel's counters reset on every read: add them up here */
+    if (p->fd >= 0 && getsockopt(p->fd, SOL_PACKET, PACKET_STATISTICS, &ks, &kl) == 0)
+        p->st.rx_ring_drops += ks.tp_drops;
+    *st = p->st;
+    return 0;
+}
+
+/* ------------------------------------------------------------ memory registration */
+/* Lock: none (it touches only the application's pages). */
+int mrc_ctx_populate(void *addr, uint64_t len)
+{
+    /* fault the pages in for writing now, as ibv_reg_mr pins them, so the
+     * engine does not take a page fault on the first packet to each page */
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(pg - 1), e = ((uintptr_t)addr + len + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+    if (len == 0)
+        return 0;
+#ifdef MADV_POPULATE_WRITE
+    if (madvise((void *)a, e - a, MADV_POPULATE_WRITE) == 0)
+        return 0;
+    return -errno;
+#else
+    return -EOPNOTSUPP;
+#endif
+}
