@@ -54,10 +54,10 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mrc.coll import launch, train  # noqa: E402
 from mrc.errors import UsageError  # noqa: E402
 from mrc.fabric import apply, baseline, qos  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
+from mrc.tools import launch, train  # noqa: E402
 from mrc.units import parse_rate, parse_size  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

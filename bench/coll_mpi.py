@@ -3,7 +3,7 @@ host, run by bench/coll_bench.py through mpirun (mrc.fabric.baseline.mpirun_argv
 
     coll  all_reduce|all_to_all --size BYTES: MPI_Allreduce / MPI_Alltoall,
           the same inputs, timing and #wrong as `mrc coll` (mrc.coll.perf)
-    train --model ... : the same training steps as `mrc train` (mrc.coll.train.steps)
+    train --model ... : the same training steps as `mrc train` (mrc.tools.train.steps)
 
 Rank 0 prints one line: ``@result JSON`` (and ``@start NS`` first in train).
 """
@@ -17,7 +17,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from mrc.coll import perf, schedule, train
+from mrc.coll import perf, schedule
+from mrc.tools import train
 
 
 def coll_main(a, comm) -> dict:

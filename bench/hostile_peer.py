@@ -211,7 +211,7 @@ def to_receiver(t: Topology, p, kind: str, mode: str, frame: bytes | None) -> tu
         sock.send(frame if kind == "replay" else reforge(frame, epsn, mode != "off"))
     time.sleep(WAIT)
     sock.close()
-    effects["bytes_written"] = sum(a != b for a, b in zip(region, bytes(p.dst)))
+    effects["bytes_written"] = sum(a != b for a, b in zip(region, bytes(p.dst), strict=True))
     effects["qp_errors"] = int(p.qb.stats()["state"] == 4)
     effects["nacks_caused"] = p.qb.stats()["nacks_tx"] - nacks
     return effects, counted(before, drops(p.cb))

@@ -30,7 +30,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mrc.tools import sim as msim  # noqa: E402
+from mrc import simfab as msim  # noqa: E402
 from mrc.units import size_type  # noqa: E402
 
 #: the published per-flow throughputs (Gb/s, 432 flows): quantiles of the artifact's

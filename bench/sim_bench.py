@@ -65,7 +65,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from mrc.tools import sim as msim  # noqa: E402
+from mrc import simfab as msim  # noqa: E402
+from mrc import simspec  # noqa: E402
 from mrc.units import median_spread  # noqa: E402
 
 KEYS = ("nics", "goodput_ratio", "wire_bound_ratio", "p50_us", "p99_us", "max_us", "max_gap_us", "qp_errors",
@@ -141,7 +142,7 @@ def t1(q: bool) -> dict:
     order)."""
     fab = msim.Fabric(hosts=64 if q else 256, seed=1)
     at = 100_000
-    s = msim.simulate(fab, "permutation", 32 << 20, faults=[msim.parse_fault(f"t1:3.1@{at}ns", fab)])
+    s = msim.simulate(fab, "permutation", 32 << 20, faults=[simspec.parse_fault(f"t1:3.1@{at}ns", fab)])
     calm = msim.simulate(fab, "permutation", 32 << 20).result
     r = s.result
     before, after = window(s, at, 20_000, 2_000)
@@ -161,7 +162,7 @@ def flap(q: bool) -> dict:
     size = (64 if q else 192) << 20
     calm = msim.simulate(fab, "permutation", size).result
     spec = f"link:0.0.0/10ms@0+{calm['sim_time_us'] / 1000:.3f}ms"
-    r = msim.simulate(fab, "permutation", size, faults=[msim.parse_fault(spec, fab, flap=True)]).result
+    r = msim.simulate(fab, "permutation", size, faults=[simspec.parse_fault(spec, fab, flap=True)]).result
     out = pick(r) | {"no_flap_ratio": calm["goodput_ratio"], "flap": spec, "rate_gbps": 25,
                      "vs_no_flap": round(r["goodput_ratio"] / calm["goodput_ratio"], 4),
                      "target": "goodput >= 0.98 x no flap"}
@@ -220,7 +221,8 @@ def victim(q: bool) -> dict:
 def gap(q: bool) -> dict:
     fab = msim.Fabric(hosts=32 if q else 128, seed=1)
     no = msim.simulate(fab, "permutation", 16 << 20, 64 << 10).result
-    r = msim.simulate(fab, "permutation", 16 << 20, 64 << 10, faults=[msim.parse_fault("link:0.0.0@80us", fab)]).result
+    cut = simspec.parse_fault("link:0.0.0@80us", fab)
+    r = msim.simulate(fab, "permutation", 16 << 20, 64 << 10, faults=[cut]).result
     out = pick(r) | {"no_fault_max_gap_us": no["max_gap_us"], "target": "longest completion gap <= 50 us"}
     out["met"] = r["max_gap_us"] <= 50 and r["qp_errors"] == 0 and r["down_drops"] > 0
     return out
@@ -262,7 +264,8 @@ def speed(q: bool) -> dict:
         small, xs = msim.Fabric(hosts=n, seed=1), []
         for _ in range(2 if q else 3):
             p = msim.simulate(small, "permutation", (8 if q else 32) << 20).result
-            xs.append(msim.simulate(small, "alltoall", (8 if q else 32) << 20, 64 << 10).result["sim_pps"] / p["sim_pps"])
+            r = msim.simulate(small, "alltoall", (8 if q else 32) << 20, 64 << 10).result
+            xs.append(r["sim_pps"] / p["sim_pps"])
         by_nics[n] = median_spread(xs)[0]
     out["alltoall_pps_over_permutation_by_nics"] = by_nics | {64: out["alltoall_pps_over_permutation"]}
     out["target"] = ("sim_over_engine >= 0.6; an all-to-all within 1.5 x the permutation's packets per second "

@@ -181,7 +181,7 @@ def fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
     lines = ["One MRC QP from h0 to h3 over every plane of the default fabric, against a C blaster of pre-built "
              "packets on the same paths (the raw ceiling: no protocol), kernel TCP on one plane and MPTCP with a "
              "subflow per plane, in the same run (where the run has `ratio_tcp_hot`, MRC, TCP and MPTCP each move "
-             "64 MiB buffers at each end; before, TCP sent one 1 MiB buffer again and again). The switches cut TCP's GSO super-packets to wire-sized ones "
+             "64 MiB buffers at each end). The switches cut TCP's GSO super-packets to wire-sized ones "
              "(`tcp_superpacket_gbps` keeps them whole). On this 2-core VM the kernel's forwarding of every hop "
              "runs on the sender's CPUs, so every cycle MRC spends on protocol work comes out of the forwarding "
              "budget that the blaster has for itself: the raw ceiling is this machine's, not the protocol's.", ""]

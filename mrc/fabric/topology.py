@@ -26,13 +26,20 @@ import re
 from dataclasses import dataclass, field
 
 from mrc.errors import UsageError
+from mrc.usid import (  # noqa: F401 (the address plan, as this module's names too)
+    BLOCK,
+    BLOCK_BITS,
+    KIND_HOST,
+    KIND_T0,
+    KIND_T1,
+    MAX_USIDS,
+    USID_BITS,
+    container,
+    host_usid,
+    usid,
+    usid_prefix,
+)
 
-BLOCK = "fc00:0"
-BLOCK_BITS = 32  # lblen of the End next-CSID behaviour
-USID_BITS = 16  # nflen
-KIND_T0 = 0x1
-KIND_T1 = 0x2
-KIND_HOST = 0xB
 #: uSID function appended after a host port uSID for kernel traffic: the
 #: host decapsulates with End.DT6 after an encap.red (docs/fabric.md, "Kernel traps").
 DT6_FUNC = 0xD6
@@ -47,47 +54,6 @@ IFNAMSIZ = 15  # Linux limit on interface names (16 with the NUL)
 NAME_RE = re.compile(r"^[a-z0-9]{1,10}$")
 MAX_PLANES = 16
 MAX_INDEX = 256
-MAX_USIDS = (128 - BLOCK_BITS) // USID_BITS  # 6 uSIDs after the block
-
-
-def usid(kind: int, plane: int, index: int) -> int:
-    """The 16-bit uSID of a node: upper byte ``kind << 4 | plane``, lower ``index``.
-
-    >>> hex(usid(KIND_T0, 3, 1))
-    '0x1301'
-    """
-    return (kind << 12) | (plane << 8) | index
-
-
-def host_usid(h: int, plane: int) -> int:
-    """A host port's uSID: kind 0xB for hosts 0-255; kinds 0xC-0xE carry host
-    bits 8-9 (the simulator's 1,024 hosts, csrc/sim/simfab.c; a namespace
-    fabric stops at 256).
-
-    >>> hex(host_usid(2, 1)), hex(host_usid(1023, 7))
-    ('0xb102', '0xe7ff')
-    """
-    return usid(KIND_HOST + (h >> 8), plane, h & 0xFF)
-
-
-def container(usids: list[int]) -> str:
-    """The IPv6 address ``fc00:0:u1:u2:...::`` for a list of uSIDs.
-
-    >>> container([0x1000, 0x2001, 0x1001, 0xb002])
-    'fc00:0:1000:2001:1001:b002::'
-    """
-    if len(usids) > MAX_USIDS:
-        raise ValueError(f"at most {MAX_USIDS} uSIDs fit after a 32-bit block, got {len(usids)}")
-    words = [0xFC00, 0x0000, *usids] + [0] * (8 - 2 - len(usids))
-    value = 0
-    for w in words:
-        value = (value << 16) | w
-    return str(ipaddress.IPv6Address(value))
-
-
-def usid_prefix(u: int) -> str:
-    """The /48 that a uSID owns as the first uSID after the block."""
-    return f"{BLOCK}:{u:x}::/48"
 
 
 @dataclass(frozen=True)

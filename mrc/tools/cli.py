@@ -32,9 +32,8 @@ from mrc.errors import MrcError
 from mrc.signals import exit_cleanly_on_sigterm
 
 #: the subcommands, in the order of ``mrc --help``: modules with add_parser(sub) and run(args)
-COMMANDS = ["mrc.tools.cmd.demo", "mrc.tools.cmd.dash", "mrc.tools.cmd.perf", "mrc.tools.cmd.capture",
-            "mrc.tools.cmd.decode", "mrc.tools.cmd.soak", "mrc.tools.cmd.sim", "mrc.ctl.cli", "mrc.coll.cli",
-            "mrc.tools.cmd.fabric", "mrc.tools.cmd.verbs"]
+COMMANDS = [f"mrc.tools.cmd.{name}" for name in ("demo", "dash", "perf", "capture", "decode", "soak", "sim", "ctl",
+                                                 "coll", "fabric", "verbs")]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -108,7 +108,7 @@ def cell_key(cell: dict) -> str:
 
 def _build(cell: dict):
     """The cell's fabric and workload arguments (raises UsageError on anything it cannot be)."""
-    from mrc.tools import simspec
+    from mrc import simspec
     from mrc.units import parse_rate, parse_size
 
     for k in ("hosts", "planes", "leaves", "spines", "mtu", "incast"):
@@ -136,7 +136,8 @@ def _build(cell: dict):
 
 def check_cell(cell: dict) -> None:
     """Refuse, in one line naming the cell, a cell the simulator cannot run."""
-    from mrc.tools import sim, simspec
+    from mrc import simfab as sim
+    from mrc import simspec
 
     try:
         fab, size, _msg, _faults, victim_at = _build(cell)
@@ -151,7 +152,7 @@ def check_cell(cell: dict) -> None:
 def run_cell(cell: dict) -> dict:
     """One cell, run: its row (parameters, status, error, figures). A run that fails is recorded
     with its error (status "error"), never raised: the sweep goes on."""
-    from mrc.tools import sim
+    from mrc import simfab as sim
 
     row = {k: cell[k] for k in ("key",) + PARAMS}
     try:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from mrc import simfab as sim
+from mrc import simspec
 from mrc.coll import schedule
-from mrc.tools import sim
 
 
 @pytest.mark.parametrize("workload", ["all-reduce", "all-to-all"])
@@ -81,7 +82,7 @@ def test_a_t1_failed_mid_collective_costs_about_its_share():
     base = sim.simulate(fab, "all-reduce", 8 << 20)
     t0 = base.result["collective"]["time_us"]
     base.close()
-    fail = sim.simulate(fab, "all-reduce", 8 << 20, faults=[sim.parse_fault(f"t1:1.0@{int(t0 / 3)}us", fab)])
+    fail = sim.simulate(fab, "all-reduce", 8 << 20, faults=[simspec.parse_fault(f"t1:1.0@{int(t0 / 3)}us", fab)])
     r = fail.result
     fail.close()
     assert r["qp_errors"] == 0 and r["unfinished"] == 0

@@ -1,4 +1,4 @@
-"""The fabric simulator (csrc/sim/simfab.c, mrc.tools.sim) at small scale: forwarding
+"""The fabric simulator (csrc/sim/simfab.c, mrc.simfab) at small scale: forwarding
 against the address plan, link failures, determinism, every scenario of
 bench/sim_bench.py with its bound, and a cross-check with the in-memory link."""
 
@@ -13,9 +13,10 @@ import sys
 
 import pytest
 
+from mrc import simfab as msim
+from mrc import simspec
 from mrc.errors import ErrnoError, UsageError
 from mrc.fabric.topology import KIND_T0, KIND_T1, Topology, container, host_usid, usid
-from mrc.tools import sim as msim
 
 G100 = 100_000_000_000
 
@@ -129,7 +130,7 @@ def test_the_calendar_runs_the_events_in_the_heaps_order(shape):
         with msim.FabricSim(fab, max_qps=16, heap_only=heap_only) as s:
             s.add_flows(flows, msg)
             if shape == "incast":
-                s.add_fault(msim.parse_fault("link:0.0.0@30us", fab))
+                s.add_fault(simspec.parse_fault("link:0.0.0@30us", fab))
             runs.append(_strip(s.run()))
     assert runs[0]["qp_errors"] == 0 and runs[0]["unfinished"] == 0, runs[0]
     if shape == "incast":
@@ -143,7 +144,7 @@ def test_a_failed_link_loses_exactly_what_crossed_it_and_the_flow_rides_it_out()
     fab = small(hosts=2, planes=1, leaves=1, spines=2)
     with msim.FabricSim(fab, max_qps=4) as s:
         s.add_flows([(0, 1, 8 << 20)], 256 << 10)
-        s.add_fault(msim.parse_fault("link:0.0.1@20us", fab))
+        s.add_fault(simspec.parse_fault("link:0.0.1@20us", fab))
         r = s.run()
     up, down = r["tiers"]["leaf_up"], r["tiers"]["spine_down"]
     assert r["down_drops"] > 0 and r["drops"] == 0 and r["no_route"] == 0
@@ -224,7 +225,7 @@ def test_a_t1_failing_mid_run_costs_no_more_than_its_share():
     # passed over (each QP's other EVs of the plane share their load), not replaced by spares that
     # would crowd one other spine (bench/sim_bench.py t1)
     fab = small()
-    r = msim.simulate(fab, "permutation", 32 << 20, faults=[msim.parse_fault("t1:1.5@100us", fab)]).result
+    r = msim.simulate(fab, "permutation", 32 << 20, faults=[simspec.parse_fault("t1:1.5@100us", fab)]).result
     calm = msim.simulate(fab, "permutation", 32 << 20).result
     assert r["qp_errors"] == 0 and r["unfinished"] == 0 and r["down_drops"] > 0 and r["timeouts"] == 0
     assert r["goodput_ratio"] >= (1 - 1 / (fab.planes * fab.spines)) * calm["goodput_ratio"], (r, calm)
@@ -234,7 +235,7 @@ def test_a_flapping_link_is_ridden_out():
     # down half of every millisecond: packets lost, no QP error, every flow done (the goodput
     # against no flap is bench/sim_bench.py's flap scenario)
     fab = small(rate_bps=10_000_000_000)
-    flapping = msim.parse_fault("link:0.0.0/1ms@0+1s", fab, flap=True)
+    flapping = simspec.parse_fault("link:0.0.0/1ms@0+1s", fab, flap=True)
     r = msim.simulate(fab, "permutation", 4 << 20, faults=[flapping]).result
     assert r["qp_errors"] == 0 and r["unfinished"] == 0 and r["down_drops"] > 0
 
@@ -262,7 +263,7 @@ def test_a_victim_started_into_a_running_incast_misses_only_its_first_round_trip
 
 
 def test_a_victim_start_past_the_simulators_clock_is_refused_in_a_clear_error():
-    # the C API too, under mrc.tools.sim.simulate's own check (at most 1 s)
+    # the C API too, under mrc.simfab.simulate's own check (at most 1 s)
     with msim.FabricSim(small(), max_qps=4) as s, pytest.raises(ErrnoError, match="EINVAL"):
         s.add_flows([(1, 2, 1 << 20)], 1 << 16, start_ns=2**63)
 
@@ -286,7 +287,7 @@ def test_victim_at_goes_with_the_victim_workload_and_a_bounded_time():
 def test_a_link_failure_under_load_is_ridden_out_within_50us():
     fab = small()
     r = msim.simulate(fab, "permutation", 16 << 20, 64 << 10,
-                      faults=[msim.parse_fault("link:0.0.0@60us", fab)]).result
+                      faults=[simspec.parse_fault("link:0.0.0@60us", fab)]).result
     assert r["qp_errors"] == 0 and r["unfinished"] == 0 and r["down_drops"] > 0
     assert r["max_gap_us"] <= 50, r
     assert r["timeouts"] == 0  # every loss found by SACKs or by time (RACK's reorder timer), none by the timer
@@ -298,14 +299,14 @@ def test_bad_specs_get_one_clear_line():
                        ("switch:0", False), ("host:99.0", False), ("link:0.0.0/1ms@0", True),
                        ("link:0.0.0/1ns@0+1s", True)):
         with pytest.raises(UsageError):
-            msim.parse_fault(spec, fab, flap)
+            simspec.parse_fault(spec, fab, flap)
     with pytest.raises(UsageError):
         msim.Fabric(hosts=1)
     for paced in ("no", 0, None):  # not taken for a truth value: "no" would have paced
         with pytest.raises(UsageError, match="paced"):
             msim.Fabric(hosts=16, paced=paced)
     with pytest.raises(UsageError):
-        msim.parse_time("fast")
+        simspec.parse_time("fast")
     for mtu in (63, 8873, 0, -4096, 4096.0, True, "4096"):
         with pytest.raises(UsageError, match="--mtu"):
             msim.Fabric(hosts=16, mtu=mtu)
@@ -396,7 +397,8 @@ def test_a_host_with_more_peers_than_a_context_knows_is_refused_in_a_clear_error
 
 OUT_OF_MEMORY = """
 import resource, sys
-from mrc.tools import sim as msim
+from mrc import simfab as msim
+from mrc import simspec
 from mrc.errors import ErrnoError
 fab = msim.Fabric(hosts=64, seed=1)
 s = msim.FabricSim(fab, max_qps=4, flow_bytes=16 << 20)
@@ -508,7 +510,7 @@ def test_a_run_in_slices_with_progress_gives_the_same_result_and_reports_as_it_g
     for progress in (None, lambda *a: seen.append(a)):
         with msim.FabricSim(fab, max_qps=4, flow_bytes=2 << 20) as s:
             s.add_flows(flows, 256 << 10)
-            s.add_fault(msim.parse_fault("t1:0.1@20us", fab))  # a scheduled event between slices too
+            s.add_fault(simspec.parse_fault("t1:0.1@20us", fab))  # a scheduled event between slices too
             results.append(_strip(s.run(progress=progress, every_s=0)))
     assert results[0] == results[1] and results[0]["unfinished"] == 0
     assert len(seen) > 3, seen
@@ -561,7 +563,7 @@ def test_no_qp_waits_past_its_time(workload, kw):
     pacing; and the run ends as the exact times would have it (every flow done, no QP error)."""
     fab = small(seed=2, hosts=16, paced=kw.pop("paced", True))
     spec = kw.pop("faults", None)
-    faults = [msim.parse_fault(spec, fab, flap="/" in spec)] if spec else []
+    faults = [simspec.parse_fault(spec, fab, flap="/" in spec)] if spec else []
     size = 8 << 20 if workload == "victim" else 1 << 20
     r = msim.simulate(fab, workload, size, 64 << 10, faults=faults, check_times=True, **kw).result
     assert r["late_times"] == 0 and r["unfinished"] == 0 and r["qp_errors"] == 0, r

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from tests.unit.csrc_graph import CONTRACT, CSRC, Tree, folder, strip, unit
+from tests.unit.test_layers import cycle
 
 sys.path.insert(0, str(CSRC))
 import build_dp  # noqa: E402  (the build's list of the library's folders)
@@ -30,33 +31,6 @@ ROLES = {"core/requester", "core/completer", "core/responder", "core/evprobe"}
 @pytest.fixture(scope="module")
 def tree():
     return Tree()
-
-
-def cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """A loop of the graph, or None."""
-    state: dict[str, int] = {}
-    stack: list[str] = []
-
-    def visit(n):
-        state[n] = 1
-        stack.append(n)
-        for m in sorted(graph.get(n, ())):
-            if state.get(m) == 1:
-                return stack[stack.index(m):] + [m]
-            if not state.get(m):
-                found = visit(m)
-                if found:
-                    return found
-        stack.pop()
-        state[n] = 2
-        return None
-
-    for n in sorted(graph):
-        if not state.get(n):
-            found = visit(n)
-            if found:
-                return found
-    return None
 
 
 def test_every_file_sits_in_a_layer_folder(tree):

@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from mrc.coll import perf, train
+from mrc.coll import perf
 from mrc.errors import UsageError
 from mrc.fabric.faults import schedule
 from mrc.fabric.topology import Topology
-from mrc.tools import cli
+from mrc.tools import cli, train
 
 
 def run(capsys, *argv):
@@ -163,7 +163,7 @@ def test_plane_cut_takes_every_spine_of_one_plane():
 
 @pytest.mark.parametrize("pairs", ["0", "101", "-3"])
 def test_a_pairs_count_out_of_range_is_refused_before_anything_starts(pairs):
-    from mrc.coll.cli import check_args
+    from mrc.tools.cmd.coll import check_args
 
     a = cli.build_parser().parse_args(["train", "--seconds", "5", "--faults", "flap/1s", "--pairs", pairs,
                                        "--rank", "0", "--nranks", "2", "--root-addr", "::1", "--job", "j"])

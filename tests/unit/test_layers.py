@@ -1,7 +1,8 @@
-"""The layout's rules, checked on the source (docs/architecture.md): no call
-cycle among the C files and none among the Python modules, the C layers in
-their order, the stack never importing the fabric, no source file over 600
-lines, and documentation that points only inside the repository."""
+"""The Python layout's rules, checked on the source (docs/architecture.md,
+CONTRIBUTING.md): no import cycle among the modules, mrc/'s folders as rooms
+that import only downwards, every command under mrc/tools/, no source file
+over 600 lines, and documentation that points only inside the repository
+(the C tree's rules: test_c_layout.py)."""
 from __future__ import annotations
 
 import ast
@@ -9,23 +10,23 @@ import importlib
 import re
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "csrc"
 MAX_LINES = 600
 
-#: the stack: these never import mrc.fabric (they take a path resolver)
-STACK = ["mrc/core.py", "mrc/manual.py", "mrc/simlink.py", "mrc/wire.py", "mrc/errors.py", "mrc/paths.py",
-         "mrc/docfile.py", "mrc/provenance.py", "mrc/secure.py", "mrc/signals.py",
-         "mrc/verbs.py", "mrc/ports.py", "mrc/cm.py", "mrc/dissect.py", "mrc/ctl/__init__.py", "mrc/ctl/profiles.py",
-         "mrc/ctl/endpoint.py", "mrc/ctl/sockets.py", "mrc/ctl/cli.py",
-         # the communicator and its schedules (mrc coll's launcher and mrc train's fault driver are tools)
-         "mrc/coll/__init__.py", "mrc/coll/schedule.py", "mrc/coll/proto.py", "mrc/coll/comm.py",
-         "mrc/coll/memworld.py", "mrc/coll/net.py", "mrc/coll/perf.py",
-         # tools that run on any topology, not only the fabric's
-         "mrc/tools/perf.py", "mrc/tools/decode.py", "mrc/tools/soak.py", "mrc/tools/workload.py",
-         "mrc/tools/sim.py"]
+#: mrc/'s folders are its rooms, lowest first: the library (the top level, the controller in ctl/,
+#: the communicator in coll/), the namespace fabric (fabric/), the web view (dash/), the commands
+#: (tools/), and the entry point ``python -m mrc``. A module imports only its own room or those before.
+ROOMS = ["library", "fabric", "dash", "tools", "entry"]
+
+
+def room(module: str) -> str:
+    """The room of a module file of mrc/, from its folder."""
+    for r in ("fabric", "dash", "tools"):
+        if module.startswith(f"mrc/{r}/"):
+            return r
+    return "entry" if module == "mrc/__main__.py" else "library"
+
 
 def py_imports() -> dict[str, set[str]]:
     """module file -> the module files of mrc/ it imports (at any depth of the code)."""
@@ -81,33 +82,24 @@ def test_the_python_modules_import_each_other_without_a_cycle():
     assert cycle(imports) is None, " -> ".join(cycle(imports))
 
 
-@pytest.mark.parametrize("module", STACK)
-def test_the_stack_never_imports_the_fabric(module):
-    assert not [m for m in py_imports()[module] if m.startswith("mrc/fabric/")]
-
-
-@pytest.mark.parametrize("module", STACK)
-def test_the_stack_never_imports_the_web_view(module):
-    assert not [m for m in py_imports()[module] if m.startswith("mrc/dash/")]
-
-
-#: the tools beyond mrc/tools/: the subcommands that live beside what they drive
-TOOLS_ELSEWHERE = {"mrc/ctl/cli.py", "mrc/coll/cli.py", "mrc/coll/launch.py", "mrc/coll/train.py"}
-
-
-def _is_tool(module: str) -> bool:
-    return module.startswith("mrc/tools/") or module in TOOLS_ELSEWHERE
-
-
-def test_the_library_never_imports_a_tool():
-    """The top level of mrc/ is the library (the core, the API, the communicator, the controller) and
-    the fabric and the web view sit beside it: none of them imports mrc.tools or another tool (their
-    shared helpers are in mrc/units.py); only the entry point ``python -m mrc`` does."""
+def test_each_module_imports_only_its_own_room_or_those_below():
+    """The library never imports the fabric, the web view or a command (the stack takes a path
+    resolver; the commands' shared helpers are in mrc/units.py); the fabric never imports the web view
+    or a command; the web view no command; only ``python -m mrc`` imports the commands' entry."""
     imports = py_imports()
-    assert any(_is_tool(m) for m in imports) and "mrc/tools/cli.py" in imports
-    bad = {m: sorted(d for d in deps if _is_tool(d)) for m, deps in imports.items()
-           if not _is_tool(m) and m != "mrc/__main__.py"}
-    assert not {m: d for m, d in bad.items() if d}, bad
+    assert {room(m) for m in imports} == set(ROOMS)
+    rank = {r: i for i, r in enumerate(ROOMS)}
+    up = sorted((m, d) for m, deps in imports.items() for d in deps if rank[room(d)] > rank[room(m)])
+    assert not up, up
+    assert any(room(d) == "fabric" for d in imports["mrc/tools/demo.py"])  # the rooms are seen at all
+
+
+def test_every_command_lives_under_tools():
+    """A module that builds an argument parser or registers a subcommand is a command: mrc/tools/."""
+    outside = [p.relative_to(ROOT).as_posix() for p in (ROOT / "mrc").rglob("*.py")
+               if room(p.relative_to(ROOT).as_posix()) != "tools"
+               and re.search(r"\bArgumentParser\(|def add_parser\(", p.read_text())]
+    assert not outside, outside
 
 
 def test_every_subcommand_is_a_module_with_add_parser_and_run():

@@ -119,7 +119,7 @@ def test_a_grid_that_is_not_json_or_yaml_says_so(tmp_path):
 
 
 def test_a_cell_that_fails_is_recorded_and_the_others_go_on(tmp_path, monkeypatch):
-    from mrc.tools import sim
+    from mrc import simfab as sim
 
     real = sim.simulate
 

@@ -141,7 +141,7 @@ def fault_plan(topo, spec: str, phase_s: float, pairs: int) -> list[tuple]:
 
 
 def rank_main(comm, a) -> int:
-    """One rank of ``mrc train`` (its options checked by mrc.coll.cli.check_args); rank 0 prints the result."""
+    """One rank of ``mrc train`` (its options checked by mrc.tools.cmd.coll.check_args); rank 0 prints the result."""
     phased = getattr(a, "phase_seconds", None)
     pairs = getattr(a, "pairs", 1) or 1
     # one start time for every rank: rank 0's clock, two seconds on (CLOCK_MONOTONIC is shared on one machine,
@@ -270,8 +270,8 @@ def launch_with_faults(a, hosts: list[str], root: str, rank_argv: list[str]) -> 
     faults the ranks train for N pairs of phases of ``--seconds`` (no faults,
     then the schedule, which the fault process runs from each fault phase's
     start); rank 0's result is printed (and plotted)."""
-    from mrc.coll import launch
     from mrc.fabric import apply
+    from mrc.tools import launch
 
     plan = fault_plan(apply.load_topology(a.fabric), a.faults, a.seconds, a.pairs) if a.faults else []
     extra = ["--phase-seconds", str(a.seconds)] if a.faults else []

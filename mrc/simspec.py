@@ -1,7 +1,7 @@
 """What ``mrc sim`` simulates: the fabric (planes, leaves, spines, hosts, rates,
 queues), the faults it runs (``--fail``, ``--flap``) and the workloads' flows,
 collectives included (mrc.coll's schedule as gated messages). Pure
-descriptions and their parsing; mrc.tools.sim runs them over csrc/sim/simfab.c."""
+descriptions and their parsing; mrc.simfab runs them over csrc/sim/simfab.c."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from mrc._dp import ffi, lib
 from mrc.coll import schedule
 from mrc.core import QPAttr
 from mrc.errors import UsageError
-from mrc.fabric.topology import host_usid
+from mrc.usid import host_usid
 
 WORKLOADS = ("permutation", "alltoall", "incast", "victim", "ring-allreduce", "all-reduce", "all-to-all")
 #: workloads that run mrc.coll's schedule: float32 elements, the communicator's slots as pieces and its
@@ -108,7 +108,7 @@ class Fabric:
         return h * self.leaves // self.hosts  # as mrc.fabric.topology places hosts
 
     def host_usid(self, h: int, plane: int) -> int:
-        """Host ``h``'s port uSID on ``plane``: mrc.fabric.topology.host_usid up to
+        """Host ``h``'s port uSID on ``plane``: mrc.usid.host_usid up to
         MRC_FAB_NAMED_HOSTS hosts; past that the port's number on its leaf (csrc/sim/fab.h)."""
         i = h
         if self.hosts > lib.MRC_FAB_NAMED_HOSTS:

@@ -171,12 +171,12 @@ def run(a: argparse.Namespace) -> int:
 
 
 def _launch(a: argparse.Namespace, cmd: str) -> int:
-    from mrc.coll import launch
+    from mrc.tools import launch
 
     hosts, root = launch.fabric_hosts(a.fabric, a.hosts)
     check_args(a, cmd, len(hosts))
     if cmd == "train":
-        from mrc.coll import train
+        from mrc.tools import train
 
         return train.launch_with_faults(a, hosts, root, _rank_argv(a, cmd))
     return launch.launch(a.fabric, hosts, root, _rank_argv(a, cmd), port=a.port or None)
@@ -218,7 +218,7 @@ def _rank(a: argparse.Namespace, cmd: str) -> int:
     comm = _comm(a)
     try:
         if cmd == "train":
-            from mrc.coll import train
+            from mrc.tools import train
 
             return train.rank_main(comm, a)
         return _coll_rank(comm, a)
