@@ -2,6 +2,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +10,8 @@ from mrc.errors import PrivilegeError
 from mrc.fabric import apply
 from mrc.tools import cli
 from mrc.units import parse_rate
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*argv):
@@ -185,3 +188,37 @@ def test_a_security_mode_that_is_not_one_is_refused():
     r = subprocess.run([sys.executable, "-m", "mrc", "perf", "client", "h1", "--security", "strong"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "--security" in r.stderr and "Traceback" not in r.stderr
+
+
+def _clidoc():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("clidoc", ROOT / "tools" / "clidoc.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_command_line_page_is_what_the_parsers_say():
+    """docs/cli.md is generated from the parsers (tools/clidoc.py): a new option without the page
+    regenerated fails here, and the page names every subcommand, the simulator's sweep included."""
+    clidoc = _clidoc()
+    text = clidoc.render()
+    assert (ROOT / "docs" / "cli.md").read_text() == text, "run `python tools/clidoc.py`"
+    for heading in ("`mrc sim sweep`", "`mrc fabric exec`", "`mrc ctl cc set`", "`mrc verbs run`"):
+        assert heading in text
+    assert "--single-path" in text and "--victim-at" in text
+
+
+def test_a_changed_option_fails_the_page_check(monkeypatch):
+    from mrc.tools.cmd import soak
+
+    real = soak.add_parser
+
+    def more(sub):
+        real(sub)
+        sub.choices["soak"].add_argument("--extra-knob", help="a knob nobody documented")
+
+    monkeypatch.setattr(soak, "add_parser", more)
+    assert "--extra-knob" in _clidoc().render()
+    assert (ROOT / "docs" / "cli.md").read_text() != _clidoc().render()

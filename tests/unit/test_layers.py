@@ -160,6 +160,20 @@ def test_the_docs_point_only_inside_the_repository():
     assert not outside, outside
 
 
+def test_the_architecture_page_names_every_source_file():
+    """docs/architecture.md is the map: every file of csrc/ (as its path there, `core/qp.c`) and every
+    module of mrc/ (as its path there, `coll/comm.py`; a package's __init__ is named by its folder) is
+    named on it, so a new file cannot land without its line."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    want = [p.relative_to(CSRC).as_posix() for p in CSRC.rglob("*") if p.is_file()
+            and p.suffix in (".c", ".h", ".py", ".map") and "__pycache__" not in p.parts]
+    want += [p.relative_to(ROOT / "mrc").as_posix() for p in (ROOT / "mrc").rglob("*.py")
+             if p.name not in ("__init__.py", "__main__.py")]
+    assert len(want) > 150  # the walk sees the tree at all
+    missing = sorted(f for f in want if f"`{f}`" not in page and not re.search(rf"(?<![\w/]){re.escape(f)}\b", page))
+    assert not missing, f"name these in docs/architecture.md: {missing}"
+
+
 DOC_REF = re.compile(r"\bdocs/([\w.-]+\.md)")
 
 
