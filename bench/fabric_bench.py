@@ -120,7 +120,6 @@ def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut", security="
             r = stream(p.ca, p.qa, p.ms, p.remote, total, msg=msg, depth=max(16, min(64, (16 << 20) // msg)),
                        window=window, events=[(0.5, do_cut)] if cut else None)
             r["cpu"] = th.stop()
-            r["tx_path"] = p.ca.engine.tx_path()
             r["verified"] = p.verify()  # every slot was written last from the same source bytes
             r["payload"] = p.qa.attr_mtu
             return r
@@ -145,7 +144,6 @@ def cpu_per_byte(m: dict, raw: tuple, copy: tuple, tcp_use: dict, floor: dict) -
     tcp_all = cpu.per_byte(tcp_cpu, ["sender", "receiver"], tcp_use["bytes"], hz)
     least = round(2 * floor["fused_cycles_per_byte"], 4)
     return {
-        "tx_path": m["tx_path"],
         "mrc_cycles_per_byte": mrc_all["cycles_per_byte"],
         "mrc_user_cycles_per_byte": mrc_all["user_cycles_per_byte"],
         "mrc_sender_cycles_per_byte": cpu.per_byte(use, ["sender_app", "sender_engine"], m["bytes"], hz)[

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields
 
 from mrc._dp import ffi, lib
 from mrc.errors import ErrnoError, check
+from mrc.secure import MODES
 from mrc.wire import ev_entropy, ev_plane
 
 
@@ -256,7 +257,7 @@ class QueuePair:
         self.sq_psn = dev.random_psn()
         a = attr.to_c()
         a.send_cq, a.recv_cq, a.pd = send_cq.cqn, recv_cq.cqn, pd.pdn
-        self._nevs = a.ev_count + a.ev_backup * a.planes  # the rotation and the spares
+        self._nevs = lib.mrc_qp_ev_total(a)  # the rotation and the spares
         qpn = ffi.new("uint32_t *")
         check(lib.mrc_qp_create(dev.handle(), a, qpn), "create QP")
         self.qpn = qpn[0]
@@ -328,6 +329,12 @@ class QueuePair:
     def state(self) -> str:
         """RESET, INIT, RTR, RTS or ERROR."""
         return self.stats()["state_name"]
+
+    @property
+    def security(self) -> str:
+        """The mode of the keys the QP holds ("off": none, ever): C holds it, and a secured QP stays so."""
+        mode = check(lib.mrc_qp_security(self.dev.handle(), self.qpn), f"query QP {self.qpn}")
+        return {v: k for k, v in MODES.items()}[mode]
 
     @property
     def attr_mtu(self) -> int:

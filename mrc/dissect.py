@@ -43,12 +43,13 @@ except ImportError as e:  # pragma: no cover - depends on the extra being instal
     raise ImportError("mrc.dissect needs scapy: pip install 'mrc[dissect]' (scapy is GPL, so it is optional)") from e
 
 from mrc import wire
+from mrc._dp import lib
 
 OPCODES = dict(wire.OPCODE_NAMES)
 NACK_REASONS = dict(wire.NACK_REASONS)
 EP_OPS = {wire.EP_EV_PROBE: "EV_PROBE", wire.EP_PORT_STATUS: "PORT_STATUS"}
-DATA_OPCODES = {v for v in OPCODES if wire.OP_WRITE_FIRST <= v <= wire.OP_WRITE_ONLY_IMM}
-IMM_OPCODES = {wire.OP_WRITE_LAST_IMM, wire.OP_WRITE_ONLY_IMM}
+DATA_OPCODES = {v for v in OPCODES if lib.mrc_opcode_is_data(v)}
+IMM_OPCODES = {v for v in OPCODES if lib.mrc_opcode_has_imm(v)}
 
 
 def crc32c(data: bytes) -> int:

@@ -18,7 +18,7 @@ import errno
 from mrc._dp import ffi, lib
 from mrc.errors import ErrnoError, check
 
-#: the modes by name (mrc perf --security, Context(security=))
+#: the modes by name (mrc perf --security, cm.connect(security=))
 MODES = {"off": lib.MRC_SEC_OFF, "auth": lib.MRC_SEC_AUTH, "encrypt": lib.MRC_SEC_ENCRYPT}
 
 

@@ -68,11 +68,17 @@ class FabricSim:
             "hosts": fab.hosts, "planes": fab.planes, "leaves": fab.leaves, "spines": fab.spines,
             "rate_bps": fab.rate_bps, "hop_ns": fab.hop_ns, "buffer_bytes": fab.buffer_bytes,
             "ecn_bytes": fab.ecn_bytes, "trim_bytes": fab.trim_bytes, "max_qps": max_qps, "cq_depth": 1024,
-            "bucket_ns": fab.bucket_ns, "seed": fab.seed, "unpaced": int(not fab.paced),
-            "check_times": int(check_times), "fill": fill, "heap_only": int(heap_only)})
+            "bucket_ns": fab.bucket_ns, "seed": fab.seed, "unpaced": int(not fab.paced)})
         out = ffi.new("struct mrc_fab **")
         check(lib.mrc_fab_create(cfg, self.attr.to_c(), out), "create the simulated fabric")
         self._f = out[0]
+        if check_times or fill or heap_only:
+            checks = {"check_times": int(check_times), "fill": fill, "heap_only": int(heap_only)}
+            try:
+                check(lib.mrc_fab_set_checks(self._f, ffi.new("struct mrc_fab_checks *", checks)), "the checks")
+            except BaseException:
+                self.close()
+                raise
         self.flows: list[tuple[int, int, int]] = []
         self.faults: list[Fault] = []
 

@@ -37,7 +37,8 @@ def parse_time(s: str) -> int:
 
 
 CC_FIELDS = tuple(name for name, _ in ffi.typeof("struct mrc_cc_params").fields)
-CC_ALGORITHMS = {"nscc": 0, "fixed": 1}
+#: the congestion controls by name, from C's table (enum mrc_cc_algorithm)
+CC_ALGORITHMS = {ffi.string(lib.mrc_cc_algorithm_name(i)).decode(): i for i in range(lib.MRC_CC_NALGORITHMS)}
 
 
 def cc_params(cc: dict | None) -> dict:
@@ -151,11 +152,12 @@ class Fabric:
         max_cwnd = int(1.5 * self.nic_bps() / 8 * base / 1e9)
         need = min(2 * max_cwnd, flow_bytes) if flow_bytes else 2 * max_cwnd
         mpr = 1
-        while mpr * 128 * self.mtu < need and mpr < 64:
+        while mpr * lib.MRC_MPR_UNIT * self.mtu < need and mpr < lib.MRC_MAX_MPR:
             mpr *= 2
         per_plane = max(16, self.spines)
         return QPAttr(planes=self.planes, mtu=self.mtu, mpr=mpr, sq_depth=16, rq_depth=16,
-                      ev_count=min(4096, per_plane * self.planes), ev_backup=4, ev_min_active=1 if single_path else 8,
+                      ev_count=min(lib.MRC_MAX_EV_COUNT, per_plane * self.planes), ev_backup=4,
+                      ev_min_active=1 if single_path else 8,
                       reorder_ns=base, skip_ns=2 * base, probe_interval_ns=max(5 * base, 20_000),
                       timeout=self.timeout_exp(), linear_cnt=3, exp_cnt=7,
                       cc={"base_rtt": base, "target_delay": base, "max_cwnd": max_cwnd,

@@ -45,7 +45,6 @@ from mrc.ctl.profiles import SRV6, Registry
 from mrc.errors import ErrnoError, MrcError, check
 from mrc.paths import PathResolver, from_environment
 from mrc.ports import Port, discover_ports, port_cfgs
-from mrc.secure import mode_of
 from mrc.wire import ev_entropy, ev_plane
 
 ACCESS_LOCAL_WRITE = lib.MRC_ACCESS_LOCAL_WRITE
@@ -181,10 +180,6 @@ class EngineThread:
         check(lib.mrc_ctx_engine_cpu(self._dev.handle(), ns, tid), "engine thread CPU time")
         return {"cpu_ns": ns[0], "tid": tid[0]}
 
-    def tx_path(self) -> str:
-        """How packets leave: "sendmmsg" or "none" (mrc_ctx_tx_path)."""
-        return ffi.string(lib.mrc_ctx_tx_path(self._dev.handle())).decode()
-
     @property
     def async_fd(self) -> int:
         """An eventfd that is readable when asynchronous events wait."""
@@ -216,16 +211,11 @@ class Context(Device):
     ``start=False`` leaves the engine thread stopped (the raw-ceiling
     benchmark sends from the calling thread instead). ``port_rate_bps``:
     each port sends at most that (:meth:`EngineThread.set_port_rate`; for
-    ports behind a slower link or a rate-limiting qdisc). ``security``: the
-    mode its QPs run unless ``create_qp`` says otherwise ("off", "auth",
-    "encrypt": authenticated MRC, keys from the connection setup)."""
+    ports behind a slower link or a rate-limiting qdisc)."""
 
     def __init__(self, ports: list[Port] | None = None, *, resolver: PathResolver | None = None,
                  max_qps: int = 1024, cq_depth: int = 65536, start: bool = True, spin_us: float = 200.0,
-                 port_rate_bps: int = 0, security: str = "off") -> None:
-        mode_of(security)
-        #: the security mode of this context's QPs, unless create_qp says otherwise
-        self.security = security
+                 port_rate_bps: int = 0) -> None:
         self.resolver = resolver if resolver is not None else from_environment()
         if ports is None:
             named = self.resolver.local_ports()
@@ -311,8 +301,7 @@ class Context(Device):
     # verbs nouns -----------------------------------------------------------
     def create_qp(self, pd: ProtectionDomain | None = None, cq: CompletionQueue | None = None,
                   attr: QPAttr | None = None, *, recv_cq: CompletionQueue | None = None,
-                  ev_profile_id: int | None = None, cc_profile_id: int | None = None,
-                  security: str | None = None) -> ConnectedQP:
+                  ev_profile_id: int | None = None, cc_profile_id: int | None = None) -> ConnectedQP:
         """A QP in protection domain ``pd`` (default PD 0) whose completions go
         to ``cq`` (receive completions to ``recv_cq``, by default the same;
         both default to CQ 0). With
@@ -351,7 +340,6 @@ class Context(Device):
                 self.profiles.release(prof)
             raise
         qp.profiles, qp.ev_profile = held, ev_profile
-        qp.security = self.security if security is None else security
         self._qps[qp.qpn] = qp
         return qp
 
@@ -487,27 +475,20 @@ class ConnectedQP(QueuePair):
 
     profiles: tuple | list = ()
     ev_profile = None
-    security = "off"
-    _keyed = False  # keys installed once: the QP is secured for life
 
     def connect(self, remote: RemoteInfo, keys=None) -> None:  # type: ignore[override]
         """Connect to ``remote`` (its paths from the EV profile when the QP has
         one); a secured QP under ``keys``, its connection setup's
-        (``conn.keys(qp.qpn, remote.qpn)``), which are wiped here once
-        installed. Reconnecting (after ERROR and RESET) may give the same keys
-        again, new ones, or none (the QP keeps those it has): its packet numbers
-        go on either way (protocol.md 8, nonces)."""
-        if keys is None and self.security != "off" and not self._keyed:
-            raise ErrnoError(errno.EINVAL, f"QP {self.qpn} runs security {self.security}: connect it with the keys "
-                                           f"of its connection setup (conn.keys(qp.qpn, peer.qpn))")
+        (``conn.keys(qp.qpn, remote.qpn)``: None when the setup agreed on no
+        security), which are wiped here once installed. Reconnecting (after
+        ERROR and RESET) may give the same keys again, new ones, or none (the
+        QP keeps those it has): its packet numbers go on either way
+        (protocol.md 8, nonces)."""
         if keys is not None:
-            if keys.mode != mode_of(self.security):
-                raise ErrnoError(errno.EINVAL, f"QP {self.qpn} runs security {self.security}, the keys another mode")
             try:
                 self.set_keys(keys)
             finally:
                 ffi.memmove(keys, bytes(ffi.sizeof(keys[0])), ffi.sizeof(keys[0]))
-            self._keyed = True
         prof = self.ev_profile
         if prof is not None:
             # the profile's paths (its denied ones too: allow brings them back) replace the peer's own

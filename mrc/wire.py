@@ -19,8 +19,15 @@ _names = [n for n in dir(lib) if n.startswith("MRC_") and isinstance(getattr(lib
 globals().update({n[4:]: getattr(lib, n) for n in _names})
 CONSTANTS: dict[str, int] = {n[4:]: getattr(lib, n) for n in _names}
 
-OPCODE_NAMES = {v: k[3:] for k, v in CONSTANTS.items() if k.startswith("OP_")}
-NACK_REASONS = {v: k[5:] for k, v in CONSTANTS.items() if k.startswith("NACK_")}
+
+
+def _names(name_of) -> dict[int, str]:
+    """Every byte value C's name table names (mrc_opcode_name, mrc_nack_reason_name): one table."""
+    return {v: ffi.string(name_of(v)).decode() for v in range(256) if name_of(v) != ffi.NULL}
+
+
+OPCODE_NAMES = _names(lib.mrc_opcode_name)
+NACK_REASONS = _names(lib.mrc_nack_reason_name)
 
 
 # --------------------------------------------------------------- EV fields

@@ -166,6 +166,15 @@ int mrc_qp_query(struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st)
     return rc;
 }
 
+int mrc_qp_security(struct mrc_ctx *c, uint32_t qpn)
+{
+    ctx_lock(c);
+    struct qp *q = ep_qp(c->ep, qpn);
+    int rc = q ? sec_mode(q) : -ENOENT;
+    ctx_unlock(c);
+    return rc;
+}
+
 /* ------------------------------------------------------------ the fast path
  * Each takes ulock only: the rings are lock-free towards the engine. A post
  * rings the doorbell when it queued anything. */

@@ -76,8 +76,3 @@ int64_t mrc_bench_blast_from(struct mrc_ctx *c, uint16_t peer, uint32_t payload,
     free(batch);
     return sent;
 }
-
-int64_t mrc_bench_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns)
-{
-    return mrc_bench_blast_from(c, peer, payload, duration_ns, NULL, 0);
-}

@@ -119,7 +119,7 @@ static void nscc_on_ack(struct qp *q, uint64_t bytes, uint64_t rtt, int ecn, uin
 
 static void nscc_on_loss(struct qp *q, uint64_t now) { quick_adapt(q, now); }
 
-const struct cc_ops mrc_cc_nscc = {"uet-1.0-nscc", nscc_init, nscc_on_ack, nscc_on_loss};
+static const struct cc_ops cc_nscc = {nscc_init, nscc_on_ack, nscc_on_loss};
 
 static void fixed_init(struct qp *q)
 {
@@ -129,4 +129,20 @@ static void fixed_init(struct qp *q)
 static void fixed_ack(struct qp *q, uint64_t b, uint64_t r, int e, uint64_t n) { (void)q; (void)b; (void)r; (void)e; (void)n; }
 static void fixed_loss(struct qp *q, uint64_t n) { (void)q; (void)n; }
 
-const struct cc_ops mrc_cc_fixed = {"fixed", fixed_init, fixed_ack, fixed_loss};
+static const struct cc_ops cc_fixed = {fixed_init, fixed_ack, fixed_loss};
+
+/* enum mrc_cc_algorithm -> its calls and its name */
+static const struct {
+    const struct cc_ops *ops;
+    const char *name;
+} ALGORITHMS[MRC_CC_NALGORITHMS] = {[MRC_CC_NSCC] = {&cc_nscc, "nscc"}, [MRC_CC_FIXED] = {&cc_fixed, "fixed"}};
+
+const char *mrc_cc_algorithm_name(uint32_t algorithm)
+{
+    return algorithm < MRC_CC_NALGORITHMS ? ALGORITHMS[algorithm].name : NULL;
+}
+
+const struct cc_ops *cc_ops_of(uint32_t algorithm)
+{
+    return algorithm < MRC_CC_NALGORITHMS ? ALGORITHMS[algorithm].ops : NULL;
+}

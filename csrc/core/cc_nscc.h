@@ -4,12 +4,12 @@
 #include "core/types.h"
 
 struct cc_ops {
-    const char *name;
     void (*init)(struct qp *q);
     void (*on_ack)(struct qp *q, uint64_t bytes, uint64_t rtt_ns, int ecn, uint64_t now);
     void (*on_loss)(struct qp *q, uint64_t now);
 };
-extern const struct cc_ops mrc_cc_nscc, mrc_cc_fixed;
+/* The calls of an enum mrc_cc_algorithm (NULL: no such algorithm). */
+const struct cc_ops *cc_ops_of(uint32_t algorithm);
 /* The base RTT NSCC works with: the configured one, or the lowest RTT the QP
  * has seen when that is longer (cc_nscc.c). */
 uint64_t cc_base_rtt(const struct qp *q);

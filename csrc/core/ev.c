@@ -38,11 +38,14 @@ static const uint8_t allowed[5][5] = {
 };
 
 
+/* A QP's EVs: the rotation's and the spares (the application asks too, mrc.h). */
+uint32_t mrc_qp_ev_total(const struct mrc_qp_attr *a) { return a->ev_count + a->ev_backup * a->planes; }
+
 int ev_init(struct qp *q)
 {
     uint32_t P = q->a.planes;
     q->nslots = q->a.ev_count;
-    q->nevs = q->a.ev_count + q->a.ev_backup * P;
+    q->nevs = mrc_qp_ev_total(&q->a);
     q->evs = calloc(q->nevs, sizeof(*q->evs));
     q->slot = calloc(q->nslots, sizeof(*q->slot));
     if (!q->evs || !q->slot)

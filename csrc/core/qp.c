@@ -73,7 +73,7 @@ static size_t pow2_roundup(size_t n) { size_t p = 1; while (p < n) p <<= 1; retu
 size_t qp_state_bytes(const struct mrc_qp_attr *a)
 {
     size_t win = (size_t)a->mpr * MRC_MPR_UNIT;
-    size_t nevs = a->ev_count + (size_t)a->ev_backup * a->planes;
+    size_t nevs = mrc_qp_ev_total(a);
     return sizeof(struct qp) + (a->sq_depth + 1) * sizeof(struct wqe) + win * sizeof(struct pent) +
            nevs * sizeof(struct ev_entry) + a->ev_count * sizeof(uint16_t) + pow2_roundup(win) / 8 +
            win * sizeof(struct rxent) + (a->rq_depth + 1) * sizeof(uint64_t);
@@ -86,11 +86,11 @@ static int attr_ok(const struct mrc_ep *ep, const struct mrc_qp_attr *a)
     return a->mpr && a->mpr <= MRC_MAX_MPR && !(a->mpr & (a->mpr - 1)) && a->mtu >= MRC_MIN_MTU &&
            a->mtu <= MRC_MAX_MTU && a->planes && a->planes <= ep->a.planes && a->ev_count &&
            !(a->ev_count % a->planes) && a->ev_count <= MRC_MAX_EV_COUNT &&
-           (uint64_t)a->ev_count + (uint64_t)a->ev_backup * a->planes <= 0xFFFF && a->linear_cnt <= MRC_MAX_LINEAR_CNT &&
+           a->ev_backup <= 0xFFFF && mrc_qp_ev_total(a) <= 0xFFFF && a->linear_cnt <= MRC_MAX_LINEAR_CNT &&
            a->exp_cnt <= MRC_RETRY_FOREVER && a->timeout <= MRC_MAX_TIMEOUT && a->sq_depth &&
            a->sq_depth <= MRC_MAX_SQ_DEPTH && a->rq_depth && a->rq_depth <= MRC_MAX_RQ_DEPTH && a->probe_k &&
            a->probe_k <= MRC_MAX_PROBE_K && a->ev_min_active <= a->ev_count && a->max_wimm &&
-           a->max_wimm <= MRC_MAX_WIMM && a->cc.md_by_sample <= 1 && a->pkey <= 0xFFFF;
+           a->max_wimm <= MRC_MAX_WIMM && a->cc.md_by_sample <= 1 && cc_ops_of(a->cc.algorithm) && a->pkey <= 0xFFFF;
 }
 
 /* Where a QP's EV rotation starts: a hash of its number. QPs that all
@@ -145,7 +145,7 @@ int qp_create(struct mrc_ep *ep, const struct mrc_qp_attr *a, uint32_t *qpn)
     q->rq_size = a->rq_depth + 1;
     q->rq = calloc(q->rq_size, sizeof(*q->rq));
     q->remote_ports = 0xFFFFFFFFu;
-    q->cc = a->cc.algorithm == 1 ? &mrc_cc_fixed : &mrc_cc_nscc;
+    q->cc = cc_ops_of(a->cc.algorithm);
     if (!q->sq || !q->pe || !q->rbits || !q->rx || !q->rq || ev_init(q) < 0) {
         qp_free(q);
         return -ENOMEM;

@@ -423,7 +423,6 @@ int mrc_ctx_engine_cpu(struct mrc_ctx *c, uint64_t *cpu_ns, int32_t *tid)
 }
 
 /* Lock: none (the I/O's path is chosen when it opens and never changes). */
-const char *mrc_ctx_tx_path(struct mrc_ctx *c) { return c->io ? io_tx_path(c->io) : "none"; }
 
 /* Lock: none held. */
 int mrc_ctx_start(struct mrc_ctx *c)

@@ -54,7 +54,6 @@ int io_del_peer(struct io *io, uint16_t peer);
 int io_npeers(const struct io *io);
 int io_peer_host(const struct io *io, uint16_t peer);
 int io_has_path(const struct io *io, uint16_t peer, uint32_t plane);
-const char *io_tx_path(const struct io *io);
 void io_queue_tx(struct io *io, const struct mrc_txdesc *d, const uint8_t *pkt);
 void io_flush_tx(struct io *io);
 int io_rx_round(struct io *io, struct mrc_ep *ep, uint64_t now);

@@ -42,8 +42,6 @@ void io_tx_close(struct io *io)
     io->tx.fd = -1;
 }
 
-const char *io_tx_path(const struct io *io) { return "sendmmsg"; }
-
 /* ------------------------------------------------------------------ framing */
 /* The Ethernet, IPv6 and UDP headers of a packet of d->len bytes for port p
  * and path pp into f (IO_HDRS bytes); the UDP checksum from the packet's sum

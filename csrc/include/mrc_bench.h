@@ -12,11 +12,10 @@
 /* Benchmark support (csrc/bench/blast.c), the raw ceiling: send pre-built
  * packets (no protocol) to a peer over every plane and path for
  * duration_ns, from the calling thread (the engine thread must not be
- * started). Returns packets sent or -errno. */
-int64_t mrc_bench_blast(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns);
-/* The copying blaster: each payload copied from src (span bytes walked in
- * turn) with its ICRC and UDP sum in one pass before it goes, as the
- * engine builds a data packet. */
+ * started). Returns packets sent or -errno. With src, the copying blaster:
+ * each payload copied from src (span bytes walked in turn) with its ICRC
+ * and UDP sum in one pass before it goes, as the engine builds a data
+ * packet; src NULL sends one packet, built once, again and again. */
 int64_t mrc_bench_blast_from(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns,
                              const uint8_t *src, uint64_t span);
 /* (csrc/bench/verify.c) The bytes of got[0, n) that differ from want. */

@@ -40,11 +40,15 @@ struct mrc_fab_cfg {
     uint64_t bucket_ns;      /* time series resolution */
     uint64_t seed;
     uint32_t unpaced;        /* 0 or 1: NICs do not pace their ports (the engine fills an 8-frame NIC queue, any plane) */
-    uint32_t check_times;    /* 0 or 1: every NIC's kept QP times checked at each wake (mrc_ep_check_times; tests) */
+};
+/* What the tests check the simulator with, set before its first run (mrc_fab_set_checks); none changes
+ * what a run gives. */
+struct mrc_fab_checks {
+    uint32_t check_times;    /* 0 or 1: every NIC's kept QP times checked at each wake (mrc_ep_check_times) */
     uint32_t fill;           /* 0-255: the byte the hosts' region holds, so every payload (0: zeros, which
-                              * packets in flight do not carry; another: every byte is carried; tests) */
-    uint32_t heap_only;      /* 0 or 1: every event on the heap, none on the calendar in front of it (tests:
-                              * the events run in the same order either way) */
+                              * packets in flight do not carry; another: every byte is carried) */
+    uint32_t heap_only;      /* 0 or 1: every event on the heap, none on the calendar in front of it (the
+                              * events run in the same order either way) */
 };
 struct mrc_fab_flow {
     uint32_t src, dst;
@@ -74,6 +78,8 @@ struct mrc_fab_flow_stats {
 struct mrc_fab;
 int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, struct mrc_fab **out);
 void mrc_fab_destroy(struct mrc_fab *f);
+/* The tests' checks (struct mrc_fab_checks); -EINVAL when out of range, -EBUSY once the fabric ran. */
+int mrc_fab_set_checks(struct mrc_fab *f, const struct mrc_fab_checks *k);
 int mrc_fab_add_flow(struct mrc_fab *f, const struct mrc_fab_flow *fl);      /* the flow's index */
 /* A collective's flow: its n WRITEs are lens[i] bytes each (the flow's bytes become their sum), and
  * WRITE i is posted only once WRITE dep_msg[i] of flow dep_flow[i] has completed (dep_flow[i] < 0:

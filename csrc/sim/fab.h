@@ -29,7 +29,7 @@ struct fport { uint64_t busy; struct fpkt *head, *tail; uint8_t down; };
  * from the packet leaving it, not from a read of the next one (cold: that
  * read was a fifth of the simulator's time at 256-byte packets).
  * A data packet whose payload is all zeros (every WRITE of the simulator's
- * applications while their one region holds zeros, cfg fill 0: it is never
+ * applications while their one region holds zeros, mrc_fab_checks fill 0: it is never
  * written but by placement, and no QP is encrypted) does not carry it: data
  * holds its headers (hdr bytes) and what follows the payload (ICRC or tag),
  * and the zlen zero bytes between go back in at delivery, the same bytes
@@ -80,6 +80,8 @@ struct fflow {
 
 struct mrc_fab {
     struct mrc_fab_cfg c;
+    struct mrc_fab_checks k;  /* the tests' checks (mrc_fab_set_checks) */
+    uint8_t ran;             /* mrc_fab_run was called: the checks stay as they are */
     struct mrc_qp_attr qa;
     uint64_t ppb;            /* picoseconds per byte at the link rate */
     uint64_t now, seq;

@@ -263,7 +263,7 @@ static void send_from(struct mrc_fab *f, uint32_t h, const struct mrc_txdesc *d,
      * hosts' region holds zeros (fill 0), what is carried: the bytes around
      * its payload, which comes from that region (a receiver whose ICRC did
      * not hold would drop the packet and count it) */
-    uint32_t hdr = d->hdr, zlen = f->c.fill ? 0 : d->plen;
+    uint32_t hdr = d->hdr, zlen = f->k.fill ? 0 : d->plen;
     struct fpkt *k = pkt_get(f, d->len - zlen);
     if (!k) {
         must(f, -ENOMEM);
@@ -441,7 +441,7 @@ static void host_wake(struct mrc_fab *f, uint32_t h)
     struct fhost *x = &f->hosts[h];
     uint64_t now_ns = f->now / 1000, free_at;
     x->wake = PS_INF;
-    if (f->c.check_times)
+    if (f->k.check_times)
         f->st.late_times += (uint64_t)mrc_ep_check_times(x->ep, now_ns);
     app_poll(f, h);
     uint64_t limit = (uint64_t)f->c.planes * (f->qa.mtu + 128 + WIRE_EXTRA);
@@ -485,6 +485,7 @@ static void link_set(struct mrc_fab *f, uint32_t link, int up)
 /* ------------------------------------------------------------ the API */
 int mrc_fab_run(struct mrc_fab *f, uint64_t until_ns)
 {
+    f->ran = 1;
     uint64_t until = until_ns > PS_INF / 1000 ? PS_INF : until_ns * 1000;
     const struct fev *next;
     while ((next = first_event(f))) {

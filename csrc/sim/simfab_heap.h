@@ -12,7 +12,7 @@
  * ahead, which the ring spans), the rest on the heap */
 static inline int push_seq(struct mrc_fab *f, uint64_t t, uint64_t seq, uint32_t kind, uint32_t idx)
 {
-    int rc = kind == EVT_PKT && !f->c.heap_only ? evcal_push(&f->cal, t, seq, kind, idx) : 0;
+    int rc = kind == EVT_PKT && !f->k.heap_only ? evcal_push(&f->cal, t, seq, kind, idx) : 0;
     return rc ? (rc < 0 ? rc : 0) : evq_push(&f->q, t, seq, kind, idx);
 }
 

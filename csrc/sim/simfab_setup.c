@@ -21,7 +21,7 @@ static int connect_qp(struct mrc_ctx *c, uint32_t qpn, uint32_t dqpn, uint32_t p
  * as ECMP hashes a RoCE flow onto one path behind each NIC port. */
 static int single_path(struct mrc_fab *f, struct mrc_ctx *c, uint32_t qpn, uint32_t idx)
 {
-    uint32_t max = f->qa.ev_count + f->qa.ev_backup * f->qa.planes; /* active and spare */
+    uint32_t max = mrc_qp_ev_total(&f->qa); /* active and spare */
     struct mrc_ev_info *evs = calloc(max, sizeof(*evs));
     if (!evs)
         return -ENOMEM;
@@ -136,7 +136,7 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
     if (!c->hosts || c->hosts > MRC_FAB_MAX_HOSTS || c->hosts < 2 || !c->planes || c->planes > MRC_MAX_PLANES ||
         !c->leaves || c->leaves > 256 || c->leaves > c->hosts || !c->spines || c->spines > 256 ||
         c->rate_bps < 1000000 || c->rate_bps > 8000000000000ull || !c->bucket_ns || qp->planes > c->planes ||
-        qp->mtu > MRC_MAX_MTU || c->unpaced > 1 || c->check_times > 1 || c->fill > 255 || c->heap_only > 1 ||
+        qp->mtu > MRC_MAX_MTU || c->unpaced > 1 ||
         (c->hosts + c->leaves - 1) / c->leaves > MRC_FAB_LEAF_HOSTS)
         return -EINVAL;
     struct mrc_fab *f = calloc(1, sizeof(*f));
@@ -164,8 +164,6 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
         mrc_fab_destroy(f);
         return -ENOMEM;
     }
-    if (c->fill)
-        memset(f->mem, (int)c->fill, FAB_MEM);
     for (uint32_t h = 0; h < c->hosts; h++) {
         struct mrc_ep_attr ea = {.max_qps = c->max_qps, .cq_depth = c->cq_depth, .planes = c->planes,
                                  .port_bitmap = (uint32_t)((1ull << c->planes) - 1),
@@ -200,6 +198,17 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
         memset(x->g2l, 0xFF, c->hosts * sizeof(*x->g2l));
     }
     *out = f;
+    return 0;
+}
+
+int mrc_fab_set_checks(struct mrc_fab *f, const struct mrc_fab_checks *k)
+{
+    if (k->check_times > 1 || k->fill > 255 || k->heap_only > 1)
+        return -EINVAL;
+    if (f->ran)
+        return -EBUSY;
+    f->k = *k;
+    memset(f->mem, (int)k->fill, FAB_MEM);
     return 0;
 }
 

@@ -76,7 +76,6 @@ def connect_pair(ca: Context, cb: Context, size: int, attr: QPAttr | None = None
     ka = kb = None
     if security != "off":
         ka, kb = secure.pair_keys(qa.qpn, qb.qpn, security)
-        qa.security = qb.security = security
     qb.connect(ia, kb)  # the receiver first: it is at RTS before the first packet
     qa.connect(ib, ka)
     return QPPair(ca, cb, qa, qb, src, dst, ms, md, cb.resolve(ib), cq)

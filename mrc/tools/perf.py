@@ -142,7 +142,6 @@ def _echo_params(hello: dict) -> tuple[int, int] | None:
 
 def _connect(qp, conn: cm.Connection, peer) -> None:
     """Connect ``qp`` to ``peer``, under the keys of the setup when it is secured."""
-    qp.security = conn.security
     qp.connect(peer, conn.keys(qp.qpn, peer.qpn))
 
 

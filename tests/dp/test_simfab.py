@@ -363,11 +363,15 @@ def test_the_c_api_refuses_what_it_cannot_build_and_changes_nothing():
     attr = fab.qp_attr().to_c()
     out = ffi.new("struct mrc_fab **")
     for bad in ({"hosts": 1}, {"hosts": 8193}, {"hosts": 2050}, {"planes": 0}, {"planes": 17}, {"rate_bps": 0},
-                {"bucket_ns": 0}, {"leaves": 17}, {"spines": 0}, {"unpaced": 2}, {"unpaced": 0xFFFFFFFF},
-                {"check_times": 2}, {"fill": 256}, {"heap_only": 2}):
+                {"bucket_ns": 0}, {"leaves": 17}, {"spines": 0}, {"unpaced": 2}, {"unpaced": 0xFFFFFFFF}):
         cfg = {"hosts": 16, "planes": 4, "leaves": 2, "spines": 8, "rate_bps": G100, "hop_ns": 1000,
                "max_qps": 8, "cq_depth": 64, "bucket_ns": 10_000, **bad}
         assert lib.mrc_fab_create(ffi.new("struct mrc_fab_cfg *", cfg), attr, out) < 0, bad
+    with msim.FabricSim(fab, max_qps=4) as s:  # the tests' checks: in range, and before the first run
+        for bad in ({"check_times": 2}, {"fill": 256}, {"heap_only": 2}):
+            assert lib.mrc_fab_set_checks(s._f, ffi.new("struct mrc_fab_checks *", bad)) == -errno.EINVAL, bad
+        s.run(1000)
+        assert lib.mrc_fab_set_checks(s._f, ffi.new("struct mrc_fab_checks *", {"fill": 1})) == -errno.EBUSY
     with msim.FabricSim(fab, max_qps=4) as s:
         for src, dst, n, msg in ((0, 0, 1 << 20, 1 << 16), (0, 16, 1 << 20, 1 << 16), (99, 1, 1 << 20, 1 << 16),
                                  (0, 1, 0, 1 << 16), (0, 1, 1 << 20, 0), (0, 1, 1 << 30, 128 << 20)):

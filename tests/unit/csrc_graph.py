@@ -17,8 +17,7 @@ CSRC = ROOT / "csrc"
 CONTRACT = CSRC / "include"
 
 DEF = re.compile(r"^(static\s+)?(?:inline\s+)?[A-Za-z_][\w\s\*]*?\b([a-z_]\w*)\s*\([^;{]*?\)\s*\{", re.M | re.S)
-DECL = re.compile(r"^(?!static)(?:extern\s+)?[A-Za-z_][\w \*]*?[\s\*]([a-z_]\w*)\s*\([^;{]*?\)\s*;", re.M | re.S)
-EXTERN = re.compile(r"^extern const struct \w+ ([\w, ]+);", re.M)
+DECL = re.compile(r"^(?!static)[A-Za-z_][\w \*]*?[\s\*]([a-z_]\w*)\s*\([^;{]*?\)\s*;", re.M | re.S)
 CALL = re.compile(r"\b([a-z_]\w*)\s*\(")
 INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
 
@@ -72,17 +71,9 @@ class Tree:
             else:
                 for name in DECL.findall(text):
                     self.declared.setdefault(name, set()).add(f)
-                for names in EXTERN.findall(text):
-                    for name in names.replace(" ", "").split(","):
-                        self.declared.setdefault(name, set()).add(f)
         for h in CONTRACT.rglob("*.h"):
             for name in DECL.findall(strip(h.read_text())):
                 self.declared.setdefault(name, set()).add("include/" + h.relative_to(CONTRACT).as_posix())
-        for f, text in self.text.items():  # objects defined in a .c and declared extern in a header
-            if f.endswith(".c"):
-                for name in self.declared:
-                    if name not in self.owner and re.search(rf"^const struct \w+ {name}\b", text, re.M):
-                        self.owner[name] = f
 
     def includes(self, f: str) -> set[str]:
         """The files of csrc/ that f includes (contract headers as include/NAME)."""
@@ -117,8 +108,7 @@ class Tree:
         text = self.text[f]
         if f.endswith(".h"):
             text = " ".join(body for _, _, body in _bodies(text))
-        names = set(CALL.findall(text)) | {n for n in self.owner if n.startswith("mrc_cc_") and n in text}
-        return {n for n in names if n in self.owner and unit(self.owner[n]) != unit(f)}
+        return {n for n in set(CALL.findall(text)) if n in self.owner and unit(self.owner[n]) != unit(f)}
 
     def graph(self) -> dict[str, set[str]]:
         """unit -> the units it includes or calls."""

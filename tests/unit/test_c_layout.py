@@ -70,7 +70,7 @@ def test_a_file_includes_the_header_of_every_unit_it_calls(tree):
 #: header -> the prefixes of the calls it may declare (its audience)
 AUDIENCE = {"mrc/mrc.h": ("mrc_ctx_", "mrc_pd_", "mrc_mr_", "mrc_cq_", "mrc_qp_", "mrc_post_", "mrc_poll_",
                           "mrc_ev_", "mrc_async_", "mrc_dp_version", "mrc_wc_", "mrc_event_", "mrc_drop_",
-                          "mrc_last_error", "mrc_cm_", "mrc_sha256_", "mrc_sec_"),
+                          "mrc_last_error", "mrc_cm_", "mrc_sha256_", "mrc_sec_", "mrc_cc_"),
             "mrc_wire.h": ("mrc_pkt_", "mrc_crc32c", "mrc_psn_", "mrc_opcode_", "mrc_nack_"),
             "mrc_manual.h": ("mrc_ep_", "mrc_ctx_ep", "mrc_sim_"),
             "mrc_sim.h": ("mrc_fab_",),

@@ -140,13 +140,17 @@ struct mrc_cc_params {
     uint64_t adjust_bytes_threshold;
     uint64_t adjust_period_threshold;
     uint32_t disable_qa;
-    uint32_t algorithm;      /* 0 = NSCC, 1 = fixed window (no CC) */
+    uint32_t algorithm;      /* enum mrc_cc_algorithm */
     uint32_t md_by_sample;   /* 0: the decrease follows the average delay (the OCP brief); 1: the
                               * delay of the ACK that brings it, as the UET reference simulator cuts */
 };
 
+/* A QP's congestion control (struct mrc_cc_params.algorithm); mrc_cc_algorithm_name names each. */
+enum mrc_cc_algorithm { MRC_CC_NSCC = 0, MRC_CC_FIXED = 1, MRC_CC_NALGORITHMS = 2 };
+const char *mrc_cc_algorithm_name(uint32_t algorithm); /* "nscc", "fixed"; NULL: no such */
+
 struct mrc_qp_attr {
-    uint32_t mpr;            /* window, units of 128 PSNs */
+    uint32_t mpr;            /* window, units of MRC_MPR_UNIT PSNs */
     uint32_t max_wimm;
     uint32_t timeout;        /* RTO = 1.024 us x 2^timeout */
     uint32_t linear_cnt;
@@ -263,6 +267,8 @@ struct mrc_port_cfg {
 };
 
 void mrc_qp_attr_default(struct mrc_qp_attr *a);
+/* The EVs a QP with these attributes holds: its rotation's ev_count and ev_backup spares a plane. */
+uint32_t mrc_qp_ev_total(const struct mrc_qp_attr *a);
 size_t mrc_qp_state_bytes(const struct mrc_qp_attr *a);
 int mrc_ctx_create(const struct mrc_ep_attr *attr, const struct mrc_port_cfg *ports, uint32_t nports,
                    struct mrc_ctx **out);
@@ -299,6 +305,8 @@ int mrc_qp_destroy(struct mrc_ctx *c, uint32_t qpn);
  * unpredictable bits, none again for 2^24 QPs. */
 int mrc_qp_modify(struct mrc_ctx *c, uint32_t qpn, uint32_t state, const struct mrc_qp_conn *conn);
 int mrc_qp_query(struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st);
+/* The enum mrc_security of the keys the QP holds (MRC_SEC_OFF: none, ever), or -ENOENT. */
+int mrc_qp_security(struct mrc_ctx *c, uint32_t qpn);
 /* The fast path: posting and polling never wait for the engine thread. */
 int mrc_post_write(struct mrc_ctx *c, uint32_t qpn, const struct mrc_wr *wr, uint32_t n);
 int mrc_post_recv(struct mrc_ctx *c, uint32_t qpn, const uint64_t *wr_ids, uint32_t n);
@@ -402,10 +410,6 @@ uint64_t mrc_ctx_now_ns(void);
  * thread CPU clock) and its thread id (for /proc/self/task/<tid>): 0, or
  * -ENOENT for a context whose thread is not running. */
 int mrc_ctx_engine_cpu(struct mrc_ctx *c, uint64_t *cpu_ns, int32_t *tid);
-/* How the context's packets leave: "sendmmsg" (one system call per batch
- * of packets for all ports; docs/engine.md, "A byte's way") or "none" (a
- * context driven by hand). */
-const char *mrc_ctx_tx_path(struct mrc_ctx *c);
 /* mrc_ctl_ep_batch_send_wait for EV probes: send one probe per request and
  * wait until every one is answered or timeout_ns has passed. out[i].status:
  * 0 answered (port = local plane the answer arrived on, rtt_ns), -ETIMEDOUT,
