@@ -23,10 +23,11 @@ INCLUDE = re.compile(r'^#include "([^"]+)"', re.M)
 
 
 def strip(text: str) -> str:
-    """The code alone: comments and string contents blanked."""
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
+    """The code alone: comments and string contents blanked (a comment's lines kept as empty lines)."""
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n") or " ", text, flags=re.S)
     text = re.sub(r"//[^\n]*", " ", text)
-    return re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+    # strings and character constants in one pass, so that '"' opens no string
+    return re.sub(r""""(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])+'""", lambda m: m.group(0)[0] * 2, text)
 
 
 def files() -> list[str]:
@@ -46,13 +47,18 @@ def folder(f: str) -> str:
 
 def _bodies(text: str) -> list[tuple[str, bool, str]]:
     """(name, static, body) of every function defined in text."""
+    return [(name, static, body) for name, static, body, _ in functions(text)]
+
+
+def functions(text: str) -> list[tuple[str, bool, str, int]]:
+    """(name, static, body, lines from its head to its closing brace) of every function defined in text."""
     out = []
     for m in DEF.finditer(text):
         depth, i = 1, m.end()
         while depth and i < len(text):
             depth += {"{": 1, "}": -1}.get(text[i], 0)
             i += 1
-        out.append((m.group(2), bool(m.group(1)), text[m.end():i]))
+        out.append((m.group(2), bool(m.group(1)), text[m.end():i], text.count("\n", m.start(), i) + 1))
     return out
 
 

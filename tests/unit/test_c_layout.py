@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.unit.csrc_graph import CONTRACT, CSRC, Tree, folder, strip, unit
+from tests.unit.csrc_graph import CONTRACT, CSRC, Tree, files, folder, functions, strip, unit
 from tests.unit.test_layers import cycle
 
 sys.path.insert(0, str(CSRC))
@@ -65,6 +65,17 @@ def test_a_file_includes_the_header_of_every_unit_it_calls(tree):
     bad = {f: tree.undeclared(f) for f in tree.text}
     assert not {f: b for f, b in bad.items() if b}, bad
     assert tree.calls("core/dispatch.c") and tree.calls("api/verbs.c")
+
+
+#: the most lines a function may take, from its head to its closing brace (CONTRIBUTING.md)
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_c_function_is_over_80_lines():
+    """A function a reader can hold: split by its steps (the fuzz harnesses included)."""
+    long = sorted((n, f"{f}:{name}") for f in files() if f.endswith(".c")
+                  for name, _, _, n in functions(strip((CSRC / f).read_text())) if n > MAX_FUNCTION_LINES)
+    assert not long, long
 
 
 #: header -> the prefixes of the calls it may declare (its audience)

@@ -160,6 +160,22 @@ def test_the_docs_point_only_inside_the_repository():
     assert not outside, outside
 
 
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_python_function_outside_the_tests_is_over_80_lines():
+    """A function a reader can hold: split by its steps, not by the count (CONTRIBUTING.md)."""
+    long = []
+    for p in [*(ROOT / "mrc").rglob("*.py"), *(ROOT / "bench").glob("*.py"), *(ROOT / "tools").glob("*.py"),
+              CSRC / "build_dp.py"]:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append((n, f"{p.relative_to(ROOT).as_posix()}:{node.lineno} {node.name}"))
+    assert not long, sorted(long)
+
+
 def test_the_architecture_page_names_every_source_file():
     """docs/architecture.md is the map: every file of csrc/ (as its path there, `core/qp.c`) and every
     module of mrc/ (as its path there, `coll/comm.py`; a package's __init__ is named by its folder) is

@@ -69,19 +69,23 @@ def add_parser(sub) -> None:
     ctl.add_argument("--endpoint", help=f"a control socket path (default: the one under {ctl_dir()})")
     ctl.add_argument("--json", action="store_true", help="print JSON")
     cs = ctl.add_subparsers(dest="ccmd")
-    cs.add_parser("list", help="the control endpoints on this machine")
+    cs.add_parser("list", help="the control endpoints on this machine").set_defaults(run=_list)
     ev = cs.add_parser("ev", help="list, deny or allow EVs")
+    ev.set_defaults(run=_missing("ev", "list, deny or allow"))
     es = ev.add_subparsers(dest="evcmd")
     p = es.add_parser("list", help="every EV of a QP")
     p.add_argument("--qpn", type=int, help="the QP (needed when the process has several)")
+    p.set_defaults(run=_ev_list)
     for name, what in (("deny", "stop using"), ("allow", "use again")):
         p = es.add_parser(name, help=f"{what} an EV, or every EV that takes a path")
         p.add_argument("ev", nargs="?", help="PLANE/ENTROPY or a number")
         p.add_argument("--path", help="a destination address: every EV that sends there")
         p.add_argument("--qpn", type=int)
+        p.set_defaults(run=_ev_set)
     p = cs.add_parser("events", help="EV state changes since the endpoint started")
     p.add_argument("--follow", action="store_true", help="keep printing new events until interrupted")
     p.add_argument("--interval", type=float, default=0.2, help="seconds between polls with --follow")
+    p.set_defaults(run=_events)
     p = cs.add_parser("probe", help="EV probes to a peer: the RTT of every plane (or of every path)",
                       description="Send EV probes (connectionless ENDPOINT_REQUESTs) to a peer the process "
                                   "is connected to and wait for the answers: one per plane, or with "
@@ -90,10 +94,13 @@ def add_parser(sub) -> None:
                                           "(default: the only peer)")
     p.add_argument("--all-paths", action="store_true", help="probe every path, not one per plane")
     p.add_argument("--timeout-ms", type=float, default=100.0, help="how long to wait for answers (default 100)")
+    p.set_defaults(run=_probe)
     p = cs.add_parser("port", help="set a port's admin state (a disabled port reports DOWN)")
     p.add_argument("state", choices=["down", "up"])
     p.add_argument("plane", type=int)
-    cs.add_parser("qp", help="each QP's NSCC window, in flight, RTTs (smoothed, lowest, base) and counters")
+    p.set_defaults(run=_port)
+    cs.add_parser("qp", help="each QP's NSCC window, in flight, RTTs (smoothed, lowest, base) and counters"
+                  ).set_defaults(run=_qp)
     p = cs.add_parser("metrics", help="serve every MRC context's counters to Prometheus (/metrics)",
                       description="Serve, at http://ADDR:PORT/metrics, the counters of every MRC context on this "
                                   "machine that has a control endpoint: each QP's packets, bytes, retransmissions, "
@@ -109,7 +116,9 @@ def add_parser(sub) -> None:
     p.add_argument("--once", action="store_true", help="print one scrape on stdout and exit")
     p.add_argument("--token-file", metavar="FILE", help="the bearer token scrapes must send, from FILE (default: a "
                                                         "random one, printed at start)")
+    p.set_defaults(run=_metrics)
     cc = cs.add_parser("cc", help="show or set the NSCC profile new QPs get")
+    cc.set_defaults(run=_cc, pairs=None)
     ccs = cc.add_subparsers(dest="cccmd")
     ccs.add_parser("show")
     p = ccs.add_parser("set", help=f"KEY=VALUE pairs; keys: {', '.join(NSCC_FIELDS)}")
@@ -159,98 +168,121 @@ def _metrics(a) -> int:
     return 0
 
 
-def run(a) -> int:
-    """``mrc ctl`` and its subcommands."""
-    if a.ccmd == "metrics":
-        return _metrics(a)
-    if a.ccmd == "list":
-        rows = []
-        for path in endpoints():
-            try:
-                with ControlClient(path, timeout=2) as c:
-                    rows.append({"endpoint": path, **c.call("info")})
-            except (ErrnoError, OSError) as e:
-                rows.append({"endpoint": path, "error": str(e)})
-        def ports(r: dict) -> str:
-            return "".join(f"\n  plane {p['plane']} {p['ifname']}: {p['admin']}, link {p['link']}"
-                           for p in r.get("ports", []))
+def _missing(cmd: str, choices: str):
+    def run_missing(a) -> int:
+        raise ErrnoError(errno.EINVAL, f"missing {cmd} command: {choices}")
+    return run_missing
 
-        _out(a, rows, "\n".join(f"{r['endpoint']}: pid {r.get('pid')} host {r.get('host')} QPs {r.get('qps')}"
-                                + ports(r) for r in rows) or "no control endpoints")
-        return 0
-    if a.ccmd is None:
-        raise ErrnoError(errno.EINVAL, "missing command: see `mrc ctl --help`")
+
+def run(a) -> int:
+    """``mrc ctl`` without a subcommand (each subcommand runs its own function)."""
+    raise ErrnoError(errno.EINVAL, "missing command: see `mrc ctl --help`")
+
+
+def _list(a) -> int:
+    rows = []
+    for path in endpoints():
+        try:
+            with ControlClient(path, timeout=2) as c:
+                rows.append({"endpoint": path, **c.call("info")})
+        except (ErrnoError, OSError) as e:
+            rows.append({"endpoint": path, "error": str(e)})
+
+    def ports(r: dict) -> str:
+        return "".join(f"\n  plane {p['plane']} {p['ifname']}: {p['admin']}, link {p['link']}"
+                       for p in r.get("ports", []))
+
+    _out(a, rows, "\n".join(f"{r['endpoint']}: pid {r.get('pid')} host {r.get('host')} QPs {r.get('qps')}"
+                            + ports(r) for r in rows) or "no control endpoints")
+    return 0
+
+
+def _call(a, op: str, **args) -> dict:
+    """One request to the chosen endpoint."""
     with ControlClient(_endpoint(a)) as c:
-        if a.ccmd == "ev":
-            if a.evcmd == "list":
-                r = c.call("ev_list", **({"qpn": a.qpn} if a.qpn is not None else {}))
-                lines = [f"QP {r['qpn']}: {len(r['evs'])} EVs", f"{'EV':<8} {'state':<12} {'active':<7} path"]
-                lines += [f"{ev_name(e['ev']):<8} {e['state']:<12} {'yes' if e['active'] else 'spare':<7} "
-                          f"{e['address'] or '-'}" for e in r["evs"]]
-                _out(a, r, "\n".join(lines))
+        return c.call(op, **args)
+
+
+def _ev_list(a) -> int:
+    r = _call(a, "ev_list", **({"qpn": a.qpn} if a.qpn is not None else {}))
+    lines = [f"QP {r['qpn']}: {len(r['evs'])} EVs", f"{'EV':<8} {'state':<12} {'active':<7} path"]
+    lines += [f"{ev_name(e['ev']):<8} {e['state']:<12} {'yes' if e['active'] else 'spare':<7} "
+              f"{e['address'] or '-'}" for e in r["evs"]]
+    _out(a, r, "\n".join(lines))
+    return 0
+
+
+def _ev_set(a) -> int:
+    if (a.ev is None) == (a.path is None):
+        raise ErrnoError(errno.EINVAL, "name one EV or one --path")
+    args = {"state": "DENIED" if a.evcmd == "deny" else "GOOD"}
+    args.update({"ev": parse_ev(a.ev)} if a.ev else {"path": a.path})
+    if a.qpn is not None:
+        args["qpn"] = a.qpn
+    r = _call(a, "ev_set", **args)
+    _out(a, r, f"QP {r['qpn']}: {', '.join(map(ev_name, r['evs']))} now {r['state']}")
+    return 0
+
+
+def _events(a) -> int:
+    after = 0
+    with ControlClient(_endpoint(a)) as c:
+        while True:
+            r = c.call("events", after=after)
+            if r["dropped"]:
+                print(json.dumps({"dropped": r["dropped"]}) if a.json else f"({r['dropped']} events dropped)")
+            for e in r["events"]:
+                print(json.dumps(e) if a.json else
+                      f"{e['t_ns'] / 1e9:.6f} QP {e['qpn']} EV {ev_name(e['ev'])} {e['old']} -> {e['new']}"
+                      f"{' ' + e['address'] if e.get('address') else ''}")
+            after = r["last"]
+            if not a.follow:
                 return 0
-            if a.evcmd in ("deny", "allow"):
-                if (a.ev is None) == (a.path is None):
-                    raise ErrnoError(errno.EINVAL, "name one EV or one --path")
-                args = {"state": "DENIED" if a.evcmd == "deny" else "GOOD"}
-                args.update({"ev": parse_ev(a.ev)} if a.ev else {"path": a.path})
-                if a.qpn is not None:
-                    args["qpn"] = a.qpn
-                r = c.call("ev_set", **args)
-                _out(a, r, f"QP {r['qpn']}: {', '.join(map(ev_name, r['evs']))} now {r['state']}")
-                return 0
-            raise ErrnoError(errno.EINVAL, "missing ev command: list, deny or allow")
-        if a.ccmd == "events":
-            after = 0
-            while True:
-                r = c.call("events", after=after)
-                if r["dropped"]:
-                    print(json.dumps({"dropped": r["dropped"]}) if a.json else f"({r['dropped']} events dropped)")
-                for e in r["events"]:
-                    print(json.dumps(e) if a.json else
-                          f"{e['t_ns'] / 1e9:.6f} QP {e['qpn']} EV {ev_name(e['ev'])} {e['old']} -> {e['new']}"
-                          f"{' ' + e['address'] if e.get('address') else ''}")
-                after = r["last"]
-                if not a.follow:
-                    return 0
-                sys.stdout.flush()
-                time.sleep(a.interval)
-        if a.ccmd == "probe":
-            args = {"all_paths": a.all_paths, "timeout_ms": a.timeout_ms}
-            if a.dst is not None:
-                args["dst"] = a.dst
-            r = c.call("probe", **args)
-            _out(a, r, probe_matrix(r))
-            return 0 if any(p["status"] == "ok" for p in r["probes"]) else 1
-        if a.ccmd == "qp":
-            r = c.call("qps")
-            head = (f"{'QP':>8} {'state':<6} {'window':>9} {'inflight':>9} {'srtt us':>8} {'min us':>8} "
-                    f"{'base us':>8} {'losses':>7} {'ecn':>7} {'trims':>6} {'good/bad EVs':>12}")
-            _out(a, r, "\n".join([head] + [
-                f"{q['qpn']:>8} {q['state_name']:<6} {q['cwnd']:>9} {q['inflight']:>9} {q['srtt_ns'] / 1e3:>8.1f} "
-                f"{q['min_rtt_ns'] / 1e3:>8.1f} {q['base_rtt_ns'] / 1e3:>8.1f} {q['losses']:>7} {q['ecn_marks']:>7} "
-                f"{q['trims']:>6} {q['good_evs']:>5}/{q['bad_evs']:<6}" for q in r["qps"]]))
-            return 0
-        if a.ccmd == "port":
-            r = c.call("port", plane=a.plane, up=a.state == "up")
-            _out(a, r, f"plane {r['plane']}: {r['admin']}")
-            return 0
-        if a.ccmd == "cc":
-            if a.cccmd == "set":
-                cfg = {}
-                for pair in a.pairs:
-                    k, sep, v = pair.partition("=")
-                    if not sep:
-                        raise ErrnoError(errno.EINVAL, f"write KEY=VALUE, got {pair!r}")
-                    try:
-                        cfg[k] = int(v, 0)
-                    except ValueError:
-                        raise ErrnoError(errno.EINVAL, f"{k}: {v!r} is not an integer") from None
-                r = c.call("cc_set", config=cfg)
-            else:
-                r = c.call("cc_show")
-            eff = r["effective"]
-            _out(a, r, f"{r['profile']['algorithm']} ({r['profile']['state']}); new QPs get:\n" +
-                 "\n".join(f"  {k:<24} {eff[k]}" for k in sorted(eff)))
-            return 0
-    raise ErrnoError(errno.EINVAL, "unknown ctl command: see `mrc ctl --help`")
+            sys.stdout.flush()
+            time.sleep(a.interval)
+
+
+def _probe(a) -> int:
+    args = {"all_paths": a.all_paths, "timeout_ms": a.timeout_ms}
+    if a.dst is not None:
+        args["dst"] = a.dst
+    r = _call(a, "probe", **args)
+    _out(a, r, probe_matrix(r))
+    return 0 if any(p["status"] == "ok" for p in r["probes"]) else 1
+
+
+def _qp(a) -> int:
+    r = _call(a, "qps")
+    head = (f"{'QP':>8} {'state':<6} {'window':>9} {'inflight':>9} {'srtt us':>8} {'min us':>8} "
+            f"{'base us':>8} {'losses':>7} {'ecn':>7} {'trims':>6} {'good/bad EVs':>12}")
+    _out(a, r, "\n".join([head] + [
+        f"{q['qpn']:>8} {q['state_name']:<6} {q['cwnd']:>9} {q['inflight']:>9} {q['srtt_ns'] / 1e3:>8.1f} "
+        f"{q['min_rtt_ns'] / 1e3:>8.1f} {q['base_rtt_ns'] / 1e3:>8.1f} {q['losses']:>7} {q['ecn_marks']:>7} "
+        f"{q['trims']:>6} {q['good_evs']:>5}/{q['bad_evs']:<6}" for q in r["qps"]]))
+    return 0
+
+
+def _port(a) -> int:
+    r = _call(a, "port", plane=a.plane, up=a.state == "up")
+    _out(a, r, f"plane {r['plane']}: {r['admin']}")
+    return 0
+
+
+def _cc(a) -> int:
+    if a.cccmd == "set":
+        cfg = {}
+        for pair in a.pairs:
+            k, sep, v = pair.partition("=")
+            if not sep:
+                raise ErrnoError(errno.EINVAL, f"write KEY=VALUE, got {pair!r}")
+            try:
+                cfg[k] = int(v, 0)
+            except ValueError:
+                raise ErrnoError(errno.EINVAL, f"{k}: {v!r} is not an integer") from None
+        r = _call(a, "cc_set", config=cfg)
+    else:
+        r = _call(a, "cc_show")
+    eff = r["effective"]
+    _out(a, r, f"{r['profile']['algorithm']} ({r['profile']['state']}); new QPs get:\n" +
+         "\n".join(f"  {k:<24} {eff[k]}" for k in sorted(eff)))
+    return 0
