@@ -146,32 +146,36 @@ static int64_t next_data_len(const struct qp *q)
     return w->total - q->cur_off < q->a.mtu ? (int64_t)(w->total - q->cur_off) : (int64_t)q->a.mtu;
 }
 
-int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uint32_t buflen, uint32_t *used,
-                struct mrc_txdesc *d, uint32_t max)
+/* The batch req_poll_tx fills: packets go at buf + *used, their descriptors at d[n] (n < max). */
+struct txb {
+    uint8_t *buf;
+    uint32_t buflen, *used, n, max;
+    struct mrc_txdesc *d;
+};
+
+enum { ROOM_HDR = MRC_BTH_LEN + 40 + MRC_ICRC_LEN }; /* the most a data packet adds to its payload */
+
+/* 1. Retransmissions, oldest hole first, on a different EV. 0 when the
+ * batch's buffer is full (nothing more may go this call), else 1. */
+static int tx_retransmits(struct mrc_ep *ep, struct qp *q, uint64_t now, struct txb *b)
 {
-    uint32_t n = 0;
-    const uint32_t room_hdr = MRC_BTH_LEN + 40 + MRC_ICRC_LEN;
-    ev_prefetch(ep, q);
-    __builtin_prefetch(&q->sq[q->sq_cur]);
-    __builtin_prefetch(pe_at(q, q->next_psn));
-    /* 1. retransmissions, oldest hole first, on a different EV */
-    for (uint32_t psn = q->una_psn; q->nlost && n < max && psn != q->next_psn; psn = psn_add(psn, 1)) {
+    for (uint32_t psn = q->una_psn; q->nlost && b->n < b->max && psn != q->next_psn; psn = psn_add(psn, 1)) {
         struct pent *pe = pe_at(q, psn);
         if (pe->st != PE_LOST)
             continue;
         /* the oldest hole may always go: the window must never block recovery */
-        if (*used + room_hdr + pe->len > buflen || (psn != q->una_psn && !cwnd_allows(q, pe->len)))
-            return (int)n;
+        if (*b->used + ROOM_HDR + pe->len > b->buflen || (psn != q->una_psn && !cwnd_allows(q, pe->len)))
+            return 0;
         uint32_t ev;
         if (ev_pick(ep, q, now, pe->ev, &ev) < 0)
             break;
         pe->ev = ev;
         uint16_t sum = 0;
-        int len = build_data(q, psn, pe, 1, 1, buf + *used, buflen - *used, ep->tx_sums ? &sum : NULL);
+        int len = build_data(q, psn, pe, 1, 1, b->buf + *b->used, b->buflen - *b->used, ep->tx_sums ? &sum : NULL);
         if (len < 0)
             break;
-        emit_data(ep, now, &d[n++], *used, len, ev, q, MRC_DSCP_RTX << 2 | MRC_ECN_ECT0, sum, pe->len);
-        *used += (uint32_t)len;
+        emit_data(ep, now, &b->d[b->n++], *b->used, len, ev, q, MRC_DSCP_RTX << 2 | MRC_ECN_ECT0, sum, pe->len);
+        *b->used += (uint32_t)len;
         pe->st = PE_INFLIGHT;
         pe->rnr = 0;
         if (pe->nrtx < 127)
@@ -188,56 +192,73 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
         q->st.rtx_bytes += pe->len;
         q->st.plane_tx[ev_plane(ev)]++;
     }
-    /* 2. probes of ASSUMED_BAD EVs */
+    return 1;
+}
+
+/* 2. Probes of ASSUMED_BAD EVs. */
+static void tx_probes(struct mrc_ep *ep, struct qp *q, uint64_t now, struct txb *b)
+{
     struct ev_entry *e;
-    while (n < max && *used + 64 <= buflen && ev_probe_due(ep, q, now, &e)) {
+    while (b->n < b->max && *b->used + 64 <= b->buflen && ev_probe_due(ep, q, now, &e)) {
         uint32_t pid = (uint32_t)ep_prf(ep, PRF_PROBE, (uint64_t)q->qpn << 32 | ++q->probe_seq) | 1;
         struct mrc_pkt p = {.opcode = MRC_OP_RELIABILITY_PROBE, .pkey = q->pkey, .dqpn = q->dqpn, .probe_id = pid,
                             .ev = e->ev, .t1 = now, .sec_mode = sec_mode(q)};
-        int len = mrc_pkt_build(&p, NULL, buf + *used, buflen - *used);
-        if (len < 0 || (q->sec && sec_seal(q, buf + *used, (uint32_t)len, (uint32_t)len - MRC_TAG_LEN, ev_plane(e->ev), NULL) < 0))
+        uint8_t *out = b->buf + *b->used;
+        int len = mrc_pkt_build(&p, NULL, out, b->buflen - *b->used);
+        if (len < 0 || (q->sec && sec_seal(q, out, (uint32_t)len, (uint32_t)len - MRC_TAG_LEN, ev_plane(e->ev), NULL) < 0))
             break;
-        emit(ep, now, &d[n++], *used, len, e->ev, q, MRC_DSCP_CONTROL << 2, 0);
-        *used += (uint32_t)len;
+        emit(ep, now, &b->d[b->n++], *b->used, len, e->ev, q, MRC_DSCP_CONTROL << 2, 0);
+        *b->used += (uint32_t)len;
         ev_probe_sent(q, e, now);
         e->probe_id = pid;
         q->st.probes_tx++;
     }
-    /* 3. new data while the PSN window, the congestion window and max_wimm allow */
-    int64_t next;
-    while (n < max && (next = next_data_len(q)) >= 0) {
-        struct wqe *w = &q->sq[q->sq_cur];
-        uint32_t len = (uint32_t)next;
-        if (*used + room_hdr + len > buflen || !cwnd_allows(q, len))
-            break;
-        uint32_t ev;
-        if (ev_pick(ep, q, now, UINT32_MAX, &ev) < 0)
-            break;
-        if (q->cur_off == 0) {
-            w->psn_first = q->next_psn;
-            w->msn = q->next_msn++;
-            w->msn_rq = q->imm_sent; /* the receive this message will take, if it is a WRITE_IMM */
-            if (w->wr.opcode == MRC_WR_WRITE_IMM) {
-                q->wimm_out++;
-                q->imm_sent++;
-            }
+}
+
+/* A new packet of the current WQE goes at q->next_psn on ev: its message
+ * numbers when it is the message's first, its window entry, whether it asks
+ * for an ACK. Returns the window entry. */
+static struct pent *new_packet(struct qp *q, struct wqe *w, uint32_t len, uint32_t ev, uint64_t now, int *ackreq)
+{
+    if (q->cur_off == 0) {
+        w->psn_first = q->next_psn;
+        w->msn = q->next_msn++;
+        w->msn_rq = q->imm_sent; /* the receive this message will take, if it is a WRITE_IMM */
+        if (w->wr.opcode == MRC_WR_WRITE_IMM) {
+            q->wimm_out++;
+            q->imm_sent++;
         }
-        struct pent *pe = pe_at(q, q->next_psn);
-        *pe = (struct pent){.sent_ns = now, .wqe = q->sq_cur, .off = q->cur_off, .ev = ev, .len = (uint16_t)len,
-                            .st = PE_INFLIGHT, .nrtx = 0};
-        /* ask for an ACK when this packet fills the congestion or PSN window:
-         * otherwise the receiver would wait for ack_bytes and we for the RTO */
-        uint64_t half = q->ccs.cwnd / 2 < q->a.ack_bytes / 2 ? q->ccs.cwnd / 2 : q->a.ack_bytes / 2;
-        int full = q->inflight + 2ull * len > q->ccs.cwnd || psn_sub(q->next_psn, q->una_psn) + 1 >= q->win;
-        int ackreq = full && q->since_ackreq + len >= half; /* at most one per half window */
-        q->since_ackreq = ackreq ? 0 : q->since_ackreq + len;
+    }
+    struct pent *pe = pe_at(q, q->next_psn);
+    *pe = (struct pent){.sent_ns = now, .wqe = q->sq_cur, .off = q->cur_off, .ev = ev, .len = (uint16_t)len,
+                        .st = PE_INFLIGHT, .nrtx = 0};
+    /* ask for an ACK when this packet fills the congestion or PSN window:
+     * otherwise the receiver would wait for ack_bytes and we for the RTO */
+    uint64_t half = q->ccs.cwnd / 2 < q->a.ack_bytes / 2 ? q->ccs.cwnd / 2 : q->a.ack_bytes / 2;
+    int full = q->inflight + 2ull * len > q->ccs.cwnd || psn_sub(q->next_psn, q->una_psn) + 1 >= q->win;
+    *ackreq = full && q->since_ackreq + len >= half; /* at most one per half window */
+    q->since_ackreq = *ackreq ? 0 : q->since_ackreq + len;
+    return pe;
+}
+
+/* 3. New data while the PSN window, the congestion window and max_wimm allow. */
+static void tx_new_data(struct mrc_ep *ep, struct qp *q, uint64_t now, struct txb *b)
+{
+    int64_t next;
+    while (b->n < b->max && (next = next_data_len(q)) >= 0) {
+        struct wqe *w = &q->sq[q->sq_cur];
+        uint32_t len = (uint32_t)next, ev;
+        if (*b->used + ROOM_HDR + len > b->buflen || !cwnd_allows(q, len) || ev_pick(ep, q, now, UINT32_MAX, &ev) < 0)
+            break;
+        int ackreq;
+        struct pent *pe = new_packet(q, w, len, ev, now, &ackreq);
         uint16_t sum = 0;
-        int plen = build_data(q, q->next_psn, pe, ackreq, 0, buf + *used, buflen - *used,
+        int plen = build_data(q, q->next_psn, pe, ackreq, 0, b->buf + *b->used, b->buflen - *b->used,
                               ep->tx_sums ? &sum : NULL);
         if (plen < 0)
             break;
-        emit_data(ep, now, &d[n++], *used, plen, ev, q, MRC_DSCP_DATA << 2 | MRC_ECN_ECT0, sum, pe->len);
-        *used += (uint32_t)plen;
+        emit_data(ep, now, &b->d[b->n++], *b->used, plen, ev, q, MRC_DSCP_DATA << 2 | MRC_ECN_ECT0, sum, pe->len);
+        *b->used += (uint32_t)plen;
         if (q->inflight == 0)
             q->last_progress_ns = now;
         q->last_tx_ns = now;
@@ -252,7 +273,20 @@ int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uin
             q->cur_off = 0;
         }
     }
-    return (int)n;
+}
+
+int req_poll_tx(struct mrc_ep *ep, struct qp *q, uint64_t now, uint8_t *buf, uint32_t buflen, uint32_t *used,
+                struct mrc_txdesc *d, uint32_t max)
+{
+    struct txb b = {.buf = buf, .buflen = buflen, .used = used, .n = 0, .max = max, .d = d};
+    ev_prefetch(ep, q);
+    __builtin_prefetch(&q->sq[q->sq_cur]);
+    __builtin_prefetch(pe_at(q, q->next_psn));
+    if (tx_retransmits(ep, q, now, &b)) {
+        tx_probes(ep, q, now, &b);
+        tx_new_data(ep, q, now, &b);
+    }
+    return (int)b.n;
 }
 
 /* A retransmission may go now: the oldest lost packet is the head (which

@@ -103,53 +103,31 @@ int mrc_pkt_hdr_len(const uint8_t *buf, size_t len)
     return el < 0 || hl + (sec ? MRC_TAG_LEN : MRC_ICRC_LEN) > len ? -1 : (int)hl;
 }
 
-/* Write BTH and the extension headers; returns their length. The caller
- * places the payload after them and calls mrc_pkt_finish(). cap must also
- * hold the payload and the ICRC. */
-int mrc_pkt_build_hdr(const struct mrc_pkt *p, uint8_t *out, size_t cap)
+/* METH, TSETH, RETH and IMMDT of a data packet at x; returns where they end. */
+static uint8_t *put_data_hdrs(const struct mrc_pkt *p, uint8_t *x)
 {
-    int el = ext_len(p->opcode, p->flags);
-    if (el < 0 || p->sec_mode > 2)
-        return -EINVAL;
-    uint32_t plen = mrc_opcode_is_data(p->opcode) ? p->payload_len : 0;
-    size_t total = MRC_BTH_LEN + (size_t)el + plen + (p->sec_mode ? MRC_SECH_LEN + MRC_TAG_LEN : MRC_ICRC_LEN);
-    if (total > cap)
-        return -ENOSPC;
-    uint8_t *b = out;
-    b[0] = p->opcode;
-    b[1] = (uint8_t)(p->sec_mode ? MRC_WIRE_SECURED : p->tver ? p->tver : MRC_WIRE_VERSION) & 0x0F;
-    put16(b + 2, p->pkey);
-    b[4] = 0;
-    put24(b + 5, p->dqpn);
-    b[8] = p->flags & (MRC_BTH_ACKREQ | MRC_BTH_RTX | MRC_BTH_TS);
-    put24(b + 9, p->psn);
-    uint8_t *x = b + MRC_BTH_LEN;
-    if (p->sec_mode) { /* SECH: the sealer writes the packet number and the tag (sec.c) */
-        x[0] = p->sec_mode;
-        x[1] = p->key_id;
-        x[2] = p->sec_port;
-        x[3] = 0;
-        put64(x + 4, p->pn);
-        put64(x + 12, p->htag);
-        x += MRC_SECH_LEN;
+    put16(x, p->msn_rq);
+    put16(x + 2, p->msn);
+    x += MRC_METH_LEN;
+    if (p->flags & MRC_BTH_TS) {
+        put32(x, p->ts);
+        x += MRC_TSETH_LEN;
     }
-    if (mrc_opcode_is_data(p->opcode)) {
-        put16(x, p->msn_rq);
-        put16(x + 2, p->msn);
-        x += MRC_METH_LEN;
-        if (p->flags & MRC_BTH_TS) {
-            put32(x, p->ts);
-            x += MRC_TSETH_LEN;
-        }
-        put64(x, p->va);
-        put32(x + 8, p->rkey);
-        put32(x + 12, p->dma_len);
-        x += MRC_RETH_LEN;
-        if (mrc_opcode_has_imm(p->opcode)) {
-            put32(x, p->imm);
-            x += MRC_IMMDT_LEN;
-        }
-    } else if (p->opcode == MRC_OP_SACK) {
+    put64(x, p->va);
+    put32(x + 8, p->rkey);
+    put32(x + 12, p->dma_len);
+    x += MRC_RETH_LEN;
+    if (mrc_opcode_has_imm(p->opcode)) {
+        put32(x, p->imm);
+        x += MRC_IMMDT_LEN;
+    }
+    return x;
+}
+
+/* The extension header of a control packet at x; returns where it ends. */
+static uint8_t *put_control_hdr(const struct mrc_pkt *p, uint8_t *x)
+{
+    if (p->opcode == MRC_OP_SACK) {
         put16(x, p->sack_flags);
         put16(x + 2, (uint16_t)p->ack_psn_offset);
         put32(x + 4, p->ev);
@@ -204,6 +182,40 @@ int mrc_pkt_build_hdr(const struct mrc_pkt *p, uint8_t *out, size_t cap)
         put32(x + 32, 0);
         x += MRC_EETH_LEN;
     }
+    return x;
+}
+
+/* Write BTH and the extension headers; returns their length. The caller
+ * places the payload after them and calls mrc_pkt_finish(). cap must also
+ * hold the payload and the ICRC. */
+int mrc_pkt_build_hdr(const struct mrc_pkt *p, uint8_t *out, size_t cap)
+{
+    int el = ext_len(p->opcode, p->flags);
+    if (el < 0 || p->sec_mode > 2)
+        return -EINVAL;
+    uint32_t plen = mrc_opcode_is_data(p->opcode) ? p->payload_len : 0;
+    size_t total = MRC_BTH_LEN + (size_t)el + plen + (p->sec_mode ? MRC_SECH_LEN + MRC_TAG_LEN : MRC_ICRC_LEN);
+    if (total > cap)
+        return -ENOSPC;
+    uint8_t *b = out;
+    b[0] = p->opcode;
+    b[1] = (uint8_t)(p->sec_mode ? MRC_WIRE_SECURED : p->tver ? p->tver : MRC_WIRE_VERSION) & 0x0F;
+    put16(b + 2, p->pkey);
+    b[4] = 0;
+    put24(b + 5, p->dqpn);
+    b[8] = p->flags & (MRC_BTH_ACKREQ | MRC_BTH_RTX | MRC_BTH_TS);
+    put24(b + 9, p->psn);
+    uint8_t *x = b + MRC_BTH_LEN;
+    if (p->sec_mode) { /* SECH: the sealer writes the packet number and the tag (sec.c) */
+        x[0] = p->sec_mode;
+        x[1] = p->key_id;
+        x[2] = p->sec_port;
+        x[3] = 0;
+        put64(x + 4, p->pn);
+        put64(x + 12, p->htag);
+        x += MRC_SECH_LEN;
+    }
+    x = mrc_opcode_is_data(p->opcode) ? put_data_hdrs(p, x) : put_control_hdr(p, x);
     return (int)(x - b);
 }
 
@@ -214,69 +226,42 @@ int mrc_pkt_icrc_ok(const uint8_t *buf, size_t len)
     return mrc_crc32c(0, buf, len - MRC_ICRC_LEN) == get32(buf + len - MRC_ICRC_LEN);
 }
 
-/* Parse BTH..end into *p. A trimmed packet (the switch cut its payload and
- * ICRC) carries headers only. Returns 0 or -EBADMSG (malformed: lengths, or
- * a payload that disagrees with its RETH), -EPROTO (unknown opcode or
- * version). The ICRC is checked separately. */
-int mrc_pkt_parse(const uint8_t *buf, size_t len, int trimmed, struct mrc_pkt *p)
+/* A data packet's METH, TSETH, RETH and IMMDT from x, and its payload: 0, or -EBADMSG when the payload
+ * and the RETH disagree. need: the packet's length without payload. */
+static int get_data_hdrs(const uint8_t *buf, const uint8_t *x, size_t len, size_t need, int trimmed,
+                         struct mrc_pkt *p)
 {
-    memset(p, 0, sizeof(*p));
-    if (len < MRC_BTH_LEN)
-        return -EBADMSG;
-    p->opcode = buf[0];
-    p->tver = buf[1] & 0x0F;
-    p->pkey = get16(buf + 2);
-    p->dqpn = get24(buf + 5);
-    p->flags = buf[8] & (MRC_BTH_ACKREQ | MRC_BTH_RTX | MRC_BTH_TS);
-    p->psn = get24(buf + 9);
-    if (p->tver != MRC_WIRE_VERSION && p->tver != MRC_WIRE_SECURED)
-        return -EPROTO;
-    int el = ext_len(p->opcode, p->flags);
-    if (el < 0)
-        return -EPROTO;
-    size_t sech = p->tver == MRC_WIRE_SECURED ? MRC_SECH_LEN : 0;
-    size_t need = MRC_BTH_LEN + sech + (size_t)el + (trimmed ? 0 : sech ? MRC_TAG_LEN : MRC_ICRC_LEN);
-    if (len < need)
-        return -EBADMSG;
-    if (!mrc_opcode_is_data(p->opcode) && !trimmed && len != need)
-        return -EBADMSG;
-    const uint8_t *x = buf + MRC_BTH_LEN;
-    if (sech) {
-        p->sec_mode = x[0];
-        p->key_id = x[1];
-        p->sec_port = x[2];
-        p->pn = get64(x + 4);
-        p->htag = get64(x + 12);
-        if (p->sec_mode < 1 || p->sec_mode > 2 || x[3])
-            return -EPROTO;
-        x += MRC_SECH_LEN;
+    p->msn_rq = get16(x);
+    p->msn = get16(x + 2);
+    x += MRC_METH_LEN;
+    if (p->flags & MRC_BTH_TS) {
+        p->ts = get32(x);
+        x += MRC_TSETH_LEN;
     }
-    if (mrc_opcode_is_data(p->opcode)) {
-        p->msn_rq = get16(x);
-        p->msn = get16(x + 2);
-        x += MRC_METH_LEN;
-        if (p->flags & MRC_BTH_TS) {
-            p->ts = get32(x);
-            x += MRC_TSETH_LEN;
-        }
-        p->va = get64(x);
-        p->rkey = get32(x + 8);
-        p->dma_len = get32(x + 12);
-        x += MRC_RETH_LEN;
-        if (mrc_opcode_has_imm(p->opcode)) {
-            p->imm = get32(x);
-            x += MRC_IMMDT_LEN;
-        }
-        p->payload_off = (uint32_t)(x - buf);
-        p->payload_len = trimmed ? 0 : (uint32_t)(len - need);
-        /* RETH and payload agree (protocol.md 2): a packet writes exactly its
-         * payload; an ONLY packet is its whole message; any other stays
-         * inside its message. A trimmed packet has lost its payload. */
-        if (!trimmed && ((p->opcode == MRC_OP_WRITE_ONLY || p->opcode == MRC_OP_WRITE_ONLY_IMM)
-                             ? p->payload_len != p->dma_len
-                             : p->payload_len > p->dma_len))
-            return -EBADMSG;
-    } else if (p->opcode == MRC_OP_SACK) {
+    p->va = get64(x);
+    p->rkey = get32(x + 8);
+    p->dma_len = get32(x + 12);
+    x += MRC_RETH_LEN;
+    if (mrc_opcode_has_imm(p->opcode)) {
+        p->imm = get32(x);
+        x += MRC_IMMDT_LEN;
+    }
+    p->payload_off = (uint32_t)(x - buf);
+    p->payload_len = trimmed ? 0 : (uint32_t)(len - need);
+    /* RETH and payload agree (protocol.md 2): a packet writes exactly its
+     * payload; an ONLY packet is its whole message; any other stays
+     * inside its message. A trimmed packet has lost its payload. */
+    if (!trimmed && ((p->opcode == MRC_OP_WRITE_ONLY || p->opcode == MRC_OP_WRITE_ONLY_IMM)
+                         ? p->payload_len != p->dma_len
+                         : p->payload_len > p->dma_len))
+        return -EBADMSG;
+    return 0;
+}
+
+/* A control packet's extension header from x. */
+static void get_control_hdr(const uint8_t *x, struct mrc_pkt *p)
+{
+    if (p->opcode == MRC_OP_SACK) {
         p->sack_flags = get16(x);
         p->ack_psn_offset = (int16_t)get16(x + 2);
         p->ev = get32(x + 4);
@@ -318,6 +303,52 @@ int mrc_pkt_parse(const uint8_t *buf, size_t len, int trimmed, struct mrc_pkt *p
         p->ev = get32(x + 12);
         p->t1 = get64(x + 16);
         p->t2 = get64(x + 24);
+    }
+}
+
+/* Parse BTH..end into *p. A trimmed packet (the switch cut its payload and
+ * ICRC) carries headers only. Returns 0 or -EBADMSG (malformed: lengths, or
+ * a payload that disagrees with its RETH), -EPROTO (unknown opcode or
+ * version). The ICRC is checked separately. */
+int mrc_pkt_parse(const uint8_t *buf, size_t len, int trimmed, struct mrc_pkt *p)
+{
+    memset(p, 0, sizeof(*p));
+    if (len < MRC_BTH_LEN)
+        return -EBADMSG;
+    p->opcode = buf[0];
+    p->tver = buf[1] & 0x0F;
+    p->pkey = get16(buf + 2);
+    p->dqpn = get24(buf + 5);
+    p->flags = buf[8] & (MRC_BTH_ACKREQ | MRC_BTH_RTX | MRC_BTH_TS);
+    p->psn = get24(buf + 9);
+    if (p->tver != MRC_WIRE_VERSION && p->tver != MRC_WIRE_SECURED)
+        return -EPROTO;
+    int el = ext_len(p->opcode, p->flags);
+    if (el < 0)
+        return -EPROTO;
+    size_t sech = p->tver == MRC_WIRE_SECURED ? MRC_SECH_LEN : 0;
+    size_t need = MRC_BTH_LEN + sech + (size_t)el + (trimmed ? 0 : sech ? MRC_TAG_LEN : MRC_ICRC_LEN);
+    if (len < need)
+        return -EBADMSG;
+    if (!mrc_opcode_is_data(p->opcode) && !trimmed && len != need)
+        return -EBADMSG;
+    const uint8_t *x = buf + MRC_BTH_LEN;
+    if (sech) {
+        p->sec_mode = x[0];
+        p->key_id = x[1];
+        p->sec_port = x[2];
+        p->pn = get64(x + 4);
+        p->htag = get64(x + 12);
+        if (p->sec_mode < 1 || p->sec_mode > 2 || x[3])
+            return -EPROTO;
+        x += MRC_SECH_LEN;
+    }
+    if (mrc_opcode_is_data(p->opcode)) {
+        int rc = get_data_hdrs(buf, x, len, need, trimmed, p);
+        if (rc < 0)
+            return rc;
+    } else {
+        get_control_hdr(x, p);
     }
     if (!trimmed && !sech)
         p->icrc = get32(buf + len - MRC_ICRC_LEN);
