@@ -149,68 +149,10 @@ def make_app(dash: Dash):
         return web.json_response(_hello(dash, request), dumps=_dumps)
 
     async def stream(request):
-        if dash.streams >= MAX_STREAMS:
-            return web.json_response({"error": f"{MAX_STREAMS} pages are connected already"}, status=503)
-        qp = request.query.get("qp")
-        if qp is not None and len(qp) > 64:
-            return web.json_response({"error": "qp is CONTEXT/QPN"}, status=400)
-        dash.streams += 1
-        try:
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
-                                               "X-Accel-Buffering": "no"})
-            await resp.prepare(request)
-            await resp.write(_sse("hello", _hello(dash, request)))
-            seq = 0
-            while True:
-                if qp:
-                    dash.c.watch(qp)
-                tick = dash.c.latest
-                if tick is not None and tick.get("seq", 0) != seq:
-                    seq = tick["seq"]
-                    await resp.write(_sse("tick", tick))
-                await asyncio.sleep(0.5 / dash.c.hz)
-        except ConnectionResetError:  # the page went away
-            return resp
-        finally:
-            dash.streams -= 1
+        return await _stream(dash, request)
 
     async def fault(request):
-        if not dash.origin_ok(request):
-            return web.json_response({"error": "refused: a request from another origin "
-                                               f"({request.headers.get('Origin')}) may not change the fabric"},
-                                     status=403)
-        if not dash.token_ok(request):
-            return web.json_response({"error": "refused: this page is read-only. Changing the fabric needs the "
-                                               "token mrc dash printed at start: open the URL it printed "
-                                               "(…/?token=...)"}, status=403)
-        if dash.can_modify is not None:
-            return web.json_response({"error": dash.can_modify}, status=403)
-        try:
-            req = model.check_fault(dash.c.t, json.loads(await request.read(), parse_constant=no_constant))
-        except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-            return web.json_response({"error": f"bad fault request: {str(e)[:200]}"}, status=400)
-        except web.HTTPRequestEntityTooLarge:
-            return web.json_response({"error": f"a fault request is at most {MAX_BODY} bytes"}, status=413)
-        name = dash.c.name
-        op, target = req["op"], req["target"]
-        if op == "flap":
-            running = {k: th for k, th in dash.flaps.items() if th.is_alive()}
-            dash.flaps = running
-            if target in running or len(running) >= MAX_FLAPS:
-                return web.json_response({"error": f"{target} is flapping already" if target in running else
-                                          f"{MAX_FLAPS} links are flapping already"}, status=409)
-            th = threading.Thread(target=_flap, args=(dash.c, target, req["period"], req["duration"]), daemon=True)
-            dash.flaps[target] = th
-            th.start()
-            dash.c.note({"op": "flap", "target": target, "arg": req["period"], "by": "dash"})
-            return web.json_response({"ok": True, **req, "started": True})
-        async with dash.fault_lock:
-            try:
-                await asyncio.to_thread(apply_fault, name, op, target, req.get("arg"))
-            except Exception as e:
-                return web.json_response({"error": f"{op} {target or 'all'} failed: {e}"}, status=500)
-        dash.c.note({"op": op, "target": target or "all", "arg": req.get("arg"), "by": "dash"})
-        return web.json_response({"ok": True, **req})
+        return await _fault(dash, request)
 
     from mrc.ctl.metrics import ContextCollector
     from mrc.dash.metrics import SwitchCollector
@@ -230,6 +172,92 @@ def make_app(dash: Dash):
     app.router.add_post("/api/fault", fault)
     app.router.add_static("/static", STATIC, follow_symlinks=False)
     return app
+
+
+async def _stream(dash: Dash, request):
+    """The page's event stream: a hello, then every new tick (one QP watched when it asks)."""
+    web = _web()
+    if dash.streams >= MAX_STREAMS:
+        return web.json_response({"error": f"{MAX_STREAMS} pages are connected already"}, status=503)
+    qp = request.query.get("qp")
+    if qp is not None and len(qp) > 64:
+        return web.json_response({"error": "qp is CONTEXT/QPN"}, status=400)
+    dash.streams += 1
+    try:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store",
+                                           "X-Accel-Buffering": "no"})
+        await resp.prepare(request)
+        await resp.write(_sse("hello", _hello(dash, request)))
+        seq = 0
+        while True:
+            if qp:
+                dash.c.watch(qp)
+            tick = dash.c.latest
+            if tick is not None and tick.get("seq", 0) != seq:
+                seq = tick["seq"]
+                await resp.write(_sse("tick", tick))
+            await asyncio.sleep(0.5 / dash.c.hz)
+    except ConnectionResetError:  # the page went away
+        return resp
+    finally:
+        dash.streams -= 1
+
+async def _fault(dash: Dash, request):
+    """A fault the page asks for, once its origin and token are checked."""
+    web = _web()
+    refused = _fault_refused(dash, request)
+    if refused:
+        return refused
+    try:
+        req = model.check_fault(dash.c.t, json.loads(await request.read(), parse_constant=no_constant))
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        return web.json_response({"error": f"bad fault request: {str(e)[:200]}"}, status=400)
+    except web.HTTPRequestEntityTooLarge:
+        return web.json_response({"error": f"a fault request is at most {MAX_BODY} bytes"}, status=413)
+    name = dash.c.name
+    op, target = req["op"], req["target"]
+    if op == "flap":
+        return _start_flap(dash, req)
+    async with dash.fault_lock:
+        try:
+            await asyncio.to_thread(apply_fault, name, op, target, req.get("arg"))
+        except Exception as e:
+            return web.json_response({"error": f"{op} {target or 'all'} failed: {e}"}, status=500)
+    dash.c.note({"op": op, "target": target or "all", "arg": req.get("arg"), "by": "dash"})
+    return web.json_response({"ok": True, **req})
+
+
+def _fault_refused(dash: Dash, request):
+    """The answer that refuses a fault request from another origin, without the change token, or on a fabric
+    this process may not change; None when it may go."""
+    web = _web()
+    if not dash.origin_ok(request):
+        return web.json_response({"error": "refused: a request from another origin "
+                                           f"({request.headers.get('Origin')}) may not change the fabric"},
+                                 status=403)
+    if not dash.token_ok(request):
+        return web.json_response({"error": "refused: this page is read-only. Changing the fabric needs the "
+                                           "token mrc dash printed at start: open the URL it printed "
+                                           "(…/?token=...)"}, status=403)
+    if dash.can_modify is not None:
+        return web.json_response({"error": dash.can_modify}, status=403)
+    return None
+
+
+def _start_flap(dash: Dash, req: dict):
+    """A flap runs in a thread of its own, one per link, at most MAX_FLAPS at once."""
+    web = _web()
+    target = req["target"]
+    running = {k: th for k, th in dash.flaps.items() if th.is_alive()}
+    dash.flaps = running
+    if target in running or len(running) >= MAX_FLAPS:
+        return web.json_response({"error": f"{target} is flapping already" if target in running else
+                                  f"{MAX_FLAPS} links are flapping already"}, status=409)
+    th = threading.Thread(target=_flap, args=(dash.c, target, req["period"], req["duration"]), daemon=True)
+    dash.flaps[target] = th
+    th.start()
+    dash.c.note({"op": "flap", "target": target, "arg": req["period"], "by": "dash"})
+    return web.json_response({"ok": True, **req, "started": True})
 
 
 def _flap(c: Collector, target: str, period: float, duration: float) -> None:

@@ -74,6 +74,26 @@ def malformed_reason(pkt) -> str | None:
     return None
 
 
+def _tally(q: QPSummary, b, d) -> None:
+    """What one well-formed packet (its BTH ``b``) adds to its QP's counts: data and its order (a
+    retransmission apart), SACKs, NACKs by reason, probes."""
+    if b.opcode in d.DATA_OPCODES:
+        q.data_packets += 1
+        if b.rtx:
+            q.retransmissions += 1
+        elif q.max_psn is None or wire.psn_cmp(b.psn, q.max_psn) > 0:
+            q.max_psn = b.psn
+            q.reorder["0"] += 1
+        else:
+            q.reorder[_bucket((q.max_psn - b.psn) & wire.PSN_MASK)] += 1
+    elif b.opcode == wire.OP_SACK:
+        q.sacks += 1
+    elif b.opcode == wire.OP_NACK:
+        q.nacks[d.NACK_REASONS.get(b[d.NETH].reason, str(b[d.NETH].reason))] += 1
+    elif b.opcode == wire.OP_RELIABILITY_PROBE:
+        q.probes += 1
+
+
 def decode(path: str, resolver: PathResolver | None = None) -> dict:
     """Summarise a capture: totals, and per QP (sender host -> receiver host and
     destination QP) packets, bytes, retransmissions, EVs, planes, SACK and
@@ -134,22 +154,7 @@ def decode(path: str, resolver: PathResolver | None = None) -> dict:
             if ok is False:
                 q.icrc_failures += 1
                 totals["icrc_failures"] += 1
-            if b.opcode in d.DATA_OPCODES:
-                q.data_packets += 1
-                if b.rtx:
-                    q.retransmissions += 1
-                    continue
-                if q.max_psn is None or wire.psn_cmp(b.psn, q.max_psn) > 0:
-                    q.max_psn = b.psn
-                    q.reorder["0"] += 1
-                else:
-                    q.reorder[_bucket((q.max_psn - b.psn) & wire.PSN_MASK)] += 1
-            elif b.opcode == wire.OP_SACK:
-                q.sacks += 1
-            elif b.opcode == wire.OP_NACK:
-                q.nacks[d.NACK_REASONS.get(b[d.NETH].reason, str(b[d.NETH].reason))] += 1
-            elif b.opcode == wire.OP_RELIABILITY_PROBE:
-                q.probes += 1
+            _tally(q, b, d)
     return {"file": path, "packets": totals["packets"], "malformed": sum(malformed.values()),
             "malformed_reasons": dict(malformed), "truncated": totals["truncated"],
             "icrc_failures": totals["icrc_failures"], "other_packets": totals["other"],

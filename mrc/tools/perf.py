@@ -302,65 +302,79 @@ def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = Fal
             raise UsageError(f"the server made {len(peers)} QPs for our {qps}: is it an older mrc?")
         for q, peer in zip(mine, peers, strict=True):
             _connect(q, conn, peer)
-        remote = conn.peer
         results = []
         alive = time.perf_counter()
         for size in sizes:
             st0 = _sum_stats(mine)
-            lat: list[float] = []
-            posted = done = 0
-            t_post: dict[int, float] = {}
-            t0 = time.perf_counter()
-            last_draw = 0.0
-            with gc_paused():
-                while done < iters:
-                    while posted < iters and posted - done < depth:
-                        t_post[posted] = time.perf_counter()
-                        qp = mine[posted % qps]  # round robin over the QPs
-                        qp.post_write(mr, 0, size, remote.addr, remote.rkey, wr_id=posted,
-                                      imm=(posted & 0xFFFFFFFF) if imm else None)
-                        posted += 1
-                    wcs = cq.poll()
-                    if not wcs:
-                        cq.get_event(0.005)
-                        continue
-                    now = time.perf_counter()
-                    for w in wcs:
-                        if not w.ok:
-                            raise UsageError(f"work request {w.wr_id} of size {size} failed: {w.status_name} "
-                                             f"(QP {w.qpn})")
-                        lat.append(now - t_post.pop(w.wr_id))
-                        done += 1
-                    if now - alive > TICK:  # the server drops a client silent for its idle timeout
-                        conn.send({"tick": done})
-                        alive = now
-                    if progress and now - last_draw > 0.2:
-                        last_draw = now
-                        bar = "#" * int(30 * done / iters)
-                        print(f"\r{size:>10} B [{bar:<30}] {done}/{iters}", end="", file=sys.stderr, flush=True)
-            dt = time.perf_counter() - t0
-            st1 = _sum_stats(mine)
-            verified = None
-            if verify:
-                conn.send({"check": size, "iters": iters, "sha256": hashlib.sha256(memoryview(src)[:size]).hexdigest()})
-                verified = bool(conn.recv()["verified"])
-            sent = [b - a for a, b in zip(st0["plane_tx"], st1["plane_tx"], strict=True)][: ctx.planes]
-            total = sum(sent) or 1
-            res = {"size": size, "iters": iters, "qps": qps, "op": "WRITE_IMM" if imm else "WRITE",
-                   "gbps": round(size * iters * 8 / dt / 1e9, 3), "msg_rate": round(iters / dt, 1),
-                   "p50_us": round(percentile(lat, 0.5) * 1e6, 1), "p99_us": round(percentile(lat, 0.99) * 1e6, 1),
-                   "p999_us": round(percentile(lat, 0.999) * 1e6, 1),
-                   "retransmits": st1["rtx_packets"] - st0["rtx_packets"],
-                   "plane_share": [round(s / total, 4) for s in sent], "verified": verified}
+            lat, dt, alive = _timed_writes(conn, cq, mine, mr, size, iters, depth, imm, progress, alive)
+            res = _size_result(ctx, conn, src if verify else None, size, iters, qps, imm, lat, dt, st0,
+                               _sum_stats(mine))
             results.append(res)
             if progress:
                 print(f"\r{size:>10} B  {res['gbps']:8.3f} Gb/s  {res['msg_rate']:9.1f} msg/s  p99 {res['p99_us']} us"
-                      f"  rtx {res['retransmits']}" + (f"  verified {verified}" if verify else ""), file=sys.stderr)
+                      f"  rtx {res['retransmits']}" + (f"  verified {res['verified']}" if verify else ""),
+                      file=sys.stderr)
         conn.send({"bye": True})
         conn.close()
         return results
     finally:
         _close(ctx, ctl)
+
+
+def _timed_writes(conn, cq, mine: list, mr, size: int, iters: int, depth: int, imm: bool, progress: bool,
+                  alive: float) -> tuple[list[float], float, float]:
+    """``iters`` writes of ``size`` bytes, ``depth`` in flight, round robin over the QPs ``mine``: each one's
+    latency, the seconds they took, and when the server last heard from us (a tick keeps it from dropping us)."""
+    remote = conn.peer
+    lat: list[float] = []
+    posted = done = 0
+    t_post: dict[int, float] = {}
+    t0 = time.perf_counter()
+    last_draw = 0.0
+    with gc_paused():
+        while done < iters:
+            while posted < iters and posted - done < depth:
+                t_post[posted] = time.perf_counter()
+                qp = mine[posted % len(mine)]  # round robin over the QPs
+                qp.post_write(mr, 0, size, remote.addr, remote.rkey, wr_id=posted,
+                              imm=(posted & 0xFFFFFFFF) if imm else None)
+                posted += 1
+            wcs = cq.poll()
+            if not wcs:
+                cq.get_event(0.005)
+                continue
+            now = time.perf_counter()
+            for w in wcs:
+                if not w.ok:
+                    raise UsageError(f"work request {w.wr_id} of size {size} failed: {w.status_name} (QP {w.qpn})")
+                lat.append(now - t_post.pop(w.wr_id))
+                done += 1
+            if now - alive > TICK:  # the server drops a client silent for its idle timeout
+                conn.send({"tick": done})
+                alive = now
+            if progress and now - last_draw > 0.2:
+                last_draw = now
+                bar = "#" * int(30 * done / iters)
+                print(f"\r{size:>10} B [{bar:<30}] {done}/{iters}", end="", file=sys.stderr, flush=True)
+    return lat, time.perf_counter() - t0, alive
+
+
+def _size_result(ctx, conn, src: bytearray | None, size: int, iters: int, qps: int, imm: bool, lat: list[float],
+                 dt: float, st0: dict, st1: dict) -> dict:
+    """One size's line: rate, latency percentiles, retransmissions, each plane's share; with ``src``, whether
+    the server holds what we wrote."""
+    verified = None
+    if src is not None:
+        conn.send({"check": size, "iters": iters, "sha256": hashlib.sha256(memoryview(src)[:size]).hexdigest()})
+        verified = bool(conn.recv()["verified"])
+    sent = [b - a for a, b in zip(st0["plane_tx"], st1["plane_tx"], strict=True)][: ctx.planes]
+    total = sum(sent) or 1
+    return {"size": size, "iters": iters, "qps": qps, "op": "WRITE_IMM" if imm else "WRITE",
+            "gbps": round(size * iters * 8 / dt / 1e9, 3), "msg_rate": round(iters / dt, 1),
+            "p50_us": round(percentile(lat, 0.5) * 1e6, 1), "p99_us": round(percentile(lat, 0.99) * 1e6, 1),
+            "p999_us": round(percentile(lat, 0.999) * 1e6, 1),
+            "retransmits": st1["rtx_packets"] - st0["rtx_packets"],
+            "plane_share": [round(s / total, 4) for s in sent], "verified": verified}
 
 
 def latency(server_host: str, sizes: list[int], iters: int = 1000, port: int = cm.DEFAULT_PORT,
