@@ -70,6 +70,66 @@ class Recorder:
         return out
 
 
+def _deny_paths(t, ca, qa, deny: list) -> None:
+    """[(src, dst, plane, spine), ...]: those paths' EVs are not used."""
+    addrs = {t.path_address(*d) for d in deny}
+    for e in qa.evs():
+        if ca.ev_address(qa, e["ev"]) in addrs:
+            qa.set_ev_state(e["ev"], lib.MRC_EV_DENIED)
+
+
+class _Sampler:
+    """Every BUCKET, beside the transfer (the polling loop never waits for it): the QP's EVs by state, its
+    smoothed RTT, its counters and the ports' drops, and its EV events."""
+
+    def __init__(self, ca, cb, qa, t0: float) -> None:
+        self.ca, self.cb, self.qa, self.t0 = ca, cb, qa, t0
+        self.srtt: list = []
+        self.timeline: list = []
+        self.counters: list = []
+        self.ev_events: list = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(BUCKET):
+            now = time.monotonic()
+            counts = {"GOOD": 0, "ASSUMED_BAD": 0, "DENIED": 0}
+            for e in self.qa.evs():  # active and spare: where every EV of the QP stands
+                counts[e["state"]] = counts.get(e["state"], 0) + 1
+            st = self.qa.stats()
+            self.srtt.append((now - self.t0, st["srtt_ns"]))
+            self.timeline.append([round(now - self.t0, 3), counts["GOOD"], counts["ASSUMED_BAD"], counts["DENIED"]])
+            # what the QP and the ports did in the sample: to tell real drops (a receiver
+            # whose engine did not run fills its rx rings) from reordering and timeouts
+            rx_drops = sum(p["rx_ring_drops"] for p in self.cb.port_stats())
+            tx_err = sum(p["tx_errors"] for p in self.ca.port_stats())
+            self.counters.append([round(now - self.t0, 3), st["losses"], st["timeouts"], st["probes_tx"],
+                                  st["rtx_packets"], rx_drops, tx_err, st["retries_max"], st["head_rtx_max"]])
+            self.ev_events += self.ca.ev_events()
+
+    def stop(self) -> None:
+        """End the sampling thread."""
+        self._stop.set()
+        self._thread.join()
+
+
+def _drain(cq, left: int, check, timeout: float = 10.0) -> int:
+    """Wait up to ``timeout`` s for the ``left`` writes still in flight (checked, not counted); returns the
+    failed ones."""
+    errors = 0
+    deadline = time.monotonic() + timeout
+    while left > 0 and time.monotonic() < deadline and not errors:
+        for w in cq.poll():
+            errors += not w.ok
+            if w.ok:
+                check(w.wr_id)
+            left -= 1
+        cq.get_event(0.01)
+    return errors
+
+
 def run_mrc(t, seconds, plan, msg, depth=64, deny=None, attr: QPAttr | None = None) -> dict:
     src, dst = 0, t.hosts - 1
     window = 64 << 20
@@ -87,16 +147,11 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None, attr: QPAttr | None = No
         corrupt[1] += msg
     faulter = Faulter(t, plan) if plan else None
     try:
-        if deny:  # [(src, dst, plane, spine), ...]: those paths' EVs are not used
-            addrs = {t.path_address(*d) for d in deny}
-            for e in qa.evs():
-                if ca.ev_address(qa, e["ev"]) in addrs:
-                    qa.set_ev_state(e["ev"], lib.MRC_EV_DENIED)
+        if deny:
+            _deny_paths(t, ca, qa, deny)
         cq = p.cq
         slots = window // msg
         st0 = qa.stats()
-        srtt = []
-        timeline, ev_events, counters = [], [], []
         errors = 0
         t0 = time.monotonic()
         t0_ns = time.monotonic_ns()
@@ -104,29 +159,7 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None, attr: QPAttr | None = No
             faulter.go()
         rec = Recorder(t0, seconds)
         posted = done = 0
-        stop = threading.Event()
-
-        def sample() -> None:
-            """Every BUCKET, beside the transfer (the polling loop never waits for it)."""
-            nonlocal ev_events
-            while not stop.wait(BUCKET):
-                now = time.monotonic()
-                counts = {"GOOD": 0, "ASSUMED_BAD": 0, "DENIED": 0}
-                for e in qa.evs():  # active and spare: where every EV of the QP stands
-                    counts[e["state"]] = counts.get(e["state"], 0) + 1
-                st = qa.stats()
-                srtt.append((now - t0, st["srtt_ns"]))
-                timeline.append([round(now - t0, 3), counts["GOOD"], counts["ASSUMED_BAD"], counts["DENIED"]])
-                # what the QP and the ports did in the sample: to tell real drops (a receiver
-                # whose engine did not run fills its rx rings) from reordering and timeouts
-                rx_drops = sum(p["rx_ring_drops"] for p in cb.port_stats())
-                tx_err = sum(p["tx_errors"] for p in ca.port_stats())
-                counters.append([round(now - t0, 3), st["losses"], st["timeouts"], st["probes_tx"], st["rtx_packets"],
-                                 rx_drops, tx_err, st["retries_max"], st["head_rtx_max"]])
-                ev_events += ca.ev_events()
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
+        sampler = _Sampler(ca, cb, qa, t0)
         monitor = PauseMonitor()
         with gc_paused():  # the loop polls the completions whose gaps are measured
             while True:
@@ -149,19 +182,11 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None, attr: QPAttr | None = No
                     done += len(wcs)
                 else:
                     cq.get_event(0.002)
-        stop.set()
-        sampler.join()
+        sampler.stop()
         pauses = [((a - t0_ns) / 1e9, d / 1e9, w / 1e9, st) for a, d, w, st in monitor.stop()]
-        ev_events += ca.ev_events()
-        # let what is in flight finish (not counted): a clean QP at the end
-        deadline = time.monotonic() + 10
-        while done < posted and time.monotonic() < deadline and not errors:
-            for w in cq.poll():
-                errors += not w.ok
-                if w.ok:
-                    check(w.wr_id)
-                done += 1
-            cq.get_event(0.01)
+        sampler.ev_events += ca.ev_events()
+        if not errors:  # let what is in flight finish (not counted): a clean QP at the end
+            errors += _drain(cq, posted - done, check)
         st1 = qa.stats()
         qp_errors = errors + (qa.state != "RTS")
         faults = faulter.finish() if faulter else []
@@ -169,8 +194,9 @@ def run_mrc(t, seconds, plan, msg, depth=64, deny=None, attr: QPAttr | None = No
         return {"rec": rec, "faults": faults, "qp_errors": qp_errors, "t0_ns": t0_ns,
                 "retransmitted_bytes": st1["rtx_bytes"] - st0["rtx_bytes"],
                 "losses": st1["losses"] - st0["losses"], "timeouts": st1["timeouts"] - st0["timeouts"],
-                "timeline": timeline, "ev_events": ev_events, "srtt": srtt, "ev_address": evs_by_address,
-                "counters": counters, "corrupt_bytes": corrupt[0], "verified_bytes": corrupt[1], "pauses": pauses}
+                "timeline": sampler.timeline, "ev_events": sampler.ev_events, "srtt": sampler.srtt,
+                "ev_address": evs_by_address, "counters": sampler.counters, "corrupt_bytes": corrupt[0],
+                "verified_bytes": corrupt[1], "pauses": pauses}
     finally:
         if faulter:
             faulter.sched.close()

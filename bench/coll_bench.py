@@ -291,7 +291,8 @@ def summarize(runs: list[dict], bound: float) -> dict:
             "size": last["size"], "time_us": statistics.median(r["time_us"] for r in runs if r)}
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
+    """The bench's options."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate", default="25mbit", help="every port's rate (default 25mbit)")
     ap.add_argument("--size", default="64M", help="bytes per collective (default 64M)")
@@ -319,6 +320,87 @@ def main() -> int:
     a.size_bytes, a.model_bytes, a.bucket_bytes = parse_size(a.size), parse_size(a.model), parse_size(a.bucket)
     a.sim_nics = [int(x) for x in a.sim_nics.split(",") if x]
     a.sim_size, a.sim_a2a_size = parse_size(a.sim_size), parse_size(a.sim_a2a_size)
+    return a
+
+
+def _collectives(t: Topology, a, mpi, transports: list[str], bound: float, out: dict) -> None:
+    """Every transport's all-reduce and all-to-all, in alternated rounds, and MRC's ratios to each."""
+    raw = {tr: {c: [] for c in ("all_reduce", "all_to_all")} for tr in transports}
+    for rnd in range(a.rounds):
+        order = transports[rnd % len(transports):] + transports[:rnd % len(transports)]
+        for coll in ("all_reduce", "all_to_all"):
+            for tr in order:
+                log(f"round {rnd + 1}/{a.rounds}: {coll} {a.size} over {tr}")
+                r = run_mrc_coll(t, a, coll, tr[4:] or "off") if tr.startswith("mrc") else \
+                    run_gloo_coll(t, a, coll) if tr == "gloo" else run_mpi_coll(mpi, tr, a, coll)
+                raw[tr][coll].append(r)
+                if r:
+                    log(f"  busbw {r['busbw_gbps']} Gb/s ({r['busbw_gbps'] / bound:.3f} of the bound), "
+                        f"wrong {r['wrong']}")
+    _ratios(out, raw, transports, bound)
+
+
+def _ratios(out: dict, raw: dict, transports: list[str], bound: float) -> None:
+    """Each transport's summary, and MRC's busbw over each other's, with the spread of the rounds' ratios."""
+    for tr in transports:
+        out[tr] = {c: summarize(raw[tr][c], bound) for c in raw[tr]}
+    for c in ("all_reduce", "all_to_all"):
+        m = out["mrc"][c].get("busbw_gbps")
+        for tr in transports[1:]:
+            o = out[tr][c].get("busbw_gbps")
+            if m and o:
+                pairs = [x["busbw_gbps"] / y["busbw_gbps"] for x, y in zip(raw["mrc"][c], raw[tr][c],
+                                                                           strict=False) if x and y]
+                out["mrc"][c][f"over_{tr}"] = round(m / o, 3)
+                out["mrc"][c][f"over_{tr}_spread"] = [round(min(pairs), 3), round(max(pairs), 3)]
+                if tr.startswith("mrc_"):  # a secured mode over off, round by round
+                    sec = [1 / x for x in pairs]
+                    out[f"{tr[4:]}_over_off"] = {**out.get(f"{tr[4:]}_over_off", {}),
+                                                 c: round(statistics.median(sec), 3),
+                                                 f"{c}_spread": [round(min(sec), 3), round(max(sec), 3)]}
+
+
+def _training(t: Topology, a, mpi, out: dict) -> None:
+    """The training step over MRC and the MPI baselines, without faults and then under them."""
+    tr_out = {}
+    for tr in ["mrc"] + ([c for c in ("mpi_tcp_striped", "mpi_tcp") if mpi] if mpi else []):
+        log(f"train over {tr}: {a.train_pairs} x ({a.train_seconds:g} s without faults, then "
+            f"{a.train_seconds:g} s of {FAULTS})")
+        r = run_train(t, a, tr, mpi)
+        if r is None:
+            continue
+        nf, wf = r["no_fault"], r["with_faults"]
+        tr_out[tr] = {"step_p50_ms": wf["step_p50_ms"], "step_p99_ms": wf["step_p99_ms"],
+                      "no_fault_step_p50_ms": nf["step_p50_ms"], "no_fault_step_p99_ms": nf["step_p99_ms"],
+                      "p99_inflation": round(wf["step_p99_ms"] / nf["step_p99_ms"], 3)
+                      if nf["step_p99_ms"] else None,
+                      "comm_p50_ms": wf["comm_p50_ms"], "comm_p99_ms": wf["comm_p99_ms"],
+                      "no_fault_comm_p50_ms": nf["comm_p50_ms"],
+                      "no_fault_comm_p99_ms": nf["comm_p99_ms"],
+                      "steps_per_s": wf["steps_per_s"], "no_fault_steps_per_s": nf["steps_per_s"],
+                      "steps": [nf["steps"], wf["steps"]], "qp_errors": r["qp_errors"],
+                      "faults": FAULTS, "fault_events": len(r["events"]), "rows": r["rows"],
+                      "events": r["fault_events"], "qp_counters": r.get("qp_counters")}
+        log(f"  step p99 {nf['step_p99_ms']} -> {wf['step_p99_ms']} ms "
+            f"({tr_out[tr]['p99_inflation']} x), collectives p99 {nf['comm_p99_ms']} -> "
+            f"{wf['comm_p99_ms']} ms, {len(r['events'])} fault events")
+    out["train"] = {**tr_out.get("mrc", {}), "transports": tr_out, "faults": FAULTS,
+                    "seconds_per_phase": a.train_seconds, "phase_pairs": a.train_pairs,
+                    "model_bytes": a.model_bytes,
+                    "bucket_bytes": a.bucket_bytes, "compute_ms": a.compute_ms}
+    if a.plot and tr_out:
+        series = {tr: v["rows"] for tr, v in tr_out.items()}
+        evs = [{"t_ns": int(e["t_s"] * 1e9), "op": e["op"]}
+               for e in tr_out.get("mrc", {}).get("events", [])]
+        out["train"]["plot"] = train.plot({"series": series, "phase_s": a.train_seconds, "rows": []},
+                                          evs, 0, a.plot, "step time against time (MRC's run's faults "
+                                          "marked; every transport ran the same schedule)")
+
+
+def main() -> int:
+    a = _args()
+    import store  # bench/, beside this file
+
     skip = {x for x in a.skip.split(",") if x} | ({"train", "sim", "mpi", "gloo"} if a.security else set())
     rate = parse_rate(a.rate)
     if a.security:
@@ -358,68 +440,9 @@ def main() -> int:
             transports = ["mrc"] + ([c for c in MPI_CONFIGS if c != "mpi_mptcp" or mpi.mptcp] if mpi else []) + \
                 (["gloo"] if have_gloo else []) + (["mrc_auth", "mrc_encrypt"] if a.security else [])
             if "coll" not in skip:
-                raw = {tr: {c: [] for c in ("all_reduce", "all_to_all")} for tr in transports}
-                for rnd in range(a.rounds):
-                    order = transports[rnd % len(transports):] + transports[:rnd % len(transports)]
-                    for coll in ("all_reduce", "all_to_all"):
-                        for tr in order:
-                            log(f"round {rnd + 1}/{a.rounds}: {coll} {a.size} over {tr}")
-                            r = run_mrc_coll(t, a, coll, tr[4:] or "off") if tr.startswith("mrc") else \
-                                run_gloo_coll(t, a, coll) if tr == "gloo" else run_mpi_coll(mpi, tr, a, coll)
-                            raw[tr][coll].append(r)
-                            if r:
-                                log(f"  busbw {r['busbw_gbps']} Gb/s ({r['busbw_gbps'] / bound:.3f} of the bound), "
-                                    f"wrong {r['wrong']}")
-                for tr in transports:
-                    out[tr] = {c: summarize(raw[tr][c], bound) for c in raw[tr]}
-                for c in ("all_reduce", "all_to_all"):
-                    m = out["mrc"][c].get("busbw_gbps")
-                    for tr in transports[1:]:
-                        o = out[tr][c].get("busbw_gbps")
-                        if m and o:
-                            pairs = [x["busbw_gbps"] / y["busbw_gbps"] for x, y in zip(raw["mrc"][c], raw[tr][c],
-                                                                                       strict=False) if x and y]
-                            out["mrc"][c][f"over_{tr}"] = round(m / o, 3)
-                            out["mrc"][c][f"over_{tr}_spread"] = [round(min(pairs), 3), round(max(pairs), 3)]
-                            if tr.startswith("mrc_"):  # a secured mode over off, round by round
-                                sec = [1 / x for x in pairs]
-                                out[f"{tr[4:]}_over_off"] = {**out.get(f"{tr[4:]}_over_off", {}),
-                                                             c: round(statistics.median(sec), 3),
-                                                             f"{c}_spread": [round(min(sec), 3), round(max(sec), 3)]}
+                _collectives(t, a, mpi, transports, bound, out)
             if "train" not in skip:
-                tr_out = {}
-                for tr in ["mrc"] + ([c for c in ("mpi_tcp_striped", "mpi_tcp") if mpi] if mpi else []):
-                    log(f"train over {tr}: {a.train_pairs} x ({a.train_seconds:g} s without faults, then "
-                        f"{a.train_seconds:g} s of {FAULTS})")
-                    r = run_train(t, a, tr, mpi)
-                    if r is None:
-                        continue
-                    nf, wf = r["no_fault"], r["with_faults"]
-                    tr_out[tr] = {"step_p50_ms": wf["step_p50_ms"], "step_p99_ms": wf["step_p99_ms"],
-                                  "no_fault_step_p50_ms": nf["step_p50_ms"], "no_fault_step_p99_ms": nf["step_p99_ms"],
-                                  "p99_inflation": round(wf["step_p99_ms"] / nf["step_p99_ms"], 3)
-                                  if nf["step_p99_ms"] else None,
-                                  "comm_p50_ms": wf["comm_p50_ms"], "comm_p99_ms": wf["comm_p99_ms"],
-                                  "no_fault_comm_p50_ms": nf["comm_p50_ms"],
-                                  "no_fault_comm_p99_ms": nf["comm_p99_ms"],
-                                  "steps_per_s": wf["steps_per_s"], "no_fault_steps_per_s": nf["steps_per_s"],
-                                  "steps": [nf["steps"], wf["steps"]], "qp_errors": r["qp_errors"],
-                                  "faults": FAULTS, "fault_events": len(r["events"]), "rows": r["rows"],
-                                  "events": r["fault_events"], "qp_counters": r.get("qp_counters")}
-                    log(f"  step p99 {nf['step_p99_ms']} -> {wf['step_p99_ms']} ms "
-                        f"({tr_out[tr]['p99_inflation']} x), collectives p99 {nf['comm_p99_ms']} -> "
-                        f"{wf['comm_p99_ms']} ms, {len(r['events'])} fault events")
-                out["train"] = {**tr_out.get("mrc", {}), "transports": tr_out, "faults": FAULTS,
-                                "seconds_per_phase": a.train_seconds, "phase_pairs": a.train_pairs,
-                                "model_bytes": a.model_bytes,
-                                "bucket_bytes": a.bucket_bytes, "compute_ms": a.compute_ms}
-                if a.plot and tr_out:
-                    series = {tr: v["rows"] for tr, v in tr_out.items()}
-                    evs = [{"t_ns": int(e["t_s"] * 1e9), "op": e["op"]}
-                           for e in tr_out.get("mrc", {}).get("events", [])]
-                    out["train"]["plot"] = train.plot({"series": series, "phase_s": a.train_seconds, "rows": []},
-                                                      evs, 0, a.plot, "step time against time (MRC's run's faults "
-                                                      "marked; every transport ran the same schedule)")
+                _training(t, a, mpi, out)
         if "sim" not in skip and a.sim_nics:
             out["sim"] = sim_collectives(a)
     finally:

@@ -45,7 +45,6 @@ import argparse
 import json
 import os
 import secrets
-import statistics
 import subprocess
 import sys
 import threading
@@ -55,20 +54,16 @@ import zlib
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from campaign_report import PauseMonitor  # noqa: E402  (bench/, beside this file)
+from congestion_figures import SECURED, log, plot, rounds_summary, summarize, wide_nic  # noqa: E402
 
 from mrc.errors import MrcError  # noqa: E402
 from mrc.fabric import apply, baseline, ns, qos  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
-from mrc.units import parse_rate, parse_size, percentile  # noqa: E402
+from mrc.units import parse_rate, parse_size  # noqa: E402
 
 TRANSPORTS = ("mrc", "tcp_cubic", "tcp_bbr", "mptcp")
-SECURED = ("mrc_auth", "mrc_encrypt")  # authenticated MRC: asked for by name (--transports mrc,mrc_auth)
 WORKLOADS = ("incast", "victim", "alltoall")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def log(*a) -> None:
-    print(*a, file=sys.stderr, flush=True)
 
 
 def flows_of(workload: str, hosts: int) -> list[dict]:
@@ -118,6 +113,56 @@ class Host:
             self.p.wait()
 
 
+def _connect_all(hosts: dict, flows: list[dict], infos: dict) -> None:
+    """Connect every end, in parallel: a TCP receiver accepts while its senders connect; an MRC QP sends
+    nothing before the start."""
+    threads = []
+    for h, w in hosts.items():
+        peers = {f["id"]: infos[f["id"]][f["dst"] if h == f["src"] else f["src"]] for f in flows
+                 if h in (f["src"], f["dst"])}
+        threads.append(threading.Thread(target=w.ask, args=({"connect": peers},), daemon=True))
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+
+
+def _run_workers(hosts: dict, at: int, seconds: float) -> tuple[dict, dict, list]:
+    """Every host's flows from ``at`` for ``seconds``: their results by flow, each host's CPU share, and the
+    pause monitor's record (the control: when the machine kept even an idle process from running)."""
+    results: dict = {}
+    cpu: dict = {}
+    lock = threading.Lock()
+
+    def start(w):
+        ans = w.ask({"start": {"at_ns": at, "seconds": seconds}}, timeout=seconds + 120)
+        with lock:
+            results.update({int(k): v for k, v in ans["result"].items()})
+            cpu[w.host] = ans["cpu_share"]
+
+    threads = [threading.Thread(target=start, args=(w,)) for w in hosts.values()]
+    monitor = PauseMonitor()
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        pauses = [((p0 - at) / 1e9, d / 1e9, w / 1e9, st) for p0, d, w, st in monitor.stop()]
+    return results, cpu, pauses
+
+
+def _verified(hosts: dict, flows: list[dict], results: dict) -> bool:
+    """Every region holds what its sender wrote (the slots it filled)."""
+    ok = True
+    for h, w in hosts.items():
+        want = {f["id"]: results[f["id"]]["written"] for f in flows if f["dst"] == h}
+        if want:
+            got = w.ask({"hash": want})["hashes"]
+            ok &= all(got[str(k)] == results[k]["sha256"] for k in want)
+    return ok
+
+
 def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, reader: qos.PortReader) -> dict:
     flows = flows_of(workload, t.hosts)
     for f in flows:  # TCP: one stream per pair, on the plane a hash of its addresses and ports picks (ECMP)
@@ -146,17 +191,7 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
             mine = {"port_rate_bps": round(pace * a.victim_nic_x)} if h == wide else {}
             for k, v in w.ask({"setup": {**setup, "host": h, **mine}})["infos"].items():
                 infos.setdefault(int(k), {})[h] = v
-        # connect every end (in parallel: a TCP receiver accepts while its senders connect; an MRC QP
-        # sends nothing before the start)
-        threads = []
-        for h, w in hosts.items():
-            peers = {f["id"]: infos[f["id"]][f["dst"] if h == f["src"] else f["src"]] for f in flows
-                     if h in (f["src"], f["dst"])}
-            threads.append(threading.Thread(target=w.ask, args=({"connect": peers},), daemon=True))
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join(60)
+        _connect_all(hosts, flows, infos)
         before = apply.queue_stats(t.name)
         at = time.monotonic_ns() + 300_000_000
         samples: list = []
@@ -173,35 +208,11 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        results: dict = {}
-        cpu: dict = {}
-        lock = threading.Lock()
-
-        def start(w):
-            ans = w.ask({"start": {"at_ns": at, "seconds": a.seconds}}, timeout=a.seconds + 120)
-            with lock:
-                results.update({int(k): v for k, v in ans["result"].items()})
-                cpu[w.host] = ans["cpu_share"]
-
-        threads = [threading.Thread(target=start, args=(w,)) for w in hosts.values()]
-        monitor = PauseMonitor()  # the control: when the machine kept even an idle process from running
-        try:
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
-        finally:
-            pauses = [((p0 - at) / 1e9, d / 1e9, w / 1e9, st) for p0, d, w, st in monitor.stop()]
+        results, cpu, pauses = _run_workers(hosts, at, a.seconds)
         stop.set()
         sampler.join()
         after = apply.queue_stats(t.name)
-        # every region holds what its sender wrote (the slots it filled)
-        verified = True
-        for h, w in hosts.items():
-            want = {f["id"]: results[f["id"]]["written"] for f in flows if f["dst"] == h}
-            if want:
-                got = w.ask({"hash": want})["hashes"]
-                verified &= all(got[str(k)] == results[k]["sha256"] for k in want)
+        verified = _verified(hosts, flows, results)
         out = summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q, pauses)
         out["cpu_share"] = dict(sorted(cpu.items(), key=lambda kv: int(kv[0][1:])))
         if wide_ports:
@@ -216,96 +227,6 @@ def run_once(t: Topology, workload: str, transport: str, a, q: qos.PortQoS, read
             qos.apply_ports(t, wide_ports, qos.nic(q))
             if out and "wide_nic" in out:
                 out["wide_nic"]["rates_after_bps"] = [c["rate_bps"] for c in qos.stats(t, wide)]
-
-
-def wide_nic(t, host: str, samples: list, a) -> dict:
-    """The control's NIC as the kernel held it in the run: each port's rate,
-    and what the ports sent, on average over the steady window and at most
-    over any 250 ms of it (a machine that stalls for part of a run lowers the
-    average, never what the ports let through at their best)."""
-    steady = [(ts, b) for ts, b in samples if a.seconds / 5 <= ts <= a.seconds]
-    rates = [(b1 - b0) * 8 / (t1 - t0) for (t0, b0), (t1, b1) in zip(steady[:-5], steady[5:], strict=True)
-             if t1 > t0]
-    avg = (steady[-1][1] - steady[0][1]) * 8 / (steady[-1][0] - steady[0][0]) if len(steady) > 1 else 0.0
-    return {"host": host, "rates_bps": [c["rate_bps"] for c in qos.stats(t, host)],
-            "sent_mbps": round(avg / 1e6, 2), "peak_250ms_mbps": round(max(rates, default=0.0) / 1e6, 2)}
-
-
-def summarize(t, workload, transport, flows, results, before, after, samples, verified, a, q, pauses=()) -> dict:
-    w0 = a.seconds / 5  # the steady window: after the first fifth
-    span = a.seconds - w0
-    good = {}
-    lat, calm = [], []  # calm: the messages no pause of the machine and no CPU's steal overlapped
-    for f in flows:
-        r = results[f["id"]]
-        done = [m for m in r["messages"] if w0 <= m[1] <= a.seconds]
-        good[f["id"]] = len(done) * a.msg * 8 / span
-        lat += [m[1] - m[0] for m in done]
-        calm += [m[1] - m[0] for m in done if not any(p < m[1] and p + d > m[0] for p, d, _, _ in pauses)]
-    cap_host = t.planes * q.rate_bps
-    base_rtt = qos.unloaded_rtt_s(q.rate_bps)
-    if workload == "alltoall":
-        senders, capacity = t.hosts - 1, t.hosts * cap_host
-        group = list(good)
-    elif workload == "incast":
-        senders, capacity = t.hosts - 1, cap_host
-        group = list(good)
-    else:
-        senders, capacity = t.hosts - 2, cap_host
-        group = [f["id"] for f in flows if f["dst"] == "h0"]
-    into = sum(good[i] for i in group)
-    xs = [good[i] for i in group]
-    jain = sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs)) if any(xs) else 0.0
-    key = {"marked", "trimmed", "dropped"}
-    delta = {k: sum(b[k] for b in after) - sum(b[k] for b in before) for k in key}
-    bottleneck = {"h0"} if workload != "alltoall" else {f"h{h}" for h in range(t.hosts)}
-    peak = {}
-    for _, snap in samples:
-        for port, c in snap.items():
-            peak[port] = max(peak.get(port, 0), c["backlog"])
-    out = {
-        "transport": transport, "flows": len(flows), "senders_per_receiver": senders,
-        "goodput_mbps": {str(i): round(g / 1e6, 2) for i, g in good.items()},
-        "utilization": round(into / capacity, 4), "jain": round(jain, 4),
-        "p50_ms": round(percentile(lat, 0.5) * 1e3, 2), "p90_ms": round(percentile(lat, 0.9) * 1e3, 2),
-        "p99_ms": round(percentile(lat, 0.99) * 1e3, 2), "max_ms": round(max(lat, default=0) * 1e3, 2),
-        "ideal_p99_ms": round((a.msg * 8 * senders / cap_host + base_rtt) * 1e3, 2),
-        "messages": len(lat),
-        # the control for the VM's own cost: the machine's pauses in the run (the monitor
-        # woke >= 10 ms late), the most steal time a CPU counted in a pause or a window of
-        # 100 ms, and the p99 of the messages that none of those overlapped
-        "machine_pauses": sum(w > 0 for _, _, w, _ in pauses),
-        "machine_pause_max_ms": round(max((w for _, _, w, _ in pauses), default=0) * 1e3, 1),
-        "machine_steal_max_ms": max((st for _, _, _, st in pauses), default=0.0),
-        "p99_ms_unpaused": round(percentile(calm, 0.99) * 1e3, 2), "messages_unpaused": len(calm),
-        "marks": delta["marked"], "trims": delta["trimmed"], "drops": delta["dropped"],
-        "rtx_bytes": sum(r.get("stats", {}).get("rtx_bytes", 0) for r in results.values()),
-        "sent_bytes": sum(r.get("stats", {}).get("tx_packets", 0) * 8192 for r in results.values()),
-        **{name: sum(r.get("stats", {}).get(k, 0) for r in results.values())
-           for name, k in (("timeouts", "timeouts"), ("losses", "losses"), ("ecn_echoes", "ecn_marks"),
-                           ("trim_nacks", "trims"), ("probes", "probes_tx"))},
-        "qp_errors": sum(bool(r.get("qp_error")) or bool(r.get("error")) for r in results.values()),
-        "errors": [r["error"] for r in results.values() if r.get("error")][:3],
-        "verified": verified,
-        "bottleneck_peak_kb": {p: round(v / 1024, 1) for p, v in sorted(peak.items())
-                               if p.split(":")[1] in bottleneck and v},
-    }
-    if transport.startswith("tcp"):  # each stream's plane (ECMP): streams on different planes share no link
-        out["planes"] = {str(f["id"]): f["plane"] for f in flows}
-        theirs = [f["plane"] for f in flows if f["id"] in group]
-        out["receiver_ports_shared"] = len(set(theirs)) < len(theirs)
-    if workload == "victim":
-        victim = flows[-1]["id"]
-        # h1's uplinks (--victim-nic-x times the rate) less its incast flow's share of h0, and at most
-        # what its receiver's NIC takes
-        fair = min(cap_host * a.victim_nic_x - cap_host / senders, cap_host)
-        out["victim_mbps"] = round(good[victim] / 1e6, 2)
-        out["victim_fair_share_ratio"] = round(good[victim] / fair, 4)
-    out["_series"] = {"flows": {str(f["id"]): {"timeline": results[f["id"]]["timeline"],
-                                               "cwnd": results[f["id"]]["cwnd"]} for f in flows},
-                      "ports": [(ts, {p: c["backlog"] for p, c in snap.items() if p.split(":")[1] in bottleneck})
-                                for ts, snap in samples]}
-    return out
 
 
 def cc_problem(cc: dict, planes: int) -> str | None:
@@ -370,68 +291,6 @@ def idle_cpu(t: Topology, a, seconds: float = 2.0) -> float:
         w.close()
 
 
-def plot(path: str, workload: str, runs: dict) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("--plots needs matplotlib (pip install matplotlib)")
-        return False
-    r = runs["mrc"]["_series"]
-    fig, ax = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
-    for fid, s in r["flows"].items():
-        tl = s["timeline"][::5]  # samples every 50 ms: goodput over 250 ms (messages complete whole)
-        xs = [b[0] for b in tl[1:]]
-        ys = [(b[1] - a_[1]) * 8 / max(1e-9, b[0] - a_[0]) / 1e6 for a_, b in zip(tl, tl[1:], strict=False)]
-        ax[0].plot(xs, ys, label=f"flow {fid}", lw=0.8)
-        ax[2].plot([c[0] for c in s["cwnd"]], [c[1] / 1024 for c in s["cwnd"]], lw=0.8)
-    for port in sorted({p for _, snap in r["ports"] for p in snap}):
-        ax[1].plot([ts for ts, snap in r["ports"]], [snap.get(port, 0) / 1024 for _, snap in r["ports"]], lw=0.8,
-                   label=port)
-    ax[0].set_ylabel("goodput Mbit/s")
-    ax[1].set_ylabel("queue estimate KiB")
-    ax[2].set_ylabel("NSCC window KiB")
-    ax[2].set_xlabel("seconds")
-    ax[0].legend(fontsize=6, ncol=4)
-    ax[1].legend(fontsize=6, ncol=4)
-    m = runs["mrc"]
-    ax[0].set_title(f"MRC {workload}: utilization {m['utilization']}, Jain {m['jain']}, marks {m['marks']}, "
-                    f"trims {m['trims']}, drops {m['drops']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
-
-
-def rounds_summary(rounds: list[dict], transports: list[str], ideal_ms: float) -> dict:
-    """Alternated rounds (each a transport -> p99 in ms, None for a run that failed or was not
-    verified): every transport's p99s, and MRC's p99 over each baseline's as the median of the
-    rounds' ratios with their spread (a pair of runs here swings by a third: principle 4)."""
-    out: dict = {"rounds": len(rounds), "p99_ms_rounds": {tr: [r.get(tr) for r in rounds] for tr in transports}}
-    for tr in transports:
-        if tr == "mrc":
-            continue
-        ratios = sorted(round(r["mrc"] / r[tr], 3) for r in rounds if r.get("mrc") and r.get(tr))
-        if ratios:
-            out[f"p99_vs_{tr}_median"] = round(statistics.median(ratios), 3)
-            out[f"p99_vs_{tr}_spread"] = [ratios[0], ratios[-1]]
-        theirs = [r[tr] for r in rounds if r.get(tr)]
-        if theirs:
-            out[f"ideal_vs_{tr}_median"] = round(ideal_ms / statistics.median(theirs), 3)
-    for tr in set(transports) & set(SECURED):  # a secured mode's p99 over off's, round by round
-        ratios = sorted(round(r[tr] / r["mrc"], 3) for r in rounds if r.get("mrc") and r.get(tr))
-        if ratios:
-            out[f"{tr[4:]}_over_off_p99_median"] = round(statistics.median(ratios), 3)
-            out[f"{tr[4:]}_over_off_p99_spread"] = [ratios[0], ratios[-1]]
-    mine = [r["mrc"] for r in rounds if r.get("mrc")]
-    if mine:
-        out["p99_ms_median"] = round(statistics.median(mine), 2)
-        out["p99_over_ideal_median"] = round(statistics.median(mine) / ideal_ms, 3) if ideal_ms else None
-    return out
-
-
 def build(a) -> tuple[Topology, qos.PortQoS]:
     t = Topology(planes=a.planes, spines=a.spines, leaves=a.leaves, hosts=a.hosts,
                  name=f"cg{secrets.token_hex(3)}")
@@ -451,7 +310,8 @@ def build(a) -> tuple[Topology, qos.PortQoS]:
     return t, q
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
+    """The bench's options."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print one JSON object (progress on stderr)")
@@ -493,27 +353,53 @@ def main() -> int:
     import store  # bench/, beside this file
 
     store.add_argument(ap)
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def _problem(a) -> tuple[str | None, list[str], list[str]]:
+    """What is wrong with the options (None: nothing), and the workloads and transports they ask for."""
     try:
         a.cc = {k: int(v) for k, v in (x.split("=", 1) for x in a.cc)}
     except ValueError:
-        print("congestion_bench: --cc takes NAME=INTEGER, e.g. --cc gamma=400", file=sys.stderr)
-        return 2
+        return "--cc takes NAME=INTEGER, e.g. --cc gamma=400", [], []
     problem = cc_problem(a.cc, a.planes) if a.cc else None
     if problem:
-        print(f"congestion_bench: {problem}", file=sys.stderr)
-        return 2
+        return problem, [], []
     if os.geteuid() != 0:
-        print("congestion_bench: needs root (it builds a fabric of namespaces)", file=sys.stderr)
-        return 2
+        return "needs root (it builds a fabric of namespaces)", [], []
     workloads = [w for w in a.workloads.split(",") if w]
     transports = [x for x in a.transports.split(",") if x]
     for x in transports:
         if x not in TRANSPORTS + SECURED:
-            print(f"congestion_bench: unknown transport {x!r} (use {', '.join(TRANSPORTS + SECURED)})",
-                  file=sys.stderr)
-            return 2
+            return f"unknown transport {x!r} (use {', '.join(TRANSPORTS + SECURED)})", [], []
     problem = check_args(a, workloads) or (None if 1 <= a.rounds <= 20 else f"--rounds {a.rounds}: 1 to 20")
+    return problem, workloads, transports
+
+
+def _workload_result(runs: dict, rounds: list[dict], transports: list[str], a) -> dict:
+    """A workload's entry: the MRC run's figures at the top, the baselines beside them, MRC's p99 against
+    each, and with several rounds the median of the rounds' ratios."""
+    res = {tr: {k: v for k, v in r.items() if k != "_series"} for tr, r in runs.items()}
+    mrc = res.get("mrc")
+    if mrc:  # the MRC run's keys at the top, the baselines beside them
+        res = {**mrc, **{tr: r for tr, r in res.items() if tr != "mrc"}}
+        for tr in transports:
+            if tr != "mrc" and runs[tr]["p99_ms"]:
+                res[f"p99_vs_{tr}"] = round(mrc["p99_ms"] / runs[tr]["p99_ms"], 3)
+                # where a fair share's p99 stands against theirs: each flow's message
+                # takes the ideal time when the receiver is shared equally, so no
+                # fair transport's p99_vs can go far below this
+                res[f"ideal_vs_{tr}"] = round(mrc["ideal_p99_ms"] / runs[tr]["p99_ms"], 3)
+        if a.rounds > 1:
+            res |= rounds_summary(rounds, transports, mrc["ideal_p99_ms"])
+    return res
+
+
+def main() -> int:
+    a = _args()
+    import store  # bench/, beside this file
+
+    problem, workloads, transports = _problem(a)
     if problem:
         print(f"congestion_bench: {problem}", file=sys.stderr)
         return 2
@@ -554,19 +440,7 @@ def main() -> int:
                 png = os.path.join(a.plots, f"congestion_{wl}.png")
                 if plot(png, wl, runs):
                     runs["mrc"]["plot"] = png
-            res = {tr: {k: v for k, v in r.items() if k != "_series"} for tr, r in runs.items()}
-            mrc = res.get("mrc")
-            if mrc:  # the MRC run's keys at the top, the baselines beside them
-                res = {**mrc, **{tr: r for tr, r in res.items() if tr != "mrc"}}
-                for tr in transports:
-                    if tr != "mrc" and runs[tr]["p99_ms"]:
-                        res[f"p99_vs_{tr}"] = round(mrc["p99_ms"] / runs[tr]["p99_ms"], 3)
-                        # where a fair share's p99 stands against theirs: each flow's message
-                        # takes the ideal time when the receiver is shared equally, so no
-                        # fair transport's p99_vs can go far below this
-                        res[f"ideal_vs_{tr}"] = round(mrc["ideal_p99_ms"] / runs[tr]["p99_ms"], 3)
-                if a.rounds > 1:
-                    res |= rounds_summary(rounds, transports, mrc["ideal_p99_ms"])
+            res = _workload_result(runs, rounds, transports, a)
             res["rate_bps"] = wq.rate_bps
             out["workloads"][wl] = res
     finally:

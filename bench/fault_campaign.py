@@ -240,7 +240,8 @@ def summarize(r: dict, base: Recorder, seconds: float, t0_ns: int) -> dict:
             "series_gbps": [round(b * 8 / BUCKET / 1e9, 3) for b in rec.buckets]}
 
 
-def main() -> int:
+def _args() -> argparse.Namespace:
+    """The campaign's options."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print JSON only (progress goes to stderr)")
     ap.add_argument("--plots", metavar="DIR", help="write one PNG per scenario into DIR")
@@ -260,14 +261,74 @@ def main() -> int:
     import store  # bench/, beside this file
 
     store.add_argument(ap)
-    a = ap.parse_args()
+    return ap.parse_args()
+
+
+def _proto_figures(t: Topology, p: str, sc: dict, s: dict, r: dict, b: dict, t0_ns: int, mss: int) -> int:
+    """What a transport's run adds to its summary ``s``: MRC's counters, timelines, pauses and checked
+    bytes; the kernel's retransmitted segments and errors. Returns the TCP MSS seen so far."""
+    if p == "mrc":
+        s["retransmitted_bytes"] = r["retransmitted_bytes"]
+        s["losses"], s["timeouts"] = r["losses"], r["timeouts"]
+        s["ev_timeline"] = r["timeline"]
+        # [t, losses, timeouts, probes sent, packets resent, receiver rx-ring drops, sender tx errors,
+        #  most timeouts in a row so far, most resends of the window's oldest packet so far]
+        s["counter_timeline"] = r["counters"]
+        s["ev_events"] = len(r["ev_events"])
+        s.update(monitor_figures(r["pauses"], b["pauses"], s["gaps"]))
+        s["corrupt_bytes"] = r["corrupt_bytes"] + b["corrupt_bytes"]
+        s["verified_bytes"] = r["verified_bytes"] + b["verified_bytes"]
+        if "bad_path" in sc:
+            s["bad_path"] = bad_path_leave(r, t, sc["bad_path"], t0_ns)
+    else:
+        mss = r["mss"] or b["mss"] or mss
+        s["retrans_segs"] = r["retrans_segs"]
+        s["retransmitted_bytes"] = r["retrans_segs"] * mss
+        s["errors"] = r["errors"]
+    return mss
+
+
+def _summary_line(s: dict) -> str:
+    """One run's figures, for the progress log."""
+    return (f"    goodput x{s['goodput_ratio']} (after x{s['goodput_ratio_after']}; no fault "
+            f"{s['no_fault_gbps']} Gb/s), longest stall {s['max_stall_ms']} ms (no fault "
+            f"{s['no_fault_max_stall_ms']}), errors {s['qp_errors']}, rtx {s['retransmitted_bytes']} B"
+            + (f", the pause monitor was away {s['monitor_pause_in_longest_gap_ms']} ms of the longest gap"
+               f" (a CPU's steal time then: {s['steal_in_longest_gap_ms']} ms)"
+               if "monitor_pause_in_longest_gap_ms" in s else ""))
+
+
+def _finish(out: dict, keep_series: bool) -> None:
+    """Goodput against each scenario's control, and the long series dropped unless JSON is asked for."""
+    for key, ctl in CONTROLS.items():
+        # goodput against the control in which MRC never used the faulty paths
+        r, c = out["scenarios"].get(key, {}).get("mrc"), out["scenarios"].get(ctl, {}).get("mrc")
+        if r and c and r["goodput_ratio"] and c["goodput_ratio"]:
+            r["vs_control"] = round(r["goodput_ratio"] / c["goodput_ratio"], 3)
+    if not keep_series:
+        for p in ("mrc", "tcp", "mptcp"):
+            for r in out["scenarios"].values():
+                r.get(p, {}).pop("series_gbps", None)
+                r.get(p, {}).pop("ev_timeline", None)
+                r.get(p, {}).pop("counter_timeline", None)
+
+
+def _print_markdown(paths: list[str]) -> int:
+    """The table of a saved run, or of several runs' medians and spreads."""
+    outs = []
+    for path in paths:
+        with open(path) as f:
+            outs.append(json.load(f))
+    print(markdown(outs[0]) if len(outs) == 1 else spread(outs))
+    return 0
+
+
+def main() -> int:
+    a = _args()
+    import store  # bench/, beside this file
+
     if a.markdown:
-        outs = []
-        for path in a.markdown:
-            with open(path) as f:
-                outs.append(json.load(f))
-        print(markdown(outs[0]) if len(outs) == 1 else spread(outs))
-        return 0
+        return _print_markdown(a.markdown)
     if os.geteuid() != 0:
         print("the fault campaign builds a fabric of namespaces: run it as root", file=sys.stderr)
         return 2
@@ -324,46 +385,14 @@ def main() -> int:
                 r, t0_ns = run(p, sc["seconds"], sc["plan"], port, sc.get("deny"))
                 apply.heal(t.name, None)
                 s = summarize(r, b["rec"], sc["seconds"], t0_ns)
-                if p == "mrc":
-                    s["retransmitted_bytes"] = r["retransmitted_bytes"]
-                    s["losses"], s["timeouts"] = r["losses"], r["timeouts"]
-                    s["ev_timeline"] = r["timeline"]
-                    # [t, losses, timeouts, probes sent, packets resent, receiver rx-ring drops, sender tx errors,
-                    #  most timeouts in a row so far, most resends of the window's oldest packet so far]
-                    s["counter_timeline"] = r["counters"]
-                    s["ev_events"] = len(r["ev_events"])
-                    s.update(monitor_figures(r["pauses"], b["pauses"], s["gaps"]))
-                    s["corrupt_bytes"] = r["corrupt_bytes"] + b["corrupt_bytes"]
-                    s["verified_bytes"] = r["verified_bytes"] + b["verified_bytes"]
-                    if "bad_path" in sc:
-                        s["bad_path"] = bad_path_leave(r, t, sc["bad_path"], t0_ns)
-                else:
-                    mss = r["mss"] or b["mss"] or mss
-                    s["retrans_segs"] = r["retrans_segs"]
-                    s["retransmitted_bytes"] = r["retrans_segs"] * mss
-                    s["errors"] = r["errors"]
+                mss = _proto_figures(t, p, sc, s, r, b, t0_ns, mss)
                 s["fault_markers"] = [(x, f["op"]) for x, f in zip(s["fault_times_s"], r["faults"], strict=True)]
                 res[p] = s
-                log(f"    goodput x{s['goodput_ratio']} (after x{s['goodput_ratio_after']}; no fault "
-                    f"{s['no_fault_gbps']} Gb/s), longest stall {s['max_stall_ms']} ms (no fault "
-                    f"{s['no_fault_max_stall_ms']}), errors {s['qp_errors']}, rtx {s['retransmitted_bytes']} B"
-                    + (f", the pause monitor was away {s['monitor_pause_in_longest_gap_ms']} ms of the longest gap"
-                       f" (a CPU's steal time then: {s['steal_in_longest_gap_ms']} ms)"
-                       if "monitor_pause_in_longest_gap_ms" in s else ""))
+                log(_summary_line(s))
             if a.plots and plot(os.path.join(a.plots, f"campaign_{key}.png"), key, sc, res):
                 res["plot"] = os.path.join(a.plots, f"campaign_{key}.png")
             out["scenarios"][key] = res
-        for key, ctl in CONTROLS.items():
-            # goodput against the control in which MRC never used the faulty paths
-            r, c = out["scenarios"].get(key, {}).get("mrc"), out["scenarios"].get(ctl, {}).get("mrc")
-            if r and c and r["goodput_ratio"] and c["goodput_ratio"]:
-                r["vs_control"] = round(r["goodput_ratio"] / c["goodput_ratio"], 3)
-        if not a.json:
-            for p in ("mrc", "tcp", "mptcp"):
-                for r in out["scenarios"].values():
-                    r.get(p, {}).pop("series_gbps", None)
-                    r.get(p, {}).pop("ev_timeline", None)
-                    r.get(p, {}).pop("counter_timeline", None)
+        _finish(out, a.json)
         if a.save:
             store.save("fault_campaign", out, a.save, srv6=apply.srv6(t.name))
         print(json.dumps(out, indent=1) if a.json else table(out, protos))

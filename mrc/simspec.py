@@ -162,9 +162,8 @@ class Fabric:
                       timeout=self.timeout_exp(), linear_cnt=3, exp_cnt=7,
                       cc={"base_rtt": base, "target_delay": base, "max_cwnd": max_cwnd,
                           # quick adapt's delay threshold scaled as the defaults have it (40 us over a
-                          # 10 us base): the fixed 40 us is less than one packet's serialization on a
-                          # slow link, so every ACK called quick adapt and the windows fell to what
-                          # one round trip delivered (7:1 incast at 100 Mbit/s: 0.45 of the link)
+                          # 10 us base): a fixed 40 us is less than one packet's serialization on a
+                          # slow link, where every ACK would call quick adapt
                           "qa_threshold": 4 * base, **self.cc})
 
     def link_host(self, h: int, p: int) -> int:

@@ -131,9 +131,8 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const uin
  * up), which keeps the message's CRC (Intel, "Fast CRC Computation for
  * Generic Polynomials Using PCLMULQDQ"). The last 64 bytes so folded stand
  * for everything before them: the instruction finishes them and the tail.
- * n >= 256. The engine over the in-memory link runs 1.50-1.54 x faster with
- * it than with the three crc32q chains (bench/engine_bench.py against
- * MRC_CRC_NO_FOLD=1, alternated). */
+ * n >= 256. It is faster than the three crc32q chains (bench/engine_bench.py
+ * against MRC_CRC_NO_FOLD=1, alternated, measures by how much). */
 static int have_fold = -1;
 static uint64_t fold_k[4]; /* 256 bytes on: lo, hi; 64 bytes on: lo, hi */
 

@@ -250,8 +250,7 @@ class FabricNet:
             for ch in range(comm.channels):
                 qp = self.ctx.create_qp(cq=self.cq, attr=QPAttr(**{"exp_cnt": QP_EXP_CNT, **self.qp_attr,
                                                                    "rq_depth": depth, "sq_depth": depth,
-                                                                   "max_wimm": min(256, depth)}),
-                                        security=self.security)
+                                                                   "max_wimm": min(256, depth)}))
                 region = self.ctx.reg_mr(bytearray(comm.region_bytes()), remote_write=True)
                 link = Link(peer, ch, qp, region, 0, 0)
                 comm.links[(peer, ch)] = link

@@ -140,8 +140,7 @@ def link_config(t: Topology, link) -> list[Op]:
 
     The link-local next hops get permanent neighbour entries with the planned
     MACs, as a statically configured switch has: no neighbour discovery wait
-    on the first packets of a path (it measured 1 s here), before and after a
-    heal.
+    on the first packets of a path, before and after a heal.
     """
     ln = (link.name,)
     a_mac, b_mac = link_macs(link)

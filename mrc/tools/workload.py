@@ -148,7 +148,6 @@ class Worker:
                     f.buf = bytearray(size)
                     f.mr = ctx.reg_mr(f.buf, remote_write=True)
                     f.qp = ctx.create_qp(attr=attr)
-                f.qp.security = self.security
                 infos[f.id] = info_to_json(ctx.local_info(f.qp, f.mr))
                 if self.security != "off":
                     f.kx = secure.keypair()

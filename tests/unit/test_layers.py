@@ -115,6 +115,25 @@ def test_every_subcommand_is_a_module_with_add_parser_and_run():
         assert p.get_default("run") is not None, f"mrc {cmd} has no run()"
 
 
+def test_every_subcommand_of_a_command_runs_its_own_function():
+    """The second level dispatches through ``set_defaults(run=...)``, never by testing the subcommand's name."""
+    import argparse
+
+    from mrc.tools import cli
+
+    parser = cli.build_parser()
+    seen = 0
+    for cmd, p in next(a for a in parser._actions if a.dest == "cmd").choices.items():
+        for act in p._actions:
+            if isinstance(act, argparse._SubParsersAction):
+                for name, sp in act.choices.items():
+                    seen += 1
+                    assert sp.get_default("run") not in (None, p.get_default("run")), f"mrc {cmd} {name}"
+    assert seen >= 20
+    for f in (ROOT / "mrc" / "tools" / "cmd").glob("*.py"):
+        assert not re.search(r"if a\.\w+cmd ==", f.read_text()), f
+
+
 def test_only_the_web_server_imports_aiohttp():
     """The dash extra is optional: nothing else may need it."""
     users = []

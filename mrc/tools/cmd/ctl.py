@@ -76,12 +76,12 @@ def add_parser(sub) -> None:
     p = es.add_parser("list", help="every EV of a QP")
     p.add_argument("--qpn", type=int, help="the QP (needed when the process has several)")
     p.set_defaults(run=_ev_list)
-    for name, what in (("deny", "stop using"), ("allow", "use again")):
+    for name, what, state in (("deny", "stop using", "DENIED"), ("allow", "use again", "GOOD")):
         p = es.add_parser(name, help=f"{what} an EV, or every EV that takes a path")
         p.add_argument("ev", nargs="?", help="PLANE/ENTROPY or a number")
         p.add_argument("--path", help="a destination address: every EV that sends there")
         p.add_argument("--qpn", type=int)
-        p.set_defaults(run=_ev_set)
+        p.set_defaults(run=_ev_set, state=state)
     p = cs.add_parser("events", help="EV state changes since the endpoint started")
     p.add_argument("--follow", action="store_true", help="keep printing new events until interrupted")
     p.add_argument("--interval", type=float, default=0.2, help="seconds between polls with --follow")
@@ -118,11 +118,12 @@ def add_parser(sub) -> None:
                                                         "random one, printed at start)")
     p.set_defaults(run=_metrics)
     cc = cs.add_parser("cc", help="show or set the NSCC profile new QPs get")
-    cc.set_defaults(run=_cc, pairs=None)
+    cc.set_defaults(run=_cc_show)
     ccs = cc.add_subparsers(dest="cccmd")
-    ccs.add_parser("show")
+    ccs.add_parser("show").set_defaults(run=_cc_show)
     p = ccs.add_parser("set", help=f"KEY=VALUE pairs; keys: {', '.join(NSCC_FIELDS)}")
     p.add_argument("pairs", nargs="+")
+    p.set_defaults(run=_cc_set)
 
 
 def _endpoint(a) -> str:
@@ -215,7 +216,7 @@ def _ev_list(a) -> int:
 def _ev_set(a) -> int:
     if (a.ev is None) == (a.path is None):
         raise ErrnoError(errno.EINVAL, "name one EV or one --path")
-    args = {"state": "DENIED" if a.evcmd == "deny" else "GOOD"}
+    args = {"state": a.state}
     args.update({"ev": parse_ev(a.ev)} if a.ev else {"path": a.path})
     if a.qpn is not None:
         args["qpn"] = a.qpn
@@ -268,20 +269,24 @@ def _port(a) -> int:
     return 0
 
 
-def _cc(a) -> int:
-    if a.cccmd == "set":
-        cfg = {}
-        for pair in a.pairs:
-            k, sep, v = pair.partition("=")
-            if not sep:
-                raise ErrnoError(errno.EINVAL, f"write KEY=VALUE, got {pair!r}")
-            try:
-                cfg[k] = int(v, 0)
-            except ValueError:
-                raise ErrnoError(errno.EINVAL, f"{k}: {v!r} is not an integer") from None
-        r = _call(a, "cc_set", config=cfg)
-    else:
-        r = _call(a, "cc_show")
+def _cc_set(a) -> int:
+    cfg = {}
+    for pair in a.pairs:
+        k, sep, v = pair.partition("=")
+        if not sep:
+            raise ErrnoError(errno.EINVAL, f"write KEY=VALUE, got {pair!r}")
+        try:
+            cfg[k] = int(v, 0)
+        except ValueError:
+            raise ErrnoError(errno.EINVAL, f"{k}: {v!r} is not an integer") from None
+    return _cc_print(a, _call(a, "cc_set", config=cfg))
+
+
+def _cc_show(a) -> int:
+    return _cc_print(a, _call(a, "cc_show"))
+
+
+def _cc_print(a, r: dict) -> int:
     eff = r["effective"]
     _out(a, r, f"{r['profile']['algorithm']} ({r['profile']['state']}); new QPs get:\n" +
          "\n".join(f"  {k:<24} {eff[k]}" for k in sorted(eff)))

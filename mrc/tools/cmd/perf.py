@@ -33,6 +33,7 @@ def add_parser(sub) -> None:
     args.security_arg(ps)
     args.spin_arg(ps)
     args.where_args(ps)
+    ps.set_defaults(run=_server)
     pc = psub.add_parser("client", help="write to a server and measure")
     pc.add_argument("server", help="the server: a host of the topology (h2) or its management address")
     pc.add_argument("--port", type=int, default=18515, help="connection-setup TCP port (default 18515)")
@@ -50,29 +51,36 @@ def add_parser(sub) -> None:
     args.spin_arg(pc)
     args.where_args(pc)
     args.json_arg(pc)
+    pc.set_defaults(run=_client)
     perf.set_defaults(run=run, parser=perf)
 
 
 def run(a: argparse.Namespace) -> int:
-    """``mrc perf``."""
+    """``mrc perf`` without a subcommand: its help (each subcommand runs its own function)."""
+    return a.parser.parse_args(["--help"])  # prints the help and exits
+
+
+def _server(a: argparse.Namespace) -> int:
     from mrc.tools import perf
 
-    if a.pcmd == "server":
-        return perf.server(a.port, once=not a.forever, resolver=args.resolver(a), ports=args.ports_spec(a.ports),
-                           bind=a.bind, max_size=a.max_size, max_qps=a.max_qps, psk=args.read_psk(a),
-                           idle_timeout=a.idle_timeout, spin_us=a.spin_us, security=a.security)
-    if a.pcmd == "client":
-        sizes = [perf.parse_size(x) for x in a.sizes.split(",") if x]
-        if a.latency:
-            res = perf.latency(a.server, sizes, a.iters, a.port, progress=not a.json,
-                               resolver=args.resolver(a), ports=args.ports_spec(a.ports), psk=args.read_psk(a),
-                               spin_us=a.spin_us, security=a.security)
-            perf.main_json(res) if a.json else perf.print_latency(res)
-            return 0 if all(r["verified"] for r in res) else 1
-        res = perf.client(a.server, sizes, a.iters, a.imm, a.verify, a.depth, a.port,
-                          progress=sys.stderr.isatty() or not a.json, qps=a.qps, resolver=args.resolver(a),
-                          ports=args.ports_spec(a.ports), psk=args.read_psk(a), spin_us=a.spin_us,
-                          security=a.security)
-        perf.main_json(res) if a.json else perf.print_table(res)
-        return 0 if all(r["verified"] is not False for r in res) else 1
-    return a.parser.parse_args(["--help"])  # prints the help and exits
+    return perf.server(a.port, once=not a.forever, resolver=args.resolver(a), ports=args.ports_spec(a.ports),
+                       bind=a.bind, max_size=a.max_size, max_qps=a.max_qps, psk=args.read_psk(a),
+                       idle_timeout=a.idle_timeout, spin_us=a.spin_us, security=a.security)
+
+
+def _client(a: argparse.Namespace) -> int:
+    from mrc.tools import perf
+
+    sizes = [perf.parse_size(x) for x in a.sizes.split(",") if x]
+    if a.latency:
+        res = perf.latency(a.server, sizes, a.iters, a.port, progress=not a.json,
+                           resolver=args.resolver(a), ports=args.ports_spec(a.ports), psk=args.read_psk(a),
+                           spin_us=a.spin_us, security=a.security)
+        perf.main_json(res) if a.json else perf.print_latency(res)
+        return 0 if all(r["verified"] for r in res) else 1
+    res = perf.client(a.server, sizes, a.iters, a.imm, a.verify, a.depth, a.port,
+                      progress=sys.stderr.isatty() or not a.json, qps=a.qps, resolver=args.resolver(a),
+                      ports=args.ports_spec(a.ports), psk=args.read_psk(a), spin_us=a.spin_us,
+                      security=a.security)
+    perf.main_json(res) if a.json else perf.print_table(res)
+    return 0 if all(r["verified"] is not False for r in res) else 1

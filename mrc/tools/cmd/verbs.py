@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
                                                     "(JSON lines)")
     r.add_argument("--quiet", action="store_true", help="do not print the per-plane counts")
     r.add_argument("cmd", nargs="*", help="-- CMD [ARGS...]: the program to run")
-    r.set_defaults(run=run, parser=r)
+    r.set_defaults(run=_run_program, parser=r)
 
 
 def planes_line(rows: list[dict]) -> str:
@@ -61,6 +61,11 @@ def planes_line(rows: list[dict]) -> str:
 
 
 def run(a: argparse.Namespace) -> int:
+    """``mrc verbs`` without a subcommand: its help (``run`` runs its own function)."""
+    return a.parser.parse_args(["--help"])  # prints the help and exits
+
+
+def _run_program(a: argparse.Namespace) -> int:
     """``mrc verbs run``."""
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
     if not cmd:
