@@ -191,12 +191,9 @@ def test_a_security_mode_that_is_not_one_is_refused():
 
 
 def _clidoc():
-    import importlib.util
+    from tests.unit.tooling import load_tool
 
-    spec = importlib.util.spec_from_file_location("clidoc", ROOT / "tools" / "clidoc.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("clidoc")
 
 
 def test_the_command_line_page_is_what_the_parsers_say():

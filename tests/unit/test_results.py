@@ -2,19 +2,17 @@
 (tools/results.py): a hand-edited figure fails the check."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
+
+from tests.unit.tooling import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _results():
-    spec = importlib.util.spec_from_file_location("results", ROOT / "tools" / "results.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_tool("results")
 
 
 def test_the_results_page_and_the_readme_table_match_the_stored_runs():
