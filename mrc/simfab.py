@@ -1,6 +1,6 @@
 """The fabric simulator's driver: the unchanged engine at every NIC of a
 simulated multi-plane Clos, in virtual time (csrc/sim/simfab.c; docs/sim.md
-has the model). ``mrc sim`` (mrc.tools.sim), the benches and the tests run it.
+has the model). ``mrc sim`` (mrc.tools.sim's command), the benches and the tests run it.
 
     with FabricSim(Fabric(hosts=64)) as sim: ...       # or simulate(fab, "permutation", 16 << 20)
 
