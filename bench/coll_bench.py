@@ -95,15 +95,16 @@ class Mpi:
                 baseline.mptcp_setup(t, h)
 
     def run(self, config: str, program_args: list[str], out=None, timeout: float = 1800) -> tuple[int, dict | None]:
-        """One mpirun; up to twice more if it died before any result (OpenMPI's launch in
-        namespaces now and then ends in a crash of its own before the program starts: counted
-        in ``retries``)."""
+        """One mpirun; up to twice more if it died without a result before the program started,
+        or by a signal (OpenMPI's runtime in namespaces now and then crashes on its own, at the
+        launch or in its routing between daemons, exit 139): counted in ``retries``."""
         rc, res, started = self._run(config, program_args, out, timeout)
         for _ in range(2):
-            if res is not None or started:
+            if res is not None or (started and rc < 128):  # (a timeout is ours: -9)
                 break
             self.retries += 1
-            log(f"{config}: mpirun ended before the program started (exit {rc}); once more")
+            log(f"{config}: mpirun ended without a result (exit {rc}, the program "
+                f"{'had' if started else 'had not'} started); once more")
             rc, res, started = self._run(config, program_args, out, timeout)
         return rc, res
 
