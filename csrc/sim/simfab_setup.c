@@ -279,7 +279,7 @@ int mrc_fab_flow_stats(struct mrc_fab *f, uint32_t flow, struct mrc_fab_flow_sta
 int64_t mrc_fab_series(struct mrc_fab *f, uint64_t *out, uint64_t max)
 {
     uint64_t n = f->series_len * (1 + f->c.planes);
-    if (out)
+    if (out && n && max) /* a run with no flows has no series (f->series NULL) */
         memcpy(out, f->series, (n < max ? n : max) * sizeof(*out));
     return (int64_t)n;
 }
