@@ -19,7 +19,7 @@
 #include "core/rings.h"
 #include "core/sec.h"
 #include "drivers/engine.h"
-#include "drivers/io.h"
+#include "drivers/io_packet.h"
 
 const char *mrc_dp_version(void) { return "mrc-dp 0.1.0 wire v1"; }
 

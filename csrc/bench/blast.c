@@ -11,7 +11,8 @@
 #include <string.h>
 
 #include "drivers/engine.h"
-#include "drivers/io.h"
+#include "drivers/io_packet.h"
+#include "drivers/io_tx.h"
 #include "wire/csum.h"
 
 /* The blaster, and with src the copying blaster: each packet's payload

@@ -41,7 +41,9 @@
 #include "core/ep.h"
 #include "core/qp.h"
 #include "drivers/engine.h"
-#include "drivers/io.h"
+#include "drivers/io_packet.h"
+#include "drivers/io_tx.h"
+#include "drivers/link_watch.h"
 
 /* PROGRESS_NS: after an application thread's mrc_ctx_progress, the engine
  * leaves the ports to it this long (it sleeps on its doorbell alone). */

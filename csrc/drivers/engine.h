@@ -6,7 +6,8 @@
 #define MRC_DRIVERS_ENGINE_H
 #include <pthread.h>
 
-#include "drivers/io.h"
+#include "drivers/io_packet.h"
+#include "drivers/link_watch.h"
 
 struct mrc_ctx {
     struct mrc_ep *ep;

@@ -1,11 +1,11 @@
 /* What io_packet.c (the ports, the receive side, the peers) and io_tx.c
  * (the send side) share of a context's I/O: struct io itself. Nothing
- * else includes it (io.h is the I/O side's interface). */
+ * else includes it (io_packet.h and io_tx.h are their calls). */
 #ifndef MRC_IO_INT_H
 #define MRC_IO_INT_H
 #include <sys/socket.h>
 
-#include "drivers/io.h"
+#include "drivers/io_types.h"
 #include "wire/csum.h"
 
 /* The sendmmsg path: one batch for all ports, in the order the engine built
@@ -45,7 +45,4 @@ static inline void big_buffers(int fd, int rcv)
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
 }
 
-/* io_tx.c */
-int io_tx_open(struct io *io);
-void io_tx_close(struct io *io);
 #endif

@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "drivers/io_int.h"
+#include "drivers/io_packet.h"
+#include "drivers/io_tx.h"
 
 enum { RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512 };
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "drivers/io_int.h"
+#include "drivers/io_tx.h"
 
 /* ------------------------------------------------------------------ open */
 /* The sendmmsg socket: protocol 0, so it receives nothing. */

@@ -7,6 +7,7 @@
  * Lock: used by the engine thread alone once it runs (before that, by the
  * context's creator). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
@@ -14,7 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "drivers/io.h"
+#include "drivers/link_watch.h"
 
 void lw_open(struct link_watch *w)
 {
