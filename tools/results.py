@@ -27,7 +27,7 @@ from results_security import hostile, security_coll, security_congestion, securi
 from results_verbs import verbs  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from sim_targets import judge  # noqa: E402  (the simulator's targets as they are now)
+from sim_targets import SHORT, judge  # noqa: E402  (the simulator's targets as they are now)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -306,18 +306,18 @@ def sim(runs: list[dict]) -> tuple[list[str], list[list]]:
                      "of the wire bound",
                      f"{fmt(x.get('nics'))} / {fmt(x.get('wall_s'), 1)} / {fmt(x.get('peak_rss_mb'), 0)} / "
                      f"{fmt(x.get('per_nic_beyond_qps_mb'), 3)} / {fmt(x.get('vs_wire_bound'))}",
-                     "8,192 / <= 600 / <= 12,288 / <= 1 / >= 0.93"])
+                     SHORT["scale"]])
     x = sc.get("speed")
     if x and "alltoall_pps_over_permutation" in x:
         small = (x.get("alltoall_pps_over_permutation_by_nics") or {}).get("8")
         head.append(["mrc sim speed at 64 NICs: simulator over engine alone; all-to-all packets/s over "
                      "permutation's (controls: the engine alone, 63 QPs over 1; the same ratio at 8 NICs)",
                      f"{fmt(x.get('sim_over_engine'))}; {fmt(x.get('alltoall_pps_over_permutation'))} "
-                     f"({fmt(x.get('engine_63_qps_over_1'))}; {fmt(small)})", ">= 0.6; >= 0.667"])
+                     f"({fmt(x.get('engine_63_qps_over_1'))}; {fmt(small)})", SHORT["speed"]])
     x = sc.get("sweep")
     if x:
         head.append(["mrc sim sweep: 2 Dask workers over half the serial time (48 cells), tables the same",
-                     f"{fmt(x.get('dask_over_half_serial'))}, {x.get('identical')}", "<= 1.2, True"])
+                     f"{fmt(x.get('dask_over_half_serial'))}, {x.get('identical')}", SHORT["sweep"]])
     return lines, head
 
 
