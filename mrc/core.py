@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields
 
 from mrc._dp import ffi, lib
 from mrc.errors import ErrnoError, check
-from mrc.secure import MODES
+from mrc.secure import MODE_NAMES
 from mrc.wire import ev_entropy, ev_plane
 
 
@@ -334,7 +334,7 @@ class QueuePair:
     def security(self) -> str:
         """The mode of the keys the QP holds ("off": none, ever): C holds it, and a secured QP stays so."""
         mode = check(lib.mrc_qp_security(self.dev.handle(), self.qpn), f"query QP {self.qpn}")
-        return {v: k for k, v in MODES.items()}[mode]
+        return MODE_NAMES[mode]
 
     @property
     def attr_mtu(self) -> int:

@@ -20,6 +20,8 @@ from mrc.errors import ErrnoError, check
 
 #: the modes by name (mrc perf --security, cm.connect(security=))
 MODES = {"off": lib.MRC_SEC_OFF, "auth": lib.MRC_SEC_AUTH, "encrypt": lib.MRC_SEC_ENCRYPT}
+#: a mode's name by its number
+MODE_NAMES = {v: k for k, v in MODES.items()}
 
 
 def mode_of(name: str | int) -> int:

@@ -108,3 +108,9 @@ def read_token(path: str) -> str:
         raise UsageError(f"the token in {path} must be printable ASCII without spaces (e.g. `head -c 18 "
                          f"/dev/urandom | base64 > {path}`)")
     return token.decode()
+
+
+def show_help(a: argparse.Namespace) -> int:
+    """A command run without its subcommand: print its help (``parser``, from set_defaults) and exit 0."""
+    a.parser.parse_args(["--help"])
+    return 0  # not reached: --help exits

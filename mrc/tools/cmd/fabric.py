@@ -171,10 +171,8 @@ def _port_qos(rate: str, a: argparse.Namespace):
     return PortQoS(bps, a.ecn_kb, a.trim_kb, a.buffer_kb).check()
 
 
-def run(a: argparse.Namespace) -> int:
-    """``mrc fabric`` without a subcommand: its help (each subcommand runs its own function)."""
-    a.parser.parse_args(["--help"])
-    return 2
+#: ``mrc fabric`` without a subcommand prints its help (each subcommand runs its own function)
+run = args.show_help
 
 
 def _up(a: argparse.Namespace) -> int:

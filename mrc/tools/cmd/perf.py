@@ -55,9 +55,8 @@ def add_parser(sub) -> None:
     perf.set_defaults(run=run, parser=perf)
 
 
-def run(a: argparse.Namespace) -> int:
-    """``mrc perf`` without a subcommand: its help (each subcommand runs its own function)."""
-    return a.parser.parse_args(["--help"])  # prints the help and exits
+#: ``mrc perf`` without a subcommand prints its help (each subcommand runs its own function)
+run = args.show_help
 
 
 def _server(a: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ import sys
 import tempfile
 
 from mrc.errors import UsageError
+from mrc.tools import args
 
 LIBRARY = "libmrc-verbs.so"
 
@@ -60,9 +61,8 @@ def planes_line(rows: list[dict]) -> str:
     return "mrc verbs: packets sent per plane: " + (", ".join(f"{k}: {v}" for k, v in sorted(tx.items())) or "none")
 
 
-def run(a: argparse.Namespace) -> int:
-    """``mrc verbs`` without a subcommand: its help (``run`` runs its own function)."""
-    return a.parser.parse_args(["--help"])  # prints the help and exits
+#: ``mrc verbs`` without a subcommand prints its help (each subcommand runs its own function)
+run = args.show_help
 
 
 def _run_program(a: argparse.Namespace) -> int:
