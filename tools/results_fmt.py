@@ -26,6 +26,11 @@ def fmt(x, nd: int = 3) -> str:
     return str(x)
 
 
+def spread(xs, nd: int = 3, sep: str = "-") -> str:
+    """A figure's spread as the pages show it: ``(lo-hi)``, or ``(lo to hi)`` for signed figures."""
+    return "(" + sep.join(fmt(x, nd) for x in xs or []) + ")"
+
+
 def table(header: list[str], rows: list[list]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]

@@ -3,7 +3,7 @@ peer (tools/results.py renders them with the others)."""
 
 from __future__ import annotations
 
-from results_fmt import fmt, get, table
+from results_fmt import fmt, get, spread, table
 
 
 def security_fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
@@ -17,7 +17,7 @@ def security_fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
     lines += table(["mode", "Gb/s per round"], rows) + [""]
     lines += table(["figure", "measured", "target"], [
         [f"{m} / off", f"{fmt(r.get(f'{m}_over_off'))} "
-                       f"({'-'.join(fmt(x) for x in r.get(f'{m}_over_off_spread') or [])})",
+                       f"{spread(r.get(f'{m}_over_off_spread'))}",
          f">= {get(r, f'targets.{m}_over_off')}"] for m in ("auth", "encrypt")])
     head = [["authenticated MRC: one QP's rate in auth / encrypt over off",
              f"{fmt(r.get('auth_over_off'))} / {fmt(r.get('encrypt_over_off'))}", ">= 0.9 / 0.85"]]
@@ -37,7 +37,7 @@ def security_latency(runs: list[dict]) -> tuple[list[str], list[list]]:
     lines += table(["", "p50 us", "p99 us", "p50 per round"], rows) + [""]
     lines += table(["figure", "measured", "target"], [
         [f"{m}: p50 over off", f"{fmt(r.get(f'{m}_minus_off_us'), 1)} us "
-                               f"({' to '.join(fmt(x, 1) for x in r.get(f'{m}_minus_off_spread_us') or [])})",
+                               f"{spread(r.get(f'{m}_minus_off_spread_us'), 1, sep=' to ')}",
          "<= 2 us"] for m in ("auth", "encrypt")])
     head = [["authenticated MRC: 64 B round trip p50, auth / encrypt over off",
              f"{fmt(r.get('auth_minus_off_us'), 1)} / {fmt(r.get('encrypt_minus_off_us'), 1)} us", "<= 2 us"]]
@@ -77,7 +77,7 @@ def hostile(runs: list[dict]) -> tuple[list[str], list[list]]:
                       f"of {fmt(fc.get('n'))} forgeries each): naming the current key id {fmt(fc.get('us_current'))} "
                       f"us, the next one {fmt(fc.get('us_next'))} us; the next over the current, the median of the "
                       f"rounds' ratios: {fmt(fc.get('next_over_current'))} "
-                      f"({'-'.join(fmt(x) for x in fc.get('next_over_current_spread') or [])})."]
+                      f"{spread(fc.get('next_over_current_spread'))}."]
         head.append(["authenticated MRC: a forgery naming the next key id over one naming the current",
                      f"{fmt(fc.get('next_over_current'))}", f"<= {get(r, 'targets.forgery_next_over_current')}"])
     return lines, head
@@ -97,7 +97,7 @@ def security_coll(runs: list[dict]) -> tuple[list[str], list[list]]:
     lines += table(["mode", "collective", "busbw Gb/s", "of the bound"], rows) + [""]
     lines += table(["figure", "measured", "target"], [
         [f"{m} / off, {c}", f"{fmt(get(r, f'{m}_over_off.{c}'))} "
-                            f"({'-'.join(fmt(x) for x in get(r, f'{m}_over_off.{c}_spread') or [])})",
+                            f"{spread(get(r, f'{m}_over_off.{c}_spread'))}",
          f">= {get(r, f'targets.{m}_over_off')}" if c == "all_reduce" else "-"]
         for m in ("auth", "encrypt") for c in ("all_reduce", "all_to_all")])
     head = [["authenticated MRC: 64 MiB all-reduce busbw, auth / encrypt over off",
@@ -122,7 +122,7 @@ def security_congestion(runs: list[dict]) -> tuple[list[str], list[list]]:
     lines += table(["QPs", "p99 ms (first round)", "trims", "trim NACKs", "p99 per round"], rows) + [""]
     lines += table(["figure", "measured", "target"], [
         [f"{m} p99 / off", f"{fmt(w.get(f'{m}_over_off_p99_median'))} "
-                           f"({'-'.join(fmt(x) for x in w.get(f'{m}_over_off_p99_spread') or [])})",
+                           f"{spread(w.get(f'{m}_over_off_p99_spread'))}",
          "<= 1.1" if m == "auth" else "-"] for m in ("auth", "encrypt")])
     head = [["authenticated MRC: incast with trimming, p99 in auth / encrypt over off",
              f"{fmt(w.get('auth_over_off_p99_median'))} / {fmt(w.get('encrypt_over_off_p99_median'))}",

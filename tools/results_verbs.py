@@ -3,7 +3,7 @@ perftest over MRC (bench/verbs_bench.py)."""
 
 from __future__ import annotations
 
-from results_fmt import fmt, get, table
+from results_fmt import fmt, get, spread, table
 
 
 def verbs(runs: list[dict]) -> tuple[list[str], list[list]]:
@@ -25,10 +25,10 @@ def verbs(runs: list[dict]) -> tuple[list[str], list[list]]:
     cut = r.get("cut_rates_gbps") or {}
     lines += table(["figure", "measured", "target"], [
         ["ib_write_bw over mrc perf at 1 MiB", f"{fmt(r.get('perftest_over_mrc_perf'))} "
-         f"({'-'.join(fmt(x) for x in r.get('perftest_over_mrc_perf_spread') or [])})", ">= 0.95"],
+         f"{spread(r.get('perftest_over_mrc_perf_spread'))}", ">= 0.95"],
         ["ib_write_lat 64 B round trip minus mrc perf's", f"{fmt(r.get('lat_delta_us'), 1)} us", "<= 1 us"],
         ["control: mrc perf beside two busy loops, minus alone", f"{fmt(r.get('lat_control_delta_us'), 1)} us "
-         f"({' to '.join(fmt(x, 1) for x in r.get('lat_control_delta_spread_us') or [])})", "-"],
+         f"{spread(r.get('lat_control_delta_spread_us'), 1, sep=' to ')}", "-"],
         ["ib_write_bw -a: sizes reported, exit status", f"{len(r.get('perftest_sizes') or [])} "
          f"({fmt((r.get('perftest_sizes') or [0])[0])} B to {fmt((r.get('perftest_sizes') or [0])[-1])} B), "
          f"{r.get('perftest_rc')}", "23 (2 B to 8 MiB), 0"],
