@@ -45,3 +45,10 @@ def test_a_qps_security_mode_is_what_its_keys_say(mode):
     pair = Pair(seed=3)
     pair.qa, pair.qb = pair.sim.connect(pair.a, pair.b, attr(), security=mode)
     assert pair.qa.security == pair.qb.security == mode
+
+
+def test_the_security_of_a_qp_that_does_not_exist_is_enoent():
+    with ManualContext(planes=1) as ctx:
+        qp = ctx.create_qp(attr(planes=1))
+        assert lib.mrc_qp_security(ctx.handle(), qp.qpn) == lib.MRC_SEC_OFF
+        assert lib.mrc_qp_security(ctx.handle(), qp.qpn ^ 1) == -errno.ENOENT
