@@ -50,6 +50,8 @@ if [ "$what" != demo ]; then
     command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
     command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev)
     command -v mptcpize >/dev/null 2>&1 || need+=(mptcpd)
+    # the baselines' fabric routes kernel traffic with FRR's BGP (mrc fabric up --routing bgp)
+    [ -x /usr/lib/frr/bgpd ] && [ -x /usr/lib/frr/bfdd ] || need+=(frr)
 fi
 # the web view's browser test drives Debian's chromium (never a downloaded build)
 if [ "$what" = test ]; then
@@ -63,7 +65,17 @@ if [ "${#need[@]}" -gt 0 ]; then
     echo "== apt-get install ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    # packages with a service (frr, mptcpd) are installed without starting it: mrc starts the
+    # daemons it needs inside its namespaces, and nothing of theirs should run on the machine itself
+    policy=/usr/sbin/policy-rc.d
+    made_policy=
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && made_policy=1
+    fi
+    rc=0
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null || rc=$?
+    if [ -n "$made_policy" ]; then rm -f "$policy"; fi
+    [ "$rc" -eq 0 ] || exit "$rc"
 fi
 
 if [ ! -x .venv/bin/python ]; then

@@ -20,7 +20,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict
 
 from mrc.errors import FabricError, PrivilegeError, UsageError
-from mrc.fabric import ns, qos, resolver
+from mrc.fabric import bgp, ns, qos, resolver
 from mrc.fabric.executor import Executor, nft, pyroute2
 from mrc.fabric.plan import Op, link_ops, plan
 from mrc.fabric.topology import NS_PREFIX, Topology
@@ -49,9 +49,10 @@ def topology_path(name: str) -> str:
 
 
 def save_state(t: Topology, faults: dict | None = None, queues: dict | None = None,
-               srv6: str | None = None) -> None:
+               srv6: str | None = None, routing: str | None = None) -> None:
     """Write the fabric's state; ``queues`` (switch port -> its queue, see
-    :func:`set_queues`) and ``srv6`` (:func:`srv6`) are kept from the file when not given."""
+    :func:`set_queues`), ``srv6`` (:func:`srv6`) and ``routing`` (:func:`routing`) are kept from
+    the file when not given."""
     os.makedirs(STATE_DIR, exist_ok=True)
     old = {}
     with suppress(FileNotFoundError, ValueError):
@@ -59,10 +60,11 @@ def save_state(t: Topology, faults: dict | None = None, queues: dict | None = No
             old = json.load(f)
     queues = old.get("queues") if queues is None else queues
     srv6 = old.get("srv6", "kernel") if srv6 is None else srv6
+    routing = old.get("routing", "static") if routing is None else routing
     tmp = state_path(t.name) + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"topology": t.to_dict(), "faults": faults or {}, "queues": queues or {},
-                   "srv6": srv6, "created": time.time()}, f, indent=1)
+                   "srv6": srv6, "routing": routing, "created": time.time()}, f, indent=1)
     os.replace(tmp, state_path(t.name))
 
 
@@ -117,6 +119,11 @@ def srv6(name: str) -> str:
     """What runs fabric ``name``'s SRv6: ``kernel`` (seg6local and seg6 routes) or ``tc-bpf``
     (a kernel without SRv6: the same behaviours as tc-BPF programs, mrc.fabric.srv6bpf)."""
     return load_state(name).get("srv6", "kernel")
+
+
+def routing(name: str) -> str:
+    """How fabric ``name`` routes kernel traffic: ``static`` or ``bgp`` (mrc.fabric.plan.ROUTINGS)."""
+    return load_state(name).get("routing", "static")
 
 
 def load_state(name: str) -> dict:
@@ -186,10 +193,12 @@ def wait_carrier(ex: Executor, ends: set[tuple[str, str]], timeout: float = CARR
         time.sleep(0.02)
 
 
-def up(t: Topology, progress=None) -> float:
-    """Build fabric ``t``, and return once every link has carrier; on any failure remove whatever
-    was built. Returns seconds."""
+def up(t: Topology, progress=None, routing: str = "static", bgp_progress=None) -> float:
+    """Build fabric ``t``, and return once every link has carrier (and, with ``routing="bgp"``, once
+    BGP has converged: mrc.fabric.bgp); on any failure remove whatever was built. Returns seconds."""
     require_root("mrc fabric up")
+    if routing == "bgp" and bgp.available():
+        raise UsageError(bgp.available())
     existing = project_namespaces(ns.list_netns(), t.name)
     if existing or os.path.exists(state_path(t.name)):
         raise UsageError(
@@ -197,10 +206,10 @@ def up(t: Topology, progress=None) -> float:
             f"`mrc fabric down --name {t.name}`"
         )
     start = time.monotonic()
-    ops = plan(t)
+    ops = plan(t, routing)
     ex = Executor(t)
     try:
-        save_state(t)
+        save_state(t, routing=routing)
         resolver.write(t, topology_path(t.name))
         batch = max(1, len(ops) // 20)
         for i in range(0, len(ops), batch):
@@ -210,6 +219,9 @@ def up(t: Topology, progress=None) -> float:
         wait_carrier(ex, veths_set_up(ops))
         if ex.srv6_bpf:
             save_state(t, srv6="tc-bpf")
+        if routing == "bgp":
+            bgp.start(t)
+            bgp.wait_converged(t, progress=bgp_progress)
     except BaseException:
         ex.close()
         down(t.name)
@@ -222,6 +234,7 @@ def down(name: str | None = None, all_fabrics: bool = False) -> list[str]:
     """Remove one fabric's namespaces (or every ``mrc-*`` one). Returns the names removed."""
     require_root("mrc fabric down")
     _, netns = pyroute2()
+    bgp.stop(None if all_fabrics else name)  # before the namespaces: a daemon would keep its own alive
     targets = project_namespaces(ns.list_netns(), None if all_fabrics else name)
     for n in targets:
         with suppress(FileNotFoundError):
@@ -273,13 +286,14 @@ def heal(name: str, target: str | None = None) -> list[str]:
     t = load_topology(name)
     links = t.links() if target is None else _links_of_target(t, target)
     faults = load_state(name)["faults"]
+    how = routing(name)
     ex = Executor(t)
     try:
         for link in links:
             f = faults.get(link.name, {})
             # a link that was down lost its addresses and routes: re-apply all
             # of them (an operation that still holds answers EEXIST)
-            ex.run(link_ops(t, link.name), exist_ok=True)
+            ex.run(link_ops(t, link.name, how), exist_ok=True)
             if f.get("loss") is not None:
                 _clear_loss(t, link)
             if f.get("rate") is not None:

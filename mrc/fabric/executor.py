@@ -142,9 +142,11 @@ class Executor:
         self.ipr(node).addr("add", index=self.index(node, ifname), address=address,
                             prefixlen=prefixlen, flags=0x02)
 
-    def op_route(self, node: str, dst: str, gateway: str, ifname: str) -> None:
-        """Add a route through a gateway."""
-        self.ipr(node).route("add", dst=dst, gateway=gateway, oif=self.index(node, ifname))
+    def op_route(self, node: str, dst: str, gateway: str, ifname: str, table: int = nl.RT_TABLE_MAIN,
+                 prefsrc: str | None = None) -> None:
+        """Add a route through a gateway (in ``table``, with a preferred source address)."""
+        extra = {"prefsrc": prefsrc} if prefsrc else {}
+        self.ipr(node).route("add", dst=dst, gateway=gateway, oif=self.index(node, ifname), table=table, **extra)
 
     def op_rule(self, node: str, src: str, table: int, priority: int) -> None:
         """Add a policy routing rule for a source address."""

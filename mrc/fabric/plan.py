@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mrc.fabric.topology import Topology, usid_prefix
+from mrc.fabric.topology import INNER_PREFIX, Topology, usid_prefix
 
 LINK_MTU = 9000  # every fabric link (veth pair)
 
@@ -25,6 +25,11 @@ COMMON_SYSCTLS = {
     "net.ipv6.conf.default.keep_addr_on_down": "1",
 }
 SWITCH_SYSCTLS = {**COMMON_SYSCTLS, "net.ipv6.conf.all.forwarding": "1"}
+#: with BGP, a switch spreads flows over its equal-cost next hops by the 5-tuple, as a switch's ECMP hash does
+BGP_SWITCH_SYSCTLS = {**SWITCH_SYSCTLS, "net.ipv6.fib_multipath_hash_policy": "1"}
+#: how kernel traffic crosses the fabric: ``static`` (SRv6 encap through one spine per host pair) or ``bgp``
+#: (plain IPv6, routed by FRR's BGP with ECMP on the switches: mrc.fabric.bgp)
+ROUTINGS = ("static", "bgp")
 HOST_SYSCTLS = {**COMMON_SYSCTLS}
 HOST_NFT = """table inet mrc {
  chain input { type filter hook input priority 0; policy accept; udp dport 4791 counter drop; }
@@ -49,8 +54,11 @@ class Op:
         return f"{self.node}: {self.kind} {args}".rstrip()
 
 
-def plan(t: Topology) -> list[Op]:
-    """Every netlink operation that builds ``t``, in order."""
+def plan(t: Topology, routing: str = "static") -> list[Op]:
+    """Every netlink operation that builds ``t``, in order, with kernel traffic routed as ``routing``
+    says (ROUTINGS; with ``bgp`` the routing daemons start after the plan: mrc.fabric.bgp)."""
+    if routing not in ROUTINGS:
+        raise ValueError(f"unknown routing {routing!r}: use one of {', '.join(ROUTINGS)}")
     ops: list[Op] = []
     hosts = range(t.hosts)
     planes = range(t.planes)
@@ -61,7 +69,7 @@ def plan(t: Topology) -> list[Op]:
     for node in t.host_nodes():
         ops.append(Op("sysctl", node, {"values": HOST_SYSCTLS}))
     for node in t.switch_nodes():
-        ops.append(Op("sysctl", node, {"values": SWITCH_SYSCTLS}))
+        ops.append(Op("sysctl", node, {"values": BGP_SWITCH_SYSCTLS if routing == "bgp" else SWITCH_SYSCTLS}))
     ops.append(Op("sysctl", "mgmt", {"values": COMMON_SYSCTLS}))
     for node in t.nodes():
         ops.append(Op("up", node, {"ifname": "lo"}))
@@ -120,7 +128,7 @@ def plan(t: Topology) -> list[Op]:
             node = t.spine(p, s)
             ops.append(Op("end", node, {"prefix": usid_prefix(t.spine_usid(p, s)), "ifname": "usid0"}))
     for link in t.links():
-        ops += link_routes(t, link)
+        ops += link_routes(t, link, routing)
 
     return ops
 
@@ -163,7 +171,7 @@ def link_config(t: Topology, link) -> list[Op]:
     return ops
 
 
-def link_routes(t: Topology, link) -> list[Op]:
+def link_routes(t: Topology, link, routing: str = "static") -> list[Op]:
     """Routes that leave through one of this link's ends (re-run by heal)."""
     ln = (link.name,)
     p = link.plane
@@ -177,6 +185,8 @@ def link_routes(t: Topology, link) -> list[Op]:
         # leaf -> host: the host port's uSID goes down
         ops.append(Op("route", link.b_node, {"dst": usid_prefix(t.port_usid(h, p)),
                                              "gateway": link.a_ll, "ifname": link.b_if}, ln))
+        if routing == "bgp":
+            return ops + bgp_host_routes(t, link, h)
         # kernel traffic: decapsulate what arrives for our End.DT6 function
         ops.append(Op("dt6", link.a_node, {"prefix": t.dt6_prefix(h, p), "ifname": link.a_if, "table": 255}, ln))
         for d in range(t.hosts):
@@ -197,7 +207,23 @@ def link_routes(t: Topology, link) -> list[Op]:
     return ops
 
 
-def link_ops(t: Topology, link_name: str) -> list[Op]:
+def bgp_host_routes(t: Topology, link, h: int) -> list[Op]:
+    """Kernel traffic without SRv6, for a fabric routed by BGP: the host sends plain IPv6 to its
+    plane-``p`` leaf (each peer's plane-``p`` address in the main table, every kernel address in
+    table 100 + ``p``), and the leaf routes the host's kernel prefix down its port; the leaf
+    announces that prefix to the spines (mrc.fabric.bgp), so every plane reaches every host."""
+    ln, p = (link.name,), link.plane
+    ops = [Op("route", link.b_node, {"dst": t.inner_host_prefix(h), "gateway": link.a_ll, "ifname": link.b_if}, ln),
+           Op("route", link.a_node, {"dst": INNER_PREFIX + "::/16", "gateway": link.b_ll, "ifname": link.a_if,
+                                     "table": KERNEL_TABLE_BASE + p}, ln)]
+    for d in range(t.hosts):
+        if d != h:
+            ops.append(Op("route", link.a_node, {"dst": t.inner_address(d, p) + "/128", "gateway": link.b_ll,
+                                                 "ifname": link.a_if, "prefsrc": t.inner_address(h, p)}, ln))
+    return ops
+
+
+def link_ops(t: Topology, link_name: str, routing: str = "static") -> list[Op]:
     """What ``heal`` re-applies for one link, in plan order."""
     link = t.link(link_name)
-    return link_config(t, link) + link_routes(t, link)
+    return link_config(t, link) + link_routes(t, link, routing)

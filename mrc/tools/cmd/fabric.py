@@ -38,6 +38,11 @@ def _build_parsers(fsub) -> None:
     p.add_argument("--leaves", type=int, default=2, help="T0 leaf switches per plane (default 2)")
     p.add_argument("--hosts", type=int, default=4, help="hosts, spread over the leaves (default 4)")
     p.add_argument("--check", action="store_true", help="run `check` after building")
+    p.add_argument("--routing", choices=("static", "bgp"), default="static",
+                   help="how the kernel's own traffic (TCP, MPTCP, MPI) crosses the fabric: static (SRv6 "
+                        "encap through one spine per host pair; the default, no daemon) or bgp (plain IPv6 "
+                        "routed by FRR's BGP with ECMP and BFD in every switch; needs frr). MRC's uSID "
+                        "forwarding is the same in both")
     p.add_argument("--link-rate", metavar="RATE",
                    help="give every switch port an egress queue at RATE (e.g. 200mbit) that marks ECN, trims MRC "
                         "data and drops, and every host port (NIC) the same rate, so congestion builds in the "
@@ -186,12 +191,16 @@ def _up(a: argparse.Namespace) -> int:
         if not a.json and sys.stderr.isatty():
             print(f"\rbuilding {t.name}: {done}/{total} operations", end="", file=sys.stderr, flush=True)
 
+    def bgp_progress(done: int, total: int) -> None:
+        if not a.json and sys.stderr.isatty():
+            print(f"\rBGP on {t.name}: {done}/{total} sessions Established   ", end="", file=sys.stderr, flush=True)
+
     q = _port_qos(a.link_rate, a) if a.link_rate else None  # a bad value fails before anything is built
-    secs = apply.up(t, progress)
+    secs = apply.up(t, progress, routing=a.routing, bgp_progress=bgp_progress)
     if not a.json and sys.stderr.isatty():
         print(file=sys.stderr)
     res = {"name": t.name, "seconds": round(secs, 3), "namespaces": len(t.nodes()), "links": len(t.links()),
-           "paths": len(t.paths())}
+           "paths": len(t.paths()), "routing": a.routing}
     if q:
         try:
             res["queues"] = apply.set_queues(t.name, None, q)
@@ -206,6 +215,7 @@ def _up(a: argparse.Namespace) -> int:
     res["srv6"] = apply.srv6(t.name)
     args.print_result(res, a.json, f"fabric {t.name} up in {secs:.2f} s: {res['namespaces']} namespaces, "
                         f"{res['links']} links, {res['paths']} paths"
+                        + ("; kernel traffic routed by BGP (every session Established)" if a.routing == "bgp" else "")
                         + (f"; check: {res['ok_count']} ok, {res['failed_count']} failed" if a.check else "")
                         + ("" if res["srv6"] == "kernel" else
                            "\nthis kernel has no SRv6 (CONFIG_IPV6_SEG6_LWTUNNEL): the switches' End next-CSID "
@@ -231,7 +241,13 @@ def _status(a: argparse.Namespace) -> int:
     t = apply.load_topology(a.name)
     from mrc.fabric.status import status_text
 
-    obj, text = status_text(t, apply.load_state(a.name), ns.list_netns())
+    state = apply.load_state(a.name)
+    sessions = None
+    if state.get("routing") == "bgp":
+        from mrc.fabric import bgp
+
+        sessions = bgp.all_sessions(t)
+    obj, text = status_text(t, state, ns.list_netns(), sessions)
     args.print_result(obj, a.json, text)
     return 0
 
