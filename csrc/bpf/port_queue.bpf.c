@@ -15,7 +15,10 @@
  *   - above buffer_bytes, the packet is dropped (a trimmed one only if even
  *     its headers do not fit).
  * Nothing but MRC data is ever trimmed, and a trimmed packet is never marked
- * (its NACK is the signal). A threshold of 0 turns its rule off.
+ * (its NACK is the signal). A threshold of 0 turns its rule off. Network
+ * control (DSCP CS6 and CS7: the routing daemons' BGP and BFD) is never
+ * dropped or trimmed, as a switch's strict-priority control queue keeps it;
+ * its bytes still count in the backlog.
  * Per port counters and the estimate's high-water mark are in `st`; the
  * control plane (mrc.fabric.qos) writes `cfg` and reads `st`. */
 #include "tc.h"
@@ -39,7 +42,7 @@ ARRAY_MAP(st, struct port_st, 1);
 enum {
     ETH = 14, IP6 = 40, UDP = 8, BTH = 12, SECH = 20, METH = 4, TSETH = 4, RETH = 16, IMM = 4,
     TVER_SECURED = 2, /* a secured packet (protocol.md section 8): SECH after BTH */
-    ROCE_PORT = 4791, DSCP_TRIMMED = 46, NH_UDP = 17, NH_IPV6 = 41,
+    ROCE_PORT = 4791, DSCP_TRIMMED = 46, DSCP_CS6 = 48, NH_UDP = 17, NH_IPV6 = 41,
     OP_DATA_FIRST = 0xC6, OP_DATA_LAST = 0xCB, OP_LAST_IMM = 0xC9, OP_ONLY_IMM = 0xCB,
     BTH_TS = 0x20, /* in BTH byte 8: A, RTX, TS */
 };
@@ -50,6 +53,13 @@ static __always_inline int ecn_capable(struct __sk_buff *skb, __u32 off)
 {
     __u8 b;
     return bpf_skb_load_bytes(skb, off + 1, &b, 1) == 0 && (b & 0x30);
+}
+
+/* Network control (DSCP CS6 or CS7) in the IPv6 header at off. */
+static __always_inline int network_control(struct __sk_buff *skb, __u32 off)
+{
+    __u8 b[2];
+    return bpf_skb_load_bytes(skb, off, b, 2) == 0 && (((b[0] & 0x0f) << 2) | (b[1] >> 6)) >= DSCP_CS6;
 }
 
 static __always_inline void set_ce(struct __sk_buff *skb, __u32 off)
@@ -176,7 +186,7 @@ int port_queue(struct __sk_buff *skb)
     bpf_spin_unlock(&s->lock);
 
     int act = TC_ACT_OK, mark = 0, trimmed = 0;
-    if (rate && ip6) {
+    if (rate && ip6 && !network_control(skb, ETH)) {
         if (c->trim_bytes && q > c->trim_bytes) {
             __u32 n = trim(skb);
             if (n) {

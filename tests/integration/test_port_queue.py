@@ -254,3 +254,19 @@ def test_the_cli_sets_changes_and_removes_queues_and_faults_keep_them(small_fabr
     assert apply.queue_stats(t.name) == []
     r = run_cli("fabric", "stats", "--name", t.name)
     assert r.returncode == 0 and "no switch port has a queue" in r.stdout
+
+
+def test_network_control_is_never_dropped_marked_or_trimmed_but_fills_the_queue(port):
+    """BGP and BFD (DSCP CS6, as FRR sends them) take a switch's strict-priority control queue:
+    a full buffer drops data, never them; CS5 (below network control) is dropped as data is."""
+    src, dst = "fe80::1", "fe80::2"
+    bfd = bytes(Ether() / IPv6(src=src, dst=dst, tc=48 << 2 | wire.ECN_ECT0) / UDP(sport=49152, dport=3784)
+                / (b"b" * 24))
+    bgp = bytes(Ether() / IPv6(src=src, dst=dst, tc=56 << 2) / TCP(sport=179, dport=40000, flags="PA") / (b"k" * 19))
+    for f in (bfd, bgp):
+        verdict, out, d = run(port, f, B + 10)
+        assert verdict == TC_ACT_OK and out == f and d == {"packets": 1, "bytes": len(f), "marked": 0,
+                                                           "trimmed": 0, "dropped": 0}
+    cs5 = bytes(Ether() / IPv6(src=src, dst=dst, tc=40 << 2) / UDP(sport=1, dport=3784) / (b"b" * 24))
+    verdict, _, d = run(port, cs5, B + 10)
+    assert verdict == TC_ACT_SHOT and d["dropped"] == 1
