@@ -15,15 +15,32 @@ from mrc.fabric import ns
 from mrc.fabric.topology import Topology
 
 IPPROTO_MPTCP = 262
+MPTCP_MAX_SUBFLOWS = 8  # the kernel's limit on subflows and accepted addresses
 
 
 def mptcp_setup(t: Topology, h: int) -> None:
-    """Let host ``h`` open one MPTCP subflow per plane (an endpoint per extra plane address)."""
+    """Let host ``h`` carry MPTCP over every plane, in both directions: it announces its other
+    planes' kernel addresses (``signal`` endpoints), so whichever side connects opens one subflow
+    to each address the other announces, from its own address on that plane (the plane's route
+    names it as the source). Each subflow then stays on one plane both ways; with only ``subflow``
+    endpoints on the connecting side, every subflow ended at the peer's plane-0 address and its
+    return traffic all left through plane 0."""
     node = t.ns(t.host(h))
-    ns.command(node, ["ip", "mptcp", "limits", "set", "subflow", str(t.planes), "add_addr_accepted",
-                      str(t.planes)], check=True)
+    n = min(t.planes, MPTCP_MAX_SUBFLOWS)
+    ns.command(node, ["ip", "mptcp", "limits", "set", "subflow", str(n), "add_addr_accepted", str(n)], check=True)
     for p in range(1, t.planes):
-        ns.command(node, ["ip", "mptcp", "endpoint", "add", t.inner_address(h, p), "subflow"], check=True)
+        ns.command(node, ["ip", "mptcp", "endpoint", "add", t.inner_address(h, p), "signal"], check=True)
+
+
+def mptcp_planes(t: Topology, h: int) -> dict[int, tuple[int, int]]:
+    """Host ``h``'s bytes sent and received on each plane's port: (tx, rx) by plane, to show which
+    planes a transfer used."""
+    import json
+
+    r = ns.command(t.ns(t.host(h)), ["ip", "-j", "-s", "link", "show"], capture_output=True, text=True, check=True)
+    links = {x["ifname"]: x["stats64"] for x in json.loads(r.stdout)}
+    return {p: (links[t.port_ifname(p)]["tx"]["bytes"], links[t.port_ifname(p)]["rx"]["bytes"])
+            for p in range(t.planes)}
 
 
 def stream_gbps(t: Topology, src: int, dst: int, seconds: float, plane: int = 0, proto: int = 0,

@@ -170,3 +170,24 @@ def test_down_ends_every_daemon_and_removes_their_directory():
         apply.down(t.name)
     assert not daemons_of(t.name) and not os.path.exists(os.path.join(bgp.RUN_DIR, t.name))
     assert all(not os.path.exists(f"/proc/{p}") for p in pids)
+
+
+def test_mptcp_carries_data_on_every_plane_and_acks_return_on_each(bgp_fabric):
+    from mrc.fabric import baseline
+
+    t = bgp_fabric
+    for h in (0, 2):
+        baseline.mptcp_setup(t, h)
+    try:
+        before = {h: baseline.mptcp_planes(t, h) for h in (0, 2)}
+        gbps = baseline.stream_gbps(t, 0, 2, 1.5, proto=baseline.IPPROTO_MPTCP, port=5302)
+        after = {h: baseline.mptcp_planes(t, h) for h in (0, 2)}
+    finally:
+        for h in (0, 2):
+            baseline.mptcp_teardown(t, h)
+    assert gbps > 0
+    for p in range(t.planes):
+        sent = after[0][p][0] - before[0][p][0]
+        acks = after[2][p][0] - before[2][p][0]
+        assert sent > 20 << 20, (p, sent)  # data on this plane
+        assert acks > 20 << 10, (p, acks)  # and its subflow's ACKs back on the same plane
