@@ -12,14 +12,27 @@ payload / (payload + 98 bytes of frame headers per 8 KiB packet). Ring
 all-reduce sends 2(n-1)/n of the buffer per rank and all-to-all (n-1)/n, so
 busbw (algbw x that factor) can reach the NIC's rate and no more.
 
-Transports, alternated in every round (A B C D, then B C D A, ...):
+The fabric routes kernel traffic with FRR's BGP (ECMP over the spines, BFD;
+mrc fabric up --routing bgp), as a datacenter fabric routes TCP; --routing
+static keeps the SRv6 encap through one spine per host pair.
+
+Transports, alternated in every round (A B C D, then B C D A, ...), each with
+one warm-up call and --iters timed calls, as MRC:
   mrc              mrc coll (one rank per host, its NIC paced at the ports' rate)
   mpi_tcp          OpenMPI's TCP BTL over one plane's kernel address: one path
                    per peer, as ECMP gives a flow
   mpi_tcp_striped  OpenMPI's TCP BTL over every plane's kernel address (it stripes
-                   over every interface it is given)
+                   over every interface it is given; ob1 set to split a message
+                   over all 8 when the sweep finds it faster)
   mpi_mptcp        the one-plane configuration with MPTCP sockets (Debian's
-                   mptcpize) and one subflow per plane (ip mptcp endpoint)
+                   mptcpize) and one subflow per plane, in both directions
+                   (every host announces its planes: ip mptcp endpoint signal)
+Before them, a sweep picks each MPI configuration's collective algorithm
+(OpenMPI's rules, ring, Rabenseifner, recursive doubling; all-to-all: linear,
+pairwise, modified Bruck) and, striped, ob1's striping parameters: one call
+of each at --size; `mpi_tuning` has every figure, `mpi_settings` the --mca
+options each configuration then ran with (--skip tune: ring and pairwise).
+`planes_used`: the planes h0 sent on in an MPI run.
   gloo             torch.distributed's Gloo over every plane's kernel address
                    (GLOO_SOCKET_IFNAME), where torch is installed (a line says
                    so where it is not; never a dependency)
@@ -63,8 +76,10 @@ from mrc.units import parse_rate, parse_size  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAYLOAD, FRAME_HDRS = 8192, 98
 FAULTS = "t1-reboot/10s,flap/5s"
-MPI_CONFIGS = {"mpi_tcp": {"planes": [0]}, "mpi_tcp_striped": {"planes": list(range(8))},
+MPI_CONFIGS = {"mpi_tcp": {"planes": [0]}, "mpi_tcp_striped": {"planes": list(range(8)), "stripe": True},
                "mpi_mptcp": {"planes": [0], "mptcp": True}}
+#: without the sweep (--skip tune): what a competent user picks for large messages
+MPI_UNSWEPT = {"all_reduce": 4, "all_to_all": 2}
 
 
 def log(msg: str) -> None:
@@ -90,29 +105,35 @@ class Mpi:
             f.writelines(f"{h} slots=1\n" for h in t.host_nodes())
         self.mptcp = bool(shutil.which("mptcpize"))
         self.retries = 0
+        #: per configuration, what it runs with: {"algorithms": {coll: number}, "ob1": {...}} (_tune)
+        self.tuned = {c: {"algorithms": dict(MPI_UNSWEPT), "ob1": baseline.MPI_STRIPE_OB1 if v.get("stripe") else {}}
+                      for c, v in MPI_CONFIGS.items()}
         if self.mptcp:
             for h in range(t.hosts):
                 baseline.mptcp_setup(t, h)
 
-    def run(self, config: str, program_args: list[str], out=None, timeout: float = 1800) -> tuple[int, dict | None]:
+    def run(self, config: str, program_args: list[str], out=None, timeout: float = 1800,
+            tuning: dict | None = None) -> tuple[int, dict | None]:
         """One mpirun; up to twice more if it died without a result before the program started,
         or by a signal (OpenMPI's runtime in namespaces now and then crashes on its own, at the
         launch or in its routing between daemons, exit 139): counted in ``retries``."""
-        rc, res, started = self._run(config, program_args, out, timeout)
+        mca = baseline.mpi_tuning_mca(**(tuning or self.tuned[config]))
+        rc, res, started = self._run(config, program_args, out, timeout, mca)
         for _ in range(2):
             if res is not None or (started and rc < 128):  # (a timeout is ours: -9)
                 break
             self.retries += 1
             log(f"{config}: mpirun ended without a result (exit {rc}, the program "
                 f"{'had' if started else 'had not'} started); once more")
-            rc, res, started = self._run(config, program_args, out, timeout)
+            rc, res, started = self._run(config, program_args, out, timeout, mca)
         return rc, res
 
-    def _run(self, config: str, program_args: list[str], out, timeout: float) -> tuple[int, dict | None, bool]:
+    def _run(self, config: str, program_args: list[str], out, timeout: float,
+             mca: list[str]) -> tuple[int, dict | None, bool]:
         cfg = MPI_CONFIGS[config]
         argv = baseline.mpirun_argv(self.t, self.agent, self.hostfile, cfg["planes"],
                                     [sys.executable, os.path.join(HERE, "coll_mpi.py"), *program_args],
-                                    mptcp=cfg.get("mptcp", False))
+                                    mptcp=cfg.get("mptcp", False), mca=mca)
         env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": os.path.dirname(HERE)}
         p = subprocess.Popen([sys.executable, "-m", "mrc", "fabric", "exec", "--name", self.t.name, "h0", "--",
@@ -205,14 +226,47 @@ def run_gloo_coll(t: Topology, a, coll: str) -> dict | None:
     return None
 
 
-def run_mpi_coll(mpi: Mpi, config: str, a, coll: str) -> dict | None:
-    # one plane carries an eighth of the rest's bytes in as long: one timed call after no warm-up
-    iters, warm = (1, 0) if config in ("mpi_tcp", "mpi_mptcp") else (a.iters, 1)
-    _, res = mpi.run(config, ["coll", "--coll", coll, "--size", str(a.size_bytes), "--iters", str(iters),
-                              "--warmup", str(warm), "--check"])
+def run_mpi_coll(mpi: Mpi, config: str, a, coll: str, iters: int | None = None, warmup: int = 1,
+                 tuning: dict | None = None, size: int | None = None) -> dict | None:
+    """One MPI collective run: ``warmup`` calls, then ``iters`` timed (as MRC's: 1 and --iters), with
+    the configuration's tuning (or ``tuning``); ``planes_used``: the planes h0 sent on."""
+    before = baseline.plane_bytes(mpi.t, 0)
+    _, res = mpi.run(config, ["coll", "--coll", coll, "--size", str(size or a.size_bytes), "--iters",
+                              str(iters or a.iters), "--warmup", str(warmup), "--check"], tuning=tuning)
     if res is not None:
         res["qp_errors"] = 0
+        res["planes_used"] = baseline.planes_used(before, baseline.plane_bytes(mpi.t, 0))
     return res
+
+
+def tune_mpi(mpi: Mpi, a, configs: list[str], bound: float) -> dict:
+    """The sweep that picks each MPI configuration's algorithm per collective (and, striped, ob1's
+    striping parameters or their defaults): one call of each candidate at the bench's size, after
+    no warm-up, the best busbw wins. Sets ``mpi.tuned``; returns every candidate's figure."""
+    out: dict = {}
+    for config in configs:
+        ob1s = [{}, baseline.MPI_STRIPE_OB1] if MPI_CONFIGS[config].get("stripe") else [{}]
+        best_ob1: dict[str, tuple[float, dict]] = {}
+        out[config] = {}
+        for coll in ("all_reduce", "all_to_all"):
+            rows = []
+            for ob1 in ob1s:
+                for alg in baseline.MPI_ALGORITHMS[coll]:
+                    tuning = {"algorithms": {coll: alg}, "ob1": ob1}
+                    r = run_mpi_coll(mpi, config, a, coll, iters=1, warmup=0, tuning=tuning)
+                    bw = r["busbw_gbps"] if r and not r["wrong"] else 0.0
+                    rows.append({"algorithm": alg, "name": baseline.MPI_ALGORITHMS[coll][alg], "ob1": ob1,
+                                 "busbw_gbps": bw, "busbw_vs_bound": round(bw / bound, 4)})
+                    log(f"tune {config} {coll}: {baseline.MPI_ALGORITHMS[coll][alg]}"
+                        f"{' + ob1 striping' if ob1 else ''}: {bw} Gb/s")
+            best = max(rows, key=lambda x: x["busbw_gbps"])
+            mpi.tuned[config]["algorithms"][coll] = best["algorithm"]
+            best_ob1[coll] = (best["busbw_gbps"], best["ob1"])
+            out[config][coll] = {"chosen": best["name"], "algorithm": best["algorithm"], "sweep": rows}
+        # one ob1 setting per configuration (a training step runs both collectives): the all-reduce's
+        mpi.tuned[config]["ob1"] = best_ob1["all_reduce"][1]
+        out[config]["ob1"] = mpi.tuned[config]["ob1"]
+    return out
 
 
 def run_train(t: Topology, a, transport: str, mpi: Mpi | None) -> dict | None:
@@ -289,7 +343,9 @@ def summarize(runs: list[dict], bound: float) -> dict:
             "bound_gbps": round(bound, 4), "busbw_vs_bound": round(statistics.median(bws) / bound, 4),
             "wrong": sum(r["wrong"] or 0 for r in runs if r),
             "qp_errors": sum(r.get("qp_errors", 0) for r in runs if r),
-            "size": last["size"], "time_us": statistics.median(r["time_us"] for r in runs if r)}
+            "size": last["size"], "time_us": statistics.median(r["time_us"] for r in runs if r),
+            **({"planes_used": sorted(set().union(*(r["planes_used"] for r in runs if r)))}
+               if "planes_used" in last else {})}
 
 
 def _args() -> argparse.Namespace:
@@ -308,7 +364,10 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--sim-nics", default="256,1024", help="mrc sim's sizes (default 256,1024; empty: none)")
     ap.add_argument("--sim-size", default="16M", help="mrc sim's all-reduce bytes per NIC (default 16M)")
     ap.add_argument("--sim-a2a-size", default="4M", help="mrc sim's all-to-all bytes per NIC (default 4M)")
-    ap.add_argument("--skip", default="", help="parts to leave out: coll,train,sim,mpi,gloo")
+    ap.add_argument("--skip", default="", help="parts to leave out: coll,train,sim,mpi,gloo,tune (tune: no "
+                                               "sweep; MPI runs ring all-reduce and pairwise all-to-all)")
+    ap.add_argument("--routing", choices=("bgp", "static"), default="bgp",
+                    help="the kernel traffic's routing on the bench's fabric (default bgp: FRR, ECMP, BFD)")
     ap.add_argument("--security", action="store_true",
                     help="MRC's collectives alone with security off, auth and encrypt in alternated rounds "
                          "(no baselines, train or sim); saved as coll_bench_security")
@@ -423,7 +482,7 @@ def main() -> int:
     t, srv6 = None, None
     if {"coll", "train"} - skip:
         t = Topology(planes=8, spines=4, leaves=2, hosts=4, name=f"cb{os.getpid() % 100000}")
-        apply.up(t)
+        apply.up(t, routing=a.routing)
     mpi, ports = None, False
     try:
         if t is not None:
@@ -437,9 +496,15 @@ def main() -> int:
             if have_mpi:
                 mpi = Mpi(t)
                 if not mpi.mptcp:
-                    log("mptcpize (Debian's mptcpd) is missing: MPI over MPTCP is skipped")
+                    log("mptcpize (Debian's package of that name) is missing: MPI over MPTCP is skipped "
+                        "(bash tools/setup.sh installs it)")
             transports = ["mrc"] + ([c for c in MPI_CONFIGS if c != "mpi_mptcp" or mpi.mptcp] if mpi else []) + \
                 (["gloo"] if have_gloo else []) + (["mrc_auth", "mrc_encrypt"] if a.security else [])
+            out["routing"] = a.routing
+            if mpi and "tune" not in skip and {"coll", "train"} - skip:
+                out["mpi_tuning"] = tune_mpi(mpi, a, [c for c in transports if c in MPI_CONFIGS], bound)
+            if mpi:
+                out["mpi_settings"] = {c: {**v, "mca": baseline.mpi_tuning_mca(**v)} for c, v in mpi.tuned.items()}
             if "coll" not in skip:
                 _collectives(t, a, mpi, transports, bound, out)
             if "train" not in skip:

@@ -49,7 +49,7 @@ fi
 if [ "$what" != demo ]; then
     command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
     command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev)
-    command -v mptcpize >/dev/null 2>&1 || need+=(mptcpd)
+    command -v mptcpize >/dev/null 2>&1 || need+=(mptcpize)
     # the baselines' fabric routes kernel traffic with FRR's BGP (mrc fabric up --routing bgp)
     [ -x /usr/lib/frr/bgpd ] && [ -x /usr/lib/frr/bfdd ] || need+=(frr)
 fi
@@ -65,7 +65,7 @@ if [ "${#need[@]}" -gt 0 ]; then
     echo "== apt-get install ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    # packages with a service (frr, mptcpd) are installed without starting it: mrc starts the
+    # packages with a service (frr) are installed without starting it: mrc starts the
     # daemons it needs inside its namespaces, and nothing of theirs should run on the machine itself
     policy=/usr/sbin/policy-rc.d
     made_policy=

@@ -32,9 +32,9 @@ def mptcp_setup(t: Topology, h: int) -> None:
         ns.command(node, ["ip", "mptcp", "endpoint", "add", t.inner_address(h, p), "signal"], check=True)
 
 
-def mptcp_planes(t: Topology, h: int) -> dict[int, tuple[int, int]]:
+def plane_bytes(t: Topology, h: int) -> dict[int, tuple[int, int]]:
     """Host ``h``'s bytes sent and received on each plane's port: (tx, rx) by plane, to show which
-    planes a transfer used."""
+    planes a transfer used (:func:`planes_used`)."""
     import json
 
     r = ns.command(t.ns(t.host(h)), ["ip", "-j", "-s", "link", "show"], capture_output=True, text=True, check=True)
@@ -133,8 +133,45 @@ def mptcp_teardown(t: Topology, h: int) -> None:
     ns.command(node, ["ip", "mptcp", "limits", "set", "subflow", "0", "add_addr_accepted", "0"])
 
 
+def planes_used(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]],
+                share: float = 0.02) -> list[int]:
+    """The planes that sent at least ``share`` of the bytes between two :func:`plane_bytes` readings."""
+    sent = {p: after[p][0] - before[p][0] for p in after}
+    total = sum(sent.values()) or 1
+    return [p for p, b in sorted(sent.items()) if b >= share * total]
+
+
+#: OpenMPI 4.1's collective algorithms by number (``coll_tuned_<name>_algorithm``; 0: its own rules)
+MPI_ALGORITHMS = {"all_reduce": {0: "OpenMPI's rules", 3: "recursive doubling", 4: "ring", 6: "Rabenseifner"},
+                  "all_to_all": {0: "OpenMPI's rules", 1: "linear", 2: "pairwise", 3: "modified Bruck"}}
+MPI_COLL_NAME = {"all_reduce": "allreduce", "all_to_all": "alltoall"}
+#: ob1 for striping a message over every plane's interface: by default it splits a message over at
+#: most 4 of them (max_rdma_per_request) with 4 fragments in flight (recv_pipeline_depth)
+MPI_STRIPE_OB1 = {"pml_ob1_max_rdma_per_request": 8, "pml_ob1_recv_pipeline_depth": 16}
+
+
+def mpi_tuning_mca(algorithms: dict[str, int], ob1: dict | None = None) -> list[str]:
+    """mpirun's ``--mca`` options for a collective algorithm per collective (0 leaves it to OpenMPI)
+    and ob1 parameters.
+
+    >>> mpi_tuning_mca({"all_reduce": 4, "all_to_all": 0}, {"pml_ob1_max_rdma_per_request": 8})[:6]
+    ['--mca', 'coll_tuned_use_dynamic_rules', '1', '--mca', 'coll_tuned_allreduce_algorithm', '4']
+    """
+    out: list[str] = []
+    chosen = {c: a for c, a in algorithms.items() if a}
+    if chosen:
+        out += ["--mca", "coll_tuned_use_dynamic_rules", "1"]
+        for coll, alg in chosen.items():
+            if alg not in MPI_ALGORITHMS[coll]:
+                raise ValueError(f"unknown {coll} algorithm {alg}: use one of {sorted(MPI_ALGORITHMS[coll])}")
+            out += ["--mca", f"coll_tuned_{MPI_COLL_NAME[coll]}_algorithm", str(alg)]
+    for k, v in (ob1 or {}).items():
+        out += ["--mca", k, str(v)]
+    return out
+
+
 def mpirun_argv(t: Topology, agent: str, hostfile: str, planes: list[int], program: list[str],
-                mptcp: bool = False) -> list[str]:
+                mptcp: bool = False, mca: list[str] | None = None) -> list[str]:
     """mpirun (run inside the first host's namespace) for one rank per host over
     OpenMPI's TCP BTL on the kernel addresses of ``planes``; its daemons start
     through ``agent`` (a script that runs a command in a host's namespace) and talk
@@ -143,10 +180,10 @@ def mpirun_argv(t: Topology, agent: str, hostfile: str, planes: list[int], progr
     namespaces; the network's IPv4 addresses, there for perftest's exchange, are
     left out). ``mptcp``:
     the ranks' sockets become MPTCP (Debian's mptcpize), whose subflows take the
-    other planes."""
+    other planes. ``mca``: further options (:func:`mpi_tuning_mca`)."""
     wrap = ["mptcpize", "run"] if mptcp else []
     return ["mpirun", "--hostfile", hostfile, "-np", str(t.hosts), "--mca", "plm_rsh_agent", agent,
             "--mca", "oob_tcp_if_include", "mgmt", "--mca", "oob_tcp_disable_ipv4_family", "1",
             "--mca", "routed", "direct", "--mca", "btl", "tcp,self",
             "--mca", "btl_tcp_if_include", ",".join(f"{MPI_PORT}{p}" for p in planes),
-            "--mca", "orte_base_help_aggregate", "0", *wrap, *program]
+            "--mca", "orte_base_help_aggregate", "0", *(mca or []), *wrap, *program]

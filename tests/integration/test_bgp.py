@@ -179,9 +179,9 @@ def test_mptcp_carries_data_on_every_plane_and_acks_return_on_each(bgp_fabric):
     for h in (0, 2):
         baseline.mptcp_setup(t, h)
     try:
-        before = {h: baseline.mptcp_planes(t, h) for h in (0, 2)}
+        before = {h: baseline.plane_bytes(t, h) for h in (0, 2)}
         gbps = baseline.stream_gbps(t, 0, 2, 1.5, proto=baseline.IPPROTO_MPTCP, port=5302)
-        after = {h: baseline.mptcp_planes(t, h) for h in (0, 2)}
+        after = {h: baseline.plane_bytes(t, h) for h in (0, 2)}
     finally:
         for h in (0, 2):
             baseline.mptcp_teardown(t, h)

@@ -127,15 +127,27 @@ def test_mpi_baseline_runs_beside_mrc(tmp_path):
     if not shutil.which("mpirun"):
         pytest.skip("OpenMPI is not installed (bash tools/setup.sh installs it)")
     p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "coll_bench.py"), "--rounds", "1", "--size",
-                        "1M", "--rate", "100mbit", "--skip", "train,sim", "--json"], capture_output=True, text=True,
-                       timeout=600)
+                        "1M", "--rate", "100mbit", "--skip", "train,sim,tune,gloo", "--json"], capture_output=True,
+                       text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(p.stdout)
-    for tr in ("mrc", "mpi_tcp", "mpi_tcp_striped"):
+    assert r["routing"] == "bgp"  # the baselines' fabric routes kernel traffic with BGP
+    mptcp = ["mpi_mptcp"] if shutil.which("mptcpize") else []
+    for tr in ("mrc", "mpi_tcp", "mpi_tcp_striped", *mptcp):
         for c in ("all_reduce", "all_to_all"):
             assert r[tr][c]["wrong"] == 0 and r[tr][c]["qp_errors"] == 0, (tr, c)
             assert {"busbw_gbps", "algbw_gbps", "bound_gbps"} <= set(r[tr][c])
     assert r["mrc"]["all_reduce"]["busbw_gbps"] > r["mpi_tcp"]["all_reduce"]["busbw_gbps"]
+    # each configuration does what it says: one plane, every plane (ob1 set to split over all 8),
+    # and MPTCP's subflows beyond plane 0
+    s = r["mpi_settings"]
+    assert s["mpi_tcp_striped"]["ob1"]["pml_ob1_max_rdma_per_request"] == 8
+    assert "coll_tuned_allreduce_algorithm" in s["mpi_tcp"]["mca"]
+    for c in ("all_reduce", "all_to_all"):
+        assert r["mpi_tcp"][c]["planes_used"] == [0]
+        assert r["mpi_tcp_striped"][c]["planes_used"] == list(range(8)), r["mpi_tcp_striped"][c]
+        if mptcp:
+            assert len(r["mpi_mptcp"][c]["planes_used"]) > 1, r["mpi_mptcp"][c]
 
 
 def test_without_openmpi_the_baseline_is_skipped_with_a_line():
