@@ -237,7 +237,9 @@ def _retrans_segs(t, h) -> int:
     return int(rows[1][rows[0].index("RetransSegs")])
 
 
-def run_tcp(t, seconds, plan, proto=0, port=5201) -> dict:
+def run_tcp(t, seconds, plan, proto=0, port=5201, sport=0) -> dict:
+    """A stream from h0 to the last host's plane-0 kernel address under ``plan``; ``sport``: its
+    source port (on a BGP fabric, the one ECMP hashes through the faults: bgp.sport_through)."""
     src, dst = 0, t.hosts - 1
     srv = ns.run_in(t.ns(t.host(dst)), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM, proto))
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -270,6 +272,9 @@ def run_tcp(t, seconds, plan, proto=0, port=5201) -> dict:
     cli = ns.run_in(t.ns(t.host(src)), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM, proto))
     rs0 = _retrans_segs(t, src)
     try:
+        if sport:
+            cli.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            cli.bind((t.inner_address(src, 0), sport))
         cli.connect((t.inner_address(dst, 0), port))
         t0 = time.monotonic()
         box["rec"] = Recorder(t0, seconds)

@@ -200,7 +200,7 @@ def run_gloo_coll(t: Topology, a, coll: str) -> dict | None:
     port = 24000 + os.getpid() % 4000
     env = {**os.environ, "GLOO_SOCKET_IFNAME": ",".join(f"{baseline.MPI_PORT}{p}" for p in range(t.planes)),
            "OMP_NUM_THREADS": "1", "PYTHONPATH": os.path.dirname(HERE)}
-    procs = []
+    procs, before = [], baseline.plane_bytes(t, 0)
     for k in range(t.hosts):
         argv = [sys.executable, "-m", "mrc", "fabric", "exec", "--name", t.name, t.host(k), "--", sys.executable,
                 os.path.join(HERE, "coll_gloo.py"), "--rank", str(k), "--world", str(t.hosts), "--master",
@@ -221,7 +221,8 @@ def run_gloo_coll(t: Topology, a, coll: str) -> dict | None:
                 p.wait()
     for line in out.splitlines():
         if line.startswith("@result "):
-            return {**json.loads(line[8:]), "qp_errors": 0}
+            return {**json.loads(line[8:]), "qp_errors": 0,
+                    "planes_used": baseline.planes_used(before, baseline.plane_bytes(t, 0))}
     log(f"gloo {coll}: no result: {err[-400:]}")
     return None
 
@@ -357,8 +358,9 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=3, help="alternated rounds (default 3)")
     ap.add_argument("--model", default="4M", help="train: gradient bytes (default 4M)")
     ap.add_argument("--bucket", default="1M", help="train: bucket bytes (default 1M)")
-    ap.add_argument("--compute-ms", type=float, default=2000.0, help="train: compute per step (default 2000)")
-    ap.add_argument("--train-seconds", type=float, default=30.0, help="train: seconds per phase (default 30)")
+    ap.add_argument("--compute-ms", type=float, default=500.0, help="train: compute per step (default 500)")
+    ap.add_argument("--train-seconds", type=float, default=40.0, help="train: seconds per phase (default 40; "
+                                                                     "with 3 pairs, >= 100 steps per condition)")
     ap.add_argument("--train-pairs", type=int, default=3, help="train: pairs of phases, no faults then faults, "
                                                                "alternated (default 3)")
     ap.add_argument("--sim-nics", default="256,1024", help="mrc sim's sizes (default 256,1024; empty: none)")

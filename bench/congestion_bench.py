@@ -1,6 +1,8 @@
 """Congestion on the fabric: incast, a victim flow and all-to-all, MRC against
 kernel TCP (cubic with ECN, bbr) and MPTCP, on a fabric whose switch ports
-queue, mark ECN, trim MRC data and drop (mrc fabric up --link-rate).
+queue, mark ECN, trim MRC data and drop (mrc fabric up --link-rate), and whose
+kernel traffic is routed by FRR's BGP with ECMP (--routing bgp; static: the
+SRv6 encap through one spine per host pair).
 
 Every switch port runs at --rate (default 100 Mbit/s: a host's 8 planes then
 carry 800 Mbit/s, far below what this 2-core VM forwards, so queues build at
@@ -295,7 +297,7 @@ def build(a) -> tuple[Topology, qos.PortQoS]:
     t = Topology(planes=a.planes, spines=a.spines, leaves=a.leaves, hosts=a.hosts,
                  name=f"cg{secrets.token_hex(3)}")
     q = qos.PortQoS(parse_rate(a.rate), a.ecn_kb, a.trim_kb, a.buffer_kb).check()
-    apply.up(t)
+    apply.up(t, routing=a.routing)
     try:
         apply.wire_sized(t)  # switches forward wire-size packets (TCP's GSO super-packets are cut at the leaf)
         apply.set_queues(t.name, None, q)
@@ -352,6 +354,8 @@ def _args() -> argparse.Namespace:
                     help="an NSCC parameter for every MRC QP (struct mrc_cc_params), e.g. gamma=400; repeatable")
     import store  # bench/, beside this file
 
+    ap.add_argument("--routing", choices=("bgp", "static"), default="bgp",
+                    help="the kernel traffic's routing (default bgp: FRR, ECMP, BFD; static: the SRv6 encap)")
     store.add_argument(ap)
     return ap.parse_args()
 
@@ -404,7 +408,8 @@ def main() -> int:
         print(f"congestion_bench: {problem}", file=sys.stderr)
         return 2
     t, q = build(a)
-    out = {"cc": a.cc, "spin_us": a.spin_us, "nic_rate": not a.no_nic_rate, "victim_nic_x": a.victim_nic_x,
+    out = {"cc": a.cc, "routing": a.routing, "spin_us": a.spin_us, "nic_rate": not a.no_nic_rate,
+           "victim_nic_x": a.victim_nic_x,
            "pacing": not (a.no_nic_rate or a.no_pacing), "rate_bps": q.rate_bps, "ecn_kb": q.ecn_kb,
            "trim_kb": q.trim_kb, "buffer_kb": q.buffer_kb,
            "hosts": t.hosts, "planes": t.planes, "msg": a.msg, "seconds": a.seconds, "workloads": {},

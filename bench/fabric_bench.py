@@ -15,6 +15,10 @@
   beside the longest stall of the same transfer without a fault and with the
   link black-holed by nftables instead of taken down.
 
+The fabric routes kernel traffic with FRR's BGP (mrc fabric up --routing
+bgp: plain IPv6, ECMP, BFD), as a datacenter fabric routes TCP; --routing
+static keeps the SRv6 encap through one spine per host pair.
+
 Same payload size: the hosts keep GSO (as a host keeps TSO on a real NIC),
 but every switch interface gets gso_max_segs 1 (mrc.fabric.apply.wire_sized),
 so the leaf cuts TCP's 64 KB super-packets and the fabric forwards packets of
@@ -192,6 +196,8 @@ def main() -> int:
 
     ap.add_argument("--security-pairs", type=int, default=0, metavar="N",
                     help="measure security off against auth and encrypt, N rounds (alternated) instead")
+    ap.add_argument("--routing", choices=("bgp", "static"), default="bgp",
+                    help="the kernel traffic's routing (default bgp: FRR, ECMP, BFD; static: the SRv6 encap)")
     store.add_argument(ap)
     a = ap.parse_args()
     if a.security_pairs < 0 or a.security_pairs > 50:
@@ -199,7 +205,7 @@ def main() -> int:
     exit_cleanly_on_sigterm()  # a killed run still removes its fabric
     t = Topology(name=f"b{os.getpid() % 100000}")
     log = (lambda *x: None) if a.json else (lambda *x: print(*x, file=sys.stderr, flush=True))
-    apply.up(t)
+    apply.up(t, routing=a.routing)
     try:
         src, dst = 0, t.hosts - 1
         if a.security_pairs:
@@ -243,7 +249,7 @@ def main() -> int:
                "tcp_hot_gbps": round(tcp_hot, 3), "ratio_tcp_hot": round(m["gbps"] / tcp_hot, 3),
                "data_verified": m["verified"] and small["verified"], "qp_errors": 0,
                "tcp_superpacket_gbps": round(tcp_super, 3), "ratio_tcp_superpacket": round(m["gbps"] / tcp_super, 3),
-               "srv6": apply.srv6(t.name),
+               "srv6": apply.srv6(t.name), "routing": a.routing,
                "stall_ms": cut["max_stall_after_event_ms"], "stall_ms_whole_run": cut["max_stall_ms"],
                "stall_ms_no_fault": small["max_stall_ms"], "stall_ms_blackhole": hole["max_stall_after_event_ms"],
                "stall_msg_bytes": 64 << 10,

@@ -1,9 +1,12 @@
 """Fault campaign: MRC against kernel TCP and MPTCP under real faults, on
 the default fabric (8 planes, 4 spines, 2 leaves, 4 hosts), in one run.
 
-Scenarios (each transfer is h0 -> h3; the faults sit on the paths TCP uses
-too: plane 0, spine 3, where the fabric's static kernel route for h0 -> h3
-goes):
+The fabric routes kernel traffic with FRR's BGP (ECMP, BFD: mrc fabric up
+--routing bgp; --routing static keeps the SRv6 encap through one spine per
+host pair). Scenarios (each transfer is h0 -> h3; the faults sit on the paths
+TCP uses too: plane 0, spine 3, where the static kernel route for h0 -> h3
+goes, and on the BGP fabric the source port of each TCP and MPTCP stream is
+chosen so that ECMP hashes it through p0s3: bgp.sport_through):
   a  one T0-T1 link (p0l0-p0s3) cut mid-transfer, never healed in the run
   b  that link flapping every second (down half a second, up half) for 60 s
   c  a T1 switch (p0s3) rebooting: all its links down for 5 s
@@ -67,7 +70,7 @@ import sys
 from campaign_report import BUCKET, bad_path_leave, markdown, monitor_figures, plot, spread, table
 from campaign_runs import FAULT_AT, Recorder, run_idle, run_mrc, run_tcp
 
-from mrc.fabric import apply
+from mrc.fabric import apply, bgp
 from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup
 from mrc.fabric.topology import Topology
 from mrc.signals import exit_cleanly_on_sigterm
@@ -255,6 +258,8 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--flap-seconds", type=float, default=60.0, help="how long (b) flaps (default 60)")
     ap.add_argument("--msg", type=int, default=64 << 10, help="MRC WRITE size in bytes (default 64 KiB)")
     ap.add_argument("--no-kernel", action="store_true", help="MRC only (skip TCP and MPTCP)")
+    ap.add_argument("--routing", choices=("bgp", "static"), default="bgp",
+                    help="the kernel traffic's routing (default bgp: FRR, ECMP, BFD; static: the SRv6 encap)")
     ap.add_argument("--markdown", metavar="JSON", nargs="+",
                     help="print the markdown table of a saved --json run and exit; with several runs, the table "
                          "of their medians and spreads")
@@ -343,7 +348,7 @@ def main() -> int:
     protos = ["mrc"] if a.no_kernel else ["mrc", "tcp", "mptcp"]
     if a.plots:
         os.makedirs(a.plots, exist_ok=True)
-    apply.up(t)
+    apply.up(t, routing=a.routing)
     try:
         apply.wire_sized(t)
         if "mptcp" in protos:
@@ -356,11 +361,13 @@ def main() -> int:
                 r = run_mrc(t, seconds, plan, a.msg, deny=deny,
                             attr=QPAttr(timeout=a.timeout) if a.timeout is not None else None)
                 return r, r["t0_ns"]
-            r = run_tcp(t, seconds, plan, IPPROTO_MPTCP if proto == "mptcp" else 0, port)
+            sport = bgp.sport_through(t, 0, t.hosts - 1, 0, 3, port) if a.routing == "bgp" else 0
+            r = run_tcp(t, seconds, plan, IPPROTO_MPTCP if proto == "mptcp" else 0, port, sport)
             return r, int(r["t0"] * 1e9)
 
         port = 5300
-        out: dict = {"fabric": {"planes": t.planes, "spines": t.spines, "leaves": t.leaves, "hosts": t.hosts},
+        out: dict = {"fabric": {"planes": t.planes, "spines": t.spines, "leaves": t.leaves, "hosts": t.hosts,
+                                "routing": a.routing},
                      "msg_bytes": a.msg, "scenarios": {}}
         mss = 0
         for key in want:

@@ -183,20 +183,33 @@ def _is_frr(pid: int, dirpath: str) -> bool:
         return False
 
 
-def vtysh(t: Topology, node: str, command: str, timeout: float = 10.0) -> str:
-    """Run one vtysh command against switch ``node``'s daemons; its output."""
-    r = subprocess.run(["vtysh", "--vty_socket", node_dir(t, node), "-c", command],
-                       capture_output=True, text=True, timeout=timeout)
+def vtysh(t: Topology, node: str, *commands: str, timeout: float = 10.0) -> str:
+    """Run vtysh commands against switch ``node``'s daemons (one vtysh process); their output."""
+    argv = ["vtysh", "--vty_socket", node_dir(t, node)]
+    for c in commands:
+        argv += ["-c", c]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
-        raise FabricError(f"vtysh in {t.ns(node)}: {command}: {(r.stderr or r.stdout).strip()[-300:]}")
+        raise FabricError(f"vtysh in {t.ns(node)}: {'; '.join(commands)}: {(r.stderr or r.stdout).strip()[-300:]}")
     return r.stdout
+
+
+def _json_documents(text: str) -> list:
+    """The JSON documents printed one after another (vtysh's answers to several commands)."""
+    dec, out, i = json.JSONDecoder(), [], 0
+    while True:
+        while i < len(text) and text[i].isspace():
+            i += 1
+        if i >= len(text):
+            return out
+        doc, i = dec.raw_decode(text, i)
+        out.append(doc)
 
 
 def sessions(t: Topology, node: str) -> list[dict]:
     """Switch ``node``'s BGP sessions: peer interface, state, prefixes received, and its BFD state."""
     try:
-        summary = json.loads(vtysh(t, node, "show bgp ipv6 unicast summary json") or "{}")
-        bfd = json.loads(vtysh(t, node, "show bfd peers json") or "[]")
+        summary, bfd = _json_documents(vtysh(t, node, "show bgp ipv6 unicast summary json", "show bfd peers json"))
     except (FabricError, ValueError, subprocess.TimeoutExpired) as e:
         return [{"node": node, "peer": "?", "state": f"no answer ({str(e)[:80]})", "prefixes": 0, "bfd": "?"}]
     bfd_of = {b.get("interface"): b.get("status") for b in bfd}
@@ -208,8 +221,11 @@ def sessions(t: Topology, node: str) -> list[dict]:
 
 
 def all_sessions(t: Topology) -> list[dict]:
-    """Every switch's sessions."""
-    return [s for node in t.switch_nodes() for s in sessions(t, node)]
+    """Every switch's sessions (the switches asked 8 at a time: each answer takes a vtysh process)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return [s for per in pool.map(lambda node: sessions(t, node), t.switch_nodes()) for s in per]
 
 
 def expected_sessions(t: Topology) -> int:
@@ -218,24 +234,28 @@ def expected_sessions(t: Topology) -> int:
 
 
 def wait_converged(t: Topology, timeout: float = 60.0, progress=None) -> float:
-    """Wait until every session is Established and every leaf has a route to every other leaf's
-    hosts through every spine. Returns seconds; FabricError naming what is missing after ``timeout``."""
+    """Wait until every leaf has a route to every other leaf's hosts through every spine (which, with
+    two leaves or more, needs every session up) and every session is Established with its BFD session
+    up (until then a failure is seen only at the hold time). Returns seconds;
+    FabricError naming what is missing after ``timeout``. The routes are read from the kernel, which
+    is cheap; the daemons are asked only once the routes are complete."""
     start = time.monotonic()
     while True:
-        ss = all_sessions(t)
-        up = [s for s in ss if s["state"] == "Established"]
-        missing = _missing_routes(t) if len(up) == expected_sessions(t) else None
-        if progress:
+        missing = missing_routes(t)
+        ss = all_sessions(t) if not missing or progress or time.monotonic() - start > timeout else None
+        up = [s for s in ss or [] if s["state"] == "Established" and s["bfd"] == "up"]
+        if progress and ss is not None:
             progress(len(up), expected_sessions(t))
-        if missing == []:
+        if not missing and len(up) == expected_sessions(t):
             return time.monotonic() - start
         if time.monotonic() - start > timeout:
-            down = [f"{s['node']}/{s['peer']} {s['state']}" for s in ss if s["state"] != "Established"]
-            what = (f"{len(down)} sessions not Established ({', '.join(down[:5])})" if down else
+            down = [f"{s['node']}/{s['peer']} {s['state']}, BFD {s['bfd']}" for s in ss or []
+                    if s["state"] != "Established" or s["bfd"] != "up"]
+            what = (f"{len(down)} sessions not Established with BFD up ({', '.join(down[:5])})" if down else
                     f"routes missing or without every spine ({', '.join((missing or [])[:5])})")
             raise FabricError(f"BGP did not converge in {timeout:g} s: {what}; see `mrc fabric status "
                               f"--name {t.name}` and the logs under {os.path.join(RUN_DIR, t.name)}")
-        time.sleep(0.2)
+        time.sleep(0.05 if ss is None else 0.2)
 
 
 def ecmp_routes(t: Topology, node: str) -> dict[str, int]:
@@ -245,7 +265,7 @@ def ecmp_routes(t: Topology, node: str) -> dict[str, int]:
     return {str(ipaddress.ip_network(x["dst"])): len(x.get("nexthops", [])) or 1 for x in routes}
 
 
-def _missing_routes(t: Topology) -> list[str]:
+def missing_routes(t: Topology) -> list[str]:
     """``node:prefix`` of every leaf route that is absent or lacks a spine."""
     out = []
     for p in range(t.planes):
@@ -257,3 +277,83 @@ def _missing_routes(t: Topology) -> list[str]:
                 if t.host_leaf(h) != leaf and routes.get(prefix, 0) < t.spines:
                     out.append(f"{node}:{t.inner_host_prefix(h)}")
     return out
+
+
+def flow_spine(t: Topology, src: int, dst: int, plane: int, sport: int, dport: int) -> str | None:
+    """The spine that ECMP gives the TCP flow (``src``'s plane address, ``sport``) -> (``dst``'s,
+    ``dport``) on ``plane``, found by what it does: a short connection (closed with a reset, so that
+    its 4-tuple is free again at once) and the byte counters of the spines' ports toward ``src``'s
+    leaf. None when no spine carried it (no route, or nothing listening at ``dport``: see
+    :func:`sport_through`, which listens)."""
+    import socket
+    import struct
+
+    leaf_if = f"l{t.host_leaf(src)}"
+    spines = [t.spine(plane, s) for s in range(t.spines)]
+
+    def rx() -> dict[str, int]:
+        out = {}
+        for node in spines:
+            r = ns.command(t.ns(node), ["ip", "-j", "-s", "link", "show", leaf_if], capture_output=True, text=True)
+            out[node] = json.loads(r.stdout)[0]["stats64"]["rx"]["bytes"] if r.returncode == 0 else 0
+        return out
+
+    before = rx()
+    c = ns.run_in(t.ns(t.host(src)), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM))
+    try:
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        c.settimeout(2)
+        c.bind((t.inner_address(src, plane), sport))
+        c.connect((t.inner_address(dst, plane), dport))
+        c.sendall(bytes(256 << 10))
+        c.shutdown(socket.SHUT_WR)
+        while c.recv(1 << 16):  # until the listener has read it all and closed
+            pass
+    except OSError:
+        return None
+    finally:
+        c.close()
+    after = rx()
+    grew = {n: after[n] - before[n] for n in spines}
+    best = max(grew, key=grew.get)
+    return best if grew[best] > 128 << 10 else None
+
+
+def sport_through(t: Topology, src: int, dst: int, plane: int, spine: int, dport: int,
+                  first: int = 41000, tries: int = 64) -> int:
+    """A source port whose TCP flow from ``src`` to ``dst`` (``dport``) ECMP hashes through
+    ``spine`` of ``plane`` (:func:`flow_spine`): how a bench puts a kernel flow where its fault is."""
+    import socket
+    import threading
+
+    want = t.spine(plane, spine)
+    srv = ns.run_in(t.ns(t.host(dst)), lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM))
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("::", dport))
+    srv.listen(8)
+    srv.settimeout(0.2)
+    done = threading.Event()
+
+    def drain() -> None:
+        while not done.is_set():
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                continue
+            with suppress(OSError):
+                while c.recv(1 << 20):
+                    pass
+            c.close()
+
+    th = threading.Thread(target=drain, daemon=True)
+    th.start()
+    try:
+        for sport in range(first, first + tries):
+            if flow_spine(t, src, dst, plane, sport, dport) == want:
+                return sport
+    finally:
+        done.set()
+        th.join(5)
+        srv.close()
+    raise FabricError(f"no source port in {first}..{first + tries - 1} hashes through {want}")

@@ -25,8 +25,12 @@ COMMON_SYSCTLS = {
     "net.ipv6.conf.default.keep_addr_on_down": "1",
 }
 SWITCH_SYSCTLS = {**COMMON_SYSCTLS, "net.ipv6.conf.all.forwarding": "1"}
-#: with BGP, a switch spreads flows over its equal-cost next hops by the 5-tuple, as a switch's ECMP hash does
-BGP_SWITCH_SYSCTLS = {**SWITCH_SYSCTLS, "net.ipv6.fib_multipath_hash_policy": "1"}
+#: with BGP, a switch spreads flows over its equal-cost next hops by the 5-tuple, as a switch's ECMP hash
+#: does: the custom policy (3) over source and destination address, protocol and ports (fields 0x37).
+#: Policy 1 would take the sending socket's own random hash where a packet still carries it, so that
+#: a flow's path changed with each connection (and each TCP timeout), not with its 5-tuple.
+BGP_SWITCH_SYSCTLS = {**SWITCH_SYSCTLS, "net.ipv6.fib_multipath_hash_fields": "0x37",
+                      "net.ipv6.fib_multipath_hash_policy": "3"}
 #: how kernel traffic crosses the fabric: ``static`` (SRv6 encap through one spine per host pair) or ``bgp``
 #: (plain IPv6, routed by FRR's BGP with ECMP on the switches: mrc.fabric.bgp)
 ROUTINGS = ("static", "bgp")

@@ -23,6 +23,8 @@ from mrc.fabric.topology import Topology
 
 STAMP = struct.Struct("!HIQ")  # flow, sequence number, send time (CLOCK_MONOTONIC ns)
 PORT = 47000
+SO_RCVBUFFORCE = 33
+RCVBUF = 64 << 20
 
 
 class ProbeStream:
@@ -34,6 +36,12 @@ class ProbeStream:
         self.t, self.flows, self.interval = t, flows, interval_s
         self.dst_addr = (t.inner_address(dst, plane), port)
         self.rx = ns.run_in(t.ns(t.host(dst)), lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM))
+        # room for seconds of probes: a receiving thread that the machine holds back for a moment
+        # must not turn into a loss window that the network never had (SO_RCVBUFFORCE: root)
+        try:
+            self.rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF)
+        except OSError:
+            self.rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
         self.rx.bind(("::", port))
         self.rx.settimeout(0.05)
         self.tx = []
@@ -99,17 +107,21 @@ class ProbeStream:
     def result(self) -> dict:
         """Per flow: sent, received, lost, and its longest loss window (ms: from the last probe
         that arrived before a loss to the first after it, by their send times) with when it began
-        (``at_ms``, from :meth:`start`); over every flow,
+        (``at_ms``, from :meth:`start`), and ``tail_lost``, the probes lost after the last one that
+        arrived (a loss that never ended is no window); over every flow,
         the longest window and the number of flows that lost any probe."""
         per = []
         for f in range(self.flows):
-            got = sorted(self.got[f])
+            got = sorted(set(self.got[f]))
             window, at = 0.0, None
             for (s0, t0), (s1, t1) in zip(got, got[1:], strict=False):
                 if s1 - s0 > 1 and (t1 - t0) / 1e6 > window:
                     window, at = (t1 - t0) / 1e6, (t0 - self.start_ns) / 1e6
+            tail = self.sent[f] - 1 - got[-1][0] if got else self.sent[f]
             per.append({"flow": f, "sent": self.sent[f], "received": len(got), "lost": self.sent[f] - len(got),
+                        "tail_lost": tail,
                         "loss_window_ms": round(window, 1), "at_ms": None if at is None else round(at, 1)})
         return {"flows": per, "interval_ms": self.interval * 1e3,
                 "loss_window_ms": max(p["loss_window_ms"] for p in per),
-                "flows_with_loss": sum(1 for p in per if p["lost"]), "lost": sum(p["lost"] for p in per)}
+                "flows_with_loss": sum(1 for p in per if p["lost"]), "lost": sum(p["lost"] for p in per),
+                "tail_lost": sum(p["tail_lost"] for p in per)}

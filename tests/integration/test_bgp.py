@@ -191,3 +191,12 @@ def test_mptcp_carries_data_on_every_plane_and_acks_return_on_each(bgp_fabric):
         acks = after[2][p][0] - before[2][p][0]
         assert sent > 20 << 20, (p, sent)  # data on this plane
         assert acks > 20 << 10, (p, acks)  # and its subflow's ACKs back on the same plane
+
+
+def test_ecmp_hashes_the_5_tuple_so_a_chosen_source_port_keeps_its_spine(bgp_fabric):
+    t = bgp_fabric
+    for spine in range(t.spines):
+        sport = bgp.sport_through(t, 0, 2, 1, spine, 5310)
+        # the same 5-tuple again, and again: the same spine (a flow's path is its 5-tuple's)
+        for _ in range(2):
+            assert bgp.sport_through(t, 0, 2, 1, spine, 5310, first=sport, tries=1) == sport

@@ -26,7 +26,7 @@ def test_bgp_kernel_traffic_is_plain_ipv6_with_no_encap_and_the_usid_routes_unch
     # a switch hashes flows by their 5-tuple only with BGP
     hashes = {o.node: o.args["values"].get("net.ipv6.fib_multipath_hash_policy") for o in routed
               if o.kind == "sysctl" and o.node.startswith("p")}
-    assert set(hashes.values()) == {"1"}
+    assert set(hashes.values()) == {"3"}  # the custom policy, over the 5-tuple
     assert not any("net.ipv6.fib_multipath_hash_policy" in o.args["values"] for o in static if o.kind == "sysctl")
 
 
