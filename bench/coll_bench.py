@@ -368,6 +368,10 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--sim-a2a-size", default="4M", help="mrc sim's all-to-all bytes per NIC (default 4M)")
     ap.add_argument("--skip", default="", help="parts to leave out: coll,train,sim,mpi,gloo,tune (tune: no "
                                                "sweep; MPI runs ring all-reduce and pairwise all-to-all)")
+    ap.add_argument("--bfd-ms", type=int, default=0, metavar="MS",
+                    help="BFD on the BGP fabric's sessions every MS ms (default 0: none; every fault this bench "
+                         "makes takes a link's carrier down, which BGP sees at once, and bfdd at 50 ms costs this "
+                         "VM about a core: bench/bgp_convergence.py measures BFD)")
     ap.add_argument("--routing", choices=("bgp", "static"), default="bgp",
                     help="the kernel traffic's routing on the bench's fabric (default bgp: FRR, ECMP, BFD)")
     ap.add_argument("--security", action="store_true",
@@ -461,6 +465,9 @@ def _training(t: Topology, a, mpi, out: dict) -> None:
 
 def main() -> int:
     a = _args()
+    from mrc.signals import exit_cleanly_on_sigterm
+
+    exit_cleanly_on_sigterm()  # a stopped run still removes its fabric
     import store  # bench/, beside this file
 
     skip = {x for x in a.skip.split(",") if x} | ({"train", "sim", "mpi", "gloo"} if a.security else set())
@@ -484,7 +491,7 @@ def main() -> int:
     t, srv6 = None, None
     if {"coll", "train"} - skip:
         t = Topology(planes=8, spines=4, leaves=2, hosts=4, name=f"cb{os.getpid() % 100000}")
-        apply.up(t, routing=a.routing)
+        apply.up(t, routing=a.routing, bfd_ms=a.bfd_ms)
     mpi, ports = None, False
     try:
         if t is not None:
@@ -502,7 +509,7 @@ def main() -> int:
                         "(bash tools/setup.sh installs it)")
             transports = ["mrc"] + ([c for c in MPI_CONFIGS if c != "mpi_mptcp" or mpi.mptcp] if mpi else []) + \
                 (["gloo"] if have_gloo else []) + (["mrc_auth", "mrc_encrypt"] if a.security else [])
-            out["routing"] = a.routing
+            out["routing"], out["bfd_ms"] = a.routing, a.bfd_ms
             if mpi and "tune" not in skip and {"coll", "train"} - skip:
                 out["mpi_tuning"] = tune_mpi(mpi, a, [c for c in transports if c in MPI_CONFIGS], bound)
             if mpi:

@@ -297,7 +297,7 @@ def build(a) -> tuple[Topology, qos.PortQoS]:
     t = Topology(planes=a.planes, spines=a.spines, leaves=a.leaves, hosts=a.hosts,
                  name=f"cg{secrets.token_hex(3)}")
     q = qos.PortQoS(parse_rate(a.rate), a.ecn_kb, a.trim_kb, a.buffer_kb).check()
-    apply.up(t, routing=a.routing)
+    apply.up(t, routing=a.routing, bfd_ms=a.bfd_ms)
     try:
         apply.wire_sized(t)  # switches forward wire-size packets (TCP's GSO super-packets are cut at the leaf)
         apply.set_queues(t.name, None, q)
@@ -354,6 +354,10 @@ def _args() -> argparse.Namespace:
                     help="an NSCC parameter for every MRC QP (struct mrc_cc_params), e.g. gamma=400; repeatable")
     import store  # bench/, beside this file
 
+    ap.add_argument("--bfd-ms", type=int, default=0, metavar="MS",
+                    help="BFD on the BGP fabric's sessions every MS ms (default 0: none; every fault this bench "
+                         "makes takes a link's carrier down, which BGP sees at once, and bfdd at 50 ms costs this "
+                         "VM about a core: bench/bgp_convergence.py measures BFD)")
     ap.add_argument("--routing", choices=("bgp", "static"), default="bgp",
                     help="the kernel traffic's routing (default bgp: FRR, ECMP, BFD; static: the SRv6 encap)")
     store.add_argument(ap)
@@ -408,7 +412,7 @@ def main() -> int:
         print(f"congestion_bench: {problem}", file=sys.stderr)
         return 2
     t, q = build(a)
-    out = {"cc": a.cc, "routing": a.routing, "spin_us": a.spin_us, "nic_rate": not a.no_nic_rate,
+    out = {"cc": a.cc, "routing": a.routing, "bfd_ms": a.bfd_ms, "spin_us": a.spin_us, "nic_rate": not a.no_nic_rate,
            "victim_nic_x": a.victim_nic_x,
            "pacing": not (a.no_nic_rate or a.no_pacing), "rate_bps": q.rate_bps, "ecn_kb": q.ecn_kb,
            "trim_kb": q.trim_kb, "buffer_kb": q.buffer_kb,

@@ -196,6 +196,10 @@ def main() -> int:
 
     ap.add_argument("--security-pairs", type=int, default=0, metavar="N",
                     help="measure security off against auth and encrypt, N rounds (alternated) instead")
+    ap.add_argument("--bfd-ms", type=int, default=0, metavar="MS",
+                    help="BFD on the BGP fabric's sessions every MS ms (default 0: none; every fault this bench "
+                         "makes takes a link's carrier down, which BGP sees at once, and bfdd at 50 ms costs this "
+                         "VM about a core: bench/bgp_convergence.py measures BFD)")
     ap.add_argument("--routing", choices=("bgp", "static"), default="bgp",
                     help="the kernel traffic's routing (default bgp: FRR, ECMP, BFD; static: the SRv6 encap)")
     store.add_argument(ap)
@@ -205,7 +209,7 @@ def main() -> int:
     exit_cleanly_on_sigterm()  # a killed run still removes its fabric
     t = Topology(name=f"b{os.getpid() % 100000}")
     log = (lambda *x: None) if a.json else (lambda *x: print(*x, file=sys.stderr, flush=True))
-    apply.up(t, routing=a.routing)
+    apply.up(t, routing=a.routing, bfd_ms=a.bfd_ms)
     try:
         src, dst = 0, t.hosts - 1
         if a.security_pairs:
@@ -249,7 +253,7 @@ def main() -> int:
                "tcp_hot_gbps": round(tcp_hot, 3), "ratio_tcp_hot": round(m["gbps"] / tcp_hot, 3),
                "data_verified": m["verified"] and small["verified"], "qp_errors": 0,
                "tcp_superpacket_gbps": round(tcp_super, 3), "ratio_tcp_superpacket": round(m["gbps"] / tcp_super, 3),
-               "srv6": apply.srv6(t.name), "routing": a.routing,
+               "srv6": apply.srv6(t.name), "routing": a.routing, "bfd_ms": a.bfd_ms,
                "stall_ms": cut["max_stall_after_event_ms"], "stall_ms_whole_run": cut["max_stall_ms"],
                "stall_ms_no_fault": small["max_stall_ms"], "stall_ms_blackhole": hole["max_stall_after_event_ms"],
                "stall_msg_bytes": 64 << 10,

@@ -258,6 +258,10 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--flap-seconds", type=float, default=60.0, help="how long (b) flaps (default 60)")
     ap.add_argument("--msg", type=int, default=64 << 10, help="MRC WRITE size in bytes (default 64 KiB)")
     ap.add_argument("--no-kernel", action="store_true", help="MRC only (skip TCP and MPTCP)")
+    ap.add_argument("--bfd-ms", type=int, default=0, metavar="MS",
+                    help="BFD on the BGP fabric's sessions every MS ms (default 0: none; every fault this bench "
+                         "makes takes a link's carrier down, which BGP sees at once, and bfdd at 50 ms costs this "
+                         "VM about a core: bench/bgp_convergence.py measures BFD)")
     ap.add_argument("--routing", choices=("bgp", "static"), default="bgp",
                     help="the kernel traffic's routing (default bgp: FRR, ECMP, BFD; static: the SRv6 encap)")
     ap.add_argument("--markdown", metavar="JSON", nargs="+",
@@ -348,7 +352,7 @@ def main() -> int:
     protos = ["mrc"] if a.no_kernel else ["mrc", "tcp", "mptcp"]
     if a.plots:
         os.makedirs(a.plots, exist_ok=True)
-    apply.up(t, routing=a.routing)
+    apply.up(t, routing=a.routing, bfd_ms=a.bfd_ms)
     try:
         apply.wire_sized(t)
         if "mptcp" in protos:
@@ -367,7 +371,7 @@ def main() -> int:
 
         port = 5300
         out: dict = {"fabric": {"planes": t.planes, "spines": t.spines, "leaves": t.leaves, "hosts": t.hosts,
-                                "routing": a.routing},
+                                "routing": a.routing, "bfd_ms": a.bfd_ms},
                      "msg_bytes": a.msg, "scenarios": {}}
         mss = 0
         for key in want:

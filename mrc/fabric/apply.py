@@ -49,7 +49,7 @@ def topology_path(name: str) -> str:
 
 
 def save_state(t: Topology, faults: dict | None = None, queues: dict | None = None,
-               srv6: str | None = None, routing: str | None = None) -> None:
+               srv6: str | None = None, routing: str | None = None, bfd_ms: int | None = None) -> None:
     """Write the fabric's state; ``queues`` (switch port -> its queue, see
     :func:`set_queues`), ``srv6`` (:func:`srv6`) and ``routing`` (:func:`routing`) are kept from
     the file when not given."""
@@ -61,10 +61,11 @@ def save_state(t: Topology, faults: dict | None = None, queues: dict | None = No
     queues = old.get("queues") if queues is None else queues
     srv6 = old.get("srv6", "kernel") if srv6 is None else srv6
     routing = old.get("routing", "static") if routing is None else routing
+    bfd_ms = old.get("bfd_ms") if bfd_ms is None else bfd_ms
     tmp = state_path(t.name) + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"topology": t.to_dict(), "faults": faults or {}, "queues": queues or {},
-                   "srv6": srv6, "routing": routing, "created": time.time()}, f, indent=1)
+                   "srv6": srv6, "routing": routing, "bfd_ms": bfd_ms, "created": time.time()}, f, indent=1)
     os.replace(tmp, state_path(t.name))
 
 
@@ -193,9 +194,11 @@ def wait_carrier(ex: Executor, ends: set[tuple[str, str]], timeout: float = CARR
         time.sleep(0.02)
 
 
-def up(t: Topology, progress=None, routing: str = "static", bgp_progress=None) -> float:
+def up(t: Topology, progress=None, routing: str = "static", bgp_progress=None,
+       bfd_ms: int = bgp.BFD_INTERVAL_MS) -> float:
     """Build fabric ``t``, and return once every link has carrier (and, with ``routing="bgp"``, once
-    BGP has converged: mrc.fabric.bgp); on any failure remove whatever was built. Returns seconds."""
+    BGP has converged, with BFD every ``bfd_ms`` or none for 0: mrc.fabric.bgp); on any failure
+    remove whatever was built. Returns seconds."""
     require_root("mrc fabric up")
     if routing == "bgp" and bgp.available():
         raise UsageError(bgp.available())
@@ -209,7 +212,7 @@ def up(t: Topology, progress=None, routing: str = "static", bgp_progress=None) -
     ops = plan(t, routing)
     ex = Executor(t)
     try:
-        save_state(t, routing=routing)
+        save_state(t, routing=routing, bfd_ms=bfd_ms if routing == "bgp" else None)
         resolver.write(t, topology_path(t.name))
         batch = max(1, len(ops) // 20)
         for i in range(0, len(ops), batch):
@@ -220,8 +223,10 @@ def up(t: Topology, progress=None, routing: str = "static", bgp_progress=None) -
         if ex.srv6_bpf:
             save_state(t, srv6="tc-bpf")
         if routing == "bgp":
-            bgp.start(t)
-            bgp.wait_converged(t, progress=bgp_progress)
+            if not 0 <= bfd_ms <= 10_000:
+                raise UsageError(f"--bfd-ms {bfd_ms}: 0 (no BFD) or an interval up to 10000 ms")
+            bgp.start(t, bfd_ms)
+            bgp.wait_converged(t, progress=bgp_progress, bfd=bfd_ms > 0)
     except BaseException:
         ex.close()
         down(t.name)

@@ -40,8 +40,10 @@ BFD_INTERVAL_MS = 50
 BFD_DETECT_MULT = 3
 #: BGP keepalive and hold time (s): BFD detects failures long before the hold time
 KEEPALIVE_S, HOLD_S = 1, 3
-#: router advertisements on the switch links (unnumbered BGP learns its peer's link-local from them)
-RA_INTERVAL_MS = 500
+#: router advertisements on the switch links (unnumbered BGP learns its peer's link-local from them), in s:
+#: an interval in ms makes every zebra tick every 10 ms, which took a core of this machine on the
+#: default fabric's 48 switches
+RA_INTERVAL_S = 3
 ASN_LEAF_BASE = 4_200_000_000  # private 4-byte ASNs (RFC 6996): one per leaf
 ASN_SPINE_BASE = 4_200_100_000  # one per plane's spine tier
 
@@ -61,8 +63,9 @@ def router_id(kind: int, p: int, index: int) -> str:
     return f"10.{kind}.{p}.{index}"
 
 
-def config(t: Topology, node: str) -> str:
-    """The frr.conf of switch ``node`` (a leaf p<P>l<i> or a spine p<P>s<i>)."""
+def config(t: Topology, node: str, bfd_ms: int = BFD_INTERVAL_MS) -> str:
+    """The frr.conf of switch ``node`` (a leaf p<P>l<i> or a spine p<P>s<i>), with BFD every ``bfd_ms``
+    on every session (0: no BFD, the sessions' own timers and the links' carrier only)."""
     p, kind, idx = _parse(t, node)
     if kind == "l":
         asn, peers = leaf_asn(p, idx), [f"s{s}" for s in range(t.spines)]
@@ -74,15 +77,16 @@ def config(t: Topology, node: str) -> str:
     lines = ["frr defaults datacenter", f"hostname {node}", "log file {log} informational",
              "log timestamp precision 3", "no zebra nexthop kernel enable", "!"]
     for ifname in peers:
-        lines += [f"interface {ifname}", " ipv6 nd ra-interval msec " + str(RA_INTERVAL_MS),
+        lines += [f"interface {ifname}", f" ipv6 nd ra-interval {RA_INTERVAL_S}",
                   " no ipv6 nd suppress-ra", "!"]
-    lines += ["bfd", " profile fabric", f"  detect-multiplier {BFD_DETECT_MULT}",
-              f"  receive-interval {BFD_INTERVAL_MS}", f"  transmit-interval {BFD_INTERVAL_MS}", " !", "!",
-              f"router bgp {asn}", f" bgp router-id {router_id(1 if kind == 'l' else 2, p, idx)}",
+    if bfd_ms:
+        lines += ["bfd", " profile fabric", f"  detect-multiplier {BFD_DETECT_MULT}",
+                  f"  receive-interval {bfd_ms}", f"  transmit-interval {bfd_ms}", " !", "!"]
+    lines += [f"router bgp {asn}", f" bgp router-id {router_id(1 if kind == 'l' else 2, p, idx)}",
               " no bgp ebgp-requires-policy", " no bgp network import-check",
               " bgp bestpath as-path multipath-relax",
               " neighbor FABRIC peer-group", " neighbor FABRIC remote-as external",
-              " neighbor FABRIC bfd", " neighbor FABRIC bfd profile fabric",
+              *([" neighbor FABRIC bfd", " neighbor FABRIC bfd profile fabric"] if bfd_ms else []),
               f" neighbor FABRIC timers {KEEPALIVE_S} {HOLD_S}", " neighbor FABRIC timers connect 1",
               " neighbor FABRIC advertisement-interval 0"]
     lines += [f" neighbor {ifname} interface peer-group FABRIC" for ifname in peers]
@@ -112,8 +116,9 @@ def available() -> str | None:
     return None
 
 
-def start(t: Topology) -> None:
-    """Write every switch's config and start its zebra, bfdd and bgpd (zebra first everywhere)."""
+def start(t: Topology, bfd_ms: int = BFD_INTERVAL_MS) -> None:
+    """Write every switch's config and start its zebra, bfdd (with BFD: ``bfd_ms`` > 0) and bgpd
+    (zebra first everywhere)."""
     why = available()
     if why:
         raise FabricError(why)
@@ -126,8 +131,9 @@ def start(t: Topology) -> None:
         os.makedirs(d, exist_ok=True)
         os.chown(d, uid, gid)
         with open(os.path.join(d, "frr.conf"), "w") as f:
-            f.write(config(t, node).replace("{log}", os.path.join(d, "frr.log")))
-    for daemon in DAEMONS:  # each daemon forks once it is ready (-d): in parallel over the switches
+            f.write(config(t, node, bfd_ms).replace("{log}", os.path.join(d, "frr.log")))
+    # each daemon forks once it is ready (-d): in parallel over the switches
+    for daemon in (d for d in DAEMONS if bfd_ms or d != "bfdd"):
         procs = [(node, ns.popen(t.ns(node), _argv(t, node, daemon), stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, text=True)) for node in t.switch_nodes()]
         for node, proc in procs:
@@ -233,24 +239,25 @@ def expected_sessions(t: Topology) -> int:
     return 2 * t.planes * t.leaves * t.spines
 
 
-def wait_converged(t: Topology, timeout: float = 60.0, progress=None) -> float:
+def wait_converged(t: Topology, timeout: float = 60.0, progress=None, bfd: bool = True) -> float:
     """Wait until every leaf has a route to every other leaf's hosts through every spine (which, with
     two leaves or more, needs every session up) and every session is Established with its BFD session
-    up (until then a failure is seen only at the hold time). Returns seconds;
+    up (until then a failure is seen only at the hold time; ``bfd=False``: a fabric without BFD).
+    Returns seconds;
     FabricError naming what is missing after ``timeout``. The routes are read from the kernel, which
     is cheap; the daemons are asked only once the routes are complete."""
     start = time.monotonic()
     while True:
         missing = missing_routes(t)
         ss = all_sessions(t) if not missing or progress or time.monotonic() - start > timeout else None
-        up = [s for s in ss or [] if s["state"] == "Established" and s["bfd"] == "up"]
+        up = [s for s in ss or [] if s["state"] == "Established" and (s["bfd"] == "up" or not bfd)]
         if progress and ss is not None:
             progress(len(up), expected_sessions(t))
         if not missing and len(up) == expected_sessions(t):
             return time.monotonic() - start
         if time.monotonic() - start > timeout:
             down = [f"{s['node']}/{s['peer']} {s['state']}, BFD {s['bfd']}" for s in ss or []
-                    if s["state"] != "Established" or s["bfd"] != "up"]
+                    if s["state"] != "Established" or (bfd and s["bfd"] != "up")]
             what = (f"{len(down)} sessions not Established with BFD up ({', '.join(down[:5])})" if down else
                     f"routes missing or without every spine ({', '.join((missing or [])[:5])})")
             raise FabricError(f"BGP did not converge in {timeout:g} s: {what}; see `mrc fabric status "

@@ -12,7 +12,7 @@ SRV6_TEXT = {
 
 ROUTING_TEXT = {
     "static": "kernel traffic: static (SRv6 encap through one spine per host pair)",
-    "bgp": "kernel traffic: routed by BGP (FRR in every switch: eBGP, ECMP over the spines, BFD)",
+    "bgp": "kernel traffic: routed by BGP (FRR in every switch: eBGP, ECMP over the spines)",
 }
 
 
@@ -39,7 +39,9 @@ def status_text(t, state: dict, present: list[str], sessions: list[dict] | None 
              (SRV6_TEXT.get(srv6) if isinstance(srv6, str) else None)
              or f"SRv6: {str(srv6)[:40]!r} in the fabric's state is neither 'kernel' nor 'tc-bpf' "
                 f"(an older or edited state file): `mrc fabric down` and up again"]
-    lines.append(ROUTING_TEXT.get(routing, f"kernel traffic: {routing!r} (unknown)"))
+    lines.append(ROUTING_TEXT.get(routing, f"kernel traffic: {routing!r} (unknown)")
+                 + (f"; BFD every {state['bfd_ms']} ms" if routing == "bgp" and state.get("bfd_ms")
+                    else "; no BFD" if routing == "bgp" else ""))
     if sessions is not None:
         obj["bgp_sessions"] = sessions
         lines += _session_lines(sessions)

@@ -73,3 +73,9 @@ def test_a_host_or_unknown_node_gets_no_config():
     for node in ("h0", "p9l0", "mgmt"):
         with pytest.raises(FabricError, match="not a switch"):
             bgp.config(t(), node)
+
+
+def test_without_bfd_the_config_has_no_bfd_at_all():
+    conf = bgp.config(t(), "p0l0", bfd_ms=0)
+    assert "bfd" not in conf and "router bgp" in conf
+    assert "ipv6 nd ra-interval msec" not in bgp.config(t(), "p0l0")  # (a ms interval costs zebra a 10 ms tick)

@@ -16,8 +16,10 @@ def add_parser(sub) -> None:
     """``mrc fabric``'s subcommands and their options."""
     fab = sub.add_parser("fabric", help="build, check, break and remove a multi-plane SRv6 fabric",
                          description="A fabric of P independent planes (each a 2-tier Clos of T0 leaves and T1 "
-                                     "spines) built from network namespaces and veth pairs; switches forward with "
-                                     "the kernel's SRv6 End next-CSID (uSID) behaviour and static routes only. "
+                                     "spines) built from network namespaces and veth pairs; switches forward MRC "
+                                     "with the kernel's SRv6 End next-CSID (uSID) behaviour and static routes, and "
+                                     "the kernel's own traffic with static routes or, with `up --routing bgp`, "
+                                     "FRR's BGP. "
                                      "Nodes are hosts h0.., leaves p<plane>l<i>, spines p<plane>s<i>; links are "
                                      "named <lower>-<upper>, e.g. h0-p0l0 or p0l0-p0s1.")
     fsub = fab.add_subparsers(dest="fcmd")
@@ -43,6 +45,10 @@ def _build_parsers(fsub) -> None:
                         "encap through one spine per host pair; the default, no daemon) or bgp (plain IPv6 "
                         "routed by FRR's BGP with ECMP and BFD in every switch; needs frr). MRC's uSID "
                         "forwarding is the same in both")
+    p.add_argument("--bfd-ms", type=int, default=50, metavar="MS",
+                   help="with --routing bgp: BFD on every session every MS ms, down after 3 missed (default 50; "
+                        "0: no BFD, a dead link is seen by its carrier or at BGP's 3 s hold time). On this "
+                        "machine FRR's bfdd costs about a core at 50 ms on the default fabric")
     p.add_argument("--link-rate", metavar="RATE",
                    help="give every switch port an egress queue at RATE (e.g. 200mbit) that marks ECN, trims MRC "
                         "data and drops, and every host port (NIC) the same rate, so congestion builds in the "
@@ -196,11 +202,13 @@ def _up(a: argparse.Namespace) -> int:
             print(f"\rBGP on {t.name}: {done}/{total} sessions Established   ", end="", file=sys.stderr, flush=True)
 
     q = _port_qos(a.link_rate, a) if a.link_rate else None  # a bad value fails before anything is built
-    secs = apply.up(t, progress, routing=a.routing, bgp_progress=bgp_progress)
+    secs = apply.up(t, progress, routing=a.routing, bgp_progress=bgp_progress, bfd_ms=a.bfd_ms)
     if not a.json and sys.stderr.isatty():
         print(file=sys.stderr)
     res = {"name": t.name, "seconds": round(secs, 3), "namespaces": len(t.nodes()), "links": len(t.links()),
            "paths": len(t.paths()), "routing": a.routing}
+    if a.routing == "bgp":
+        res["bfd_ms"] = a.bfd_ms
     if q:
         try:
             res["queues"] = apply.set_queues(t.name, None, q)
@@ -217,12 +225,20 @@ def _up(a: argparse.Namespace) -> int:
                         f"{res['links']} links, {res['paths']} paths"
                         + ("; kernel traffic routed by BGP (every session Established)" if a.routing == "bgp" else "")
                         + (f"; check: {res['ok_count']} ok, {res['failed_count']} failed" if a.check else "")
-                        + ("" if res["srv6"] == "kernel" else
-                           "\nthis kernel has no SRv6 (CONFIG_IPV6_SEG6_LWTUNNEL): the switches' End next-CSID "
-                           "and the hosts' seg6 encap and End.DT6 run as tc-BPF programs on the ports "
-                           "(csrc/bpf/usid_end, host_encap, host_decap .bpf.c); MRC and the kernel's TCP "
-                           "and MPTCP cross the fabric as with the kernel's SRv6"))
+                        + ("" if res["srv6"] == "kernel" else _no_srv6_text(a.routing)))
     return 1 if a.check and res["failed_count"] else 0
+
+
+def _no_srv6_text(routing: str) -> str:
+    """What runs in tc BPF on a kernel without SRv6, for the fabric's routing of kernel traffic."""
+    if routing == "bgp":
+        return ("\nthis kernel has no SRv6 (CONFIG_IPV6_SEG6_LWTUNNEL): the switches' End next-CSID runs as a "
+                "tc-BPF program on their ports (csrc/bpf/usid_end.bpf.c); MRC crosses the fabric as with the "
+                "kernel's SRv6, and kernel traffic is plain IPv6 routed by BGP")
+    return ("\nthis kernel has no SRv6 (CONFIG_IPV6_SEG6_LWTUNNEL): the switches' End next-CSID "
+            "and the hosts' seg6 encap and End.DT6 run as tc-BPF programs on the ports "
+            "(csrc/bpf/usid_end, host_encap, host_decap .bpf.c); MRC and the kernel's TCP "
+            "and MPTCP cross the fabric as with the kernel's SRv6")
 
 
 def _down(a: argparse.Namespace) -> int:
