@@ -22,10 +22,15 @@ Faults, rotated over planes and spines, each healed before the next event
   plane-cut  every spine of the plane down for 1 s: single-plane kernel
              traffic has no other path, so its window is the cut itself
              (what MPTCP or striping over planes is for)
-  silent     a spine stops receiving from leaf 1 (nftables at its ingress,
-             no carrier change): only BFD can see it
+  silent     a spine stops receiving from leaf 0, the probes' side, for 4 s
+             (nftables at its ingress, no carrier change): only BFD, or BGP's
+             hold time, can see it
 Per fault: the median and max of loss_window_ms and detect_ms over the
-events.
+events. Then the control (`no_bfd`, unless --no-control): the same faults
+on the same fabric's shape built again without BFD, where a session ends
+only when a link loses its carrier or at BGP's 3 s hold time. It shows what
+BFD buys (the silent link) and what it does not (every fault that takes a
+carrier down), which is why the other benches' BGP fabrics run without it.
 
     python bench/bgp_convergence.py --json [--events 5] [--save bench/results]
 
@@ -50,9 +55,9 @@ from mrc.fabric.topology import Topology  # noqa: E402
 from mrc.signals import exit_cleanly_on_sigterm  # noqa: E402
 
 FAULTS = ("link-cut", "t1-reboot", "flap", "plane-cut", "silent")
-DOWN_S = {"link-cut": 1.0, "t1-reboot": 2.0, "flap": 0.5, "plane-cut": 1.0, "silent": 1.0}
+DOWN_S = {"link-cut": 1.0, "t1-reboot": 2.0, "flap": 0.5, "plane-cut": 1.0, "silent": 4.0}
 SILENT = ('table netdev mrcsilent {\n chain cut {\n'
-          '  type filter hook ingress device "l1" priority 0; policy drop;\n }\n}\n')
+          '  type filter hook ingress device "l0" priority 0; policy drop;\n }\n}\n')
 LOG_LINE = re.compile(r"^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d\.\d{3}) .*%ADJCHANGE: .* Down")
 
 
@@ -92,7 +97,7 @@ def first_down_after(t: Topology, plane: int, since: float) -> float | None:
     return None if first is None else first - since
 
 
-def one_event(t: Topology, fault: str, k: int) -> dict:
+def one_event(t: Topology, fault: str, k: int, bfd: bool = True) -> dict:
     """Run event ``k`` of ``fault`` under a probe stream; its figures."""
     plane, what = target(t, fault, k)
     elements = what.split(",")
@@ -114,7 +119,7 @@ def one_event(t: Topology, fault: str, k: int) -> dict:
         while bgp.missing_routes(t) and time.monotonic() - healed < 60:  # every route through every spine
             time.sleep(0.02)
         converged = time.monotonic() - healed
-        bgp.wait_converged(t, timeout=60)  # and every session Established
+        bgp.wait_converged(t, timeout=60, bfd=bfd)  # and every session Established
         time.sleep(0.3)
     r = pr.result()
     detect = first_down_after(t, plane, wall)
@@ -135,10 +140,32 @@ def summarize(rows: list[dict]) -> dict:
             "detect_ms_max": max(det) if det else None, "rows": rows}
 
 
+def campaign(faults: list[str], events: int, bfd_ms: int) -> tuple[dict, dict]:
+    """Every fault's events on a default fabric with BGP and BFD every ``bfd_ms`` (0: none)."""
+    t = Topology(name=f"bc{os.getpid() % 100000}")
+    log(f"building {t.name} with BGP, " + (f"BFD every {bfd_ms} ms" if bfd_ms else "no BFD") + " ...")
+    secs = apply.up(t, routing="bgp", bfd_ms=bfd_ms)
+    out: dict = {}
+    try:
+        for fault in faults:
+            rows = []
+            for k in range(events):
+                rows.append(one_event(t, fault, k, bfd_ms > 0))
+                log(f"{fault} {k + 1}/{events} on {rows[-1]['target']}: window {rows[-1]['loss_window_ms']} ms "
+                    f"({rows[-1]['flows_hit']} of 16 flows), first session down {rows[-1]['detect_ms']} ms")
+            out[fault] = summarize(rows)
+    finally:
+        apply.down(t.name)
+    return out, {**t.to_dict(), "routing": "bgp", "up_s": round(secs, 1)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=5, help="events per fault (default 5)")
     ap.add_argument("--faults", default=",".join(FAULTS), help=f"which (default {','.join(FAULTS)})")
+    ap.add_argument("--bfd-ms", type=int, default=bgp.BFD_INTERVAL_MS, metavar="MS",
+                    help=f"BFD's interval (default {bgp.BFD_INTERVAL_MS})")
+    ap.add_argument("--no-control", action="store_true", help="leave out the control run without BFD")
     ap.add_argument("--json", action="store_true", help="print one JSON object (progress on stderr)")
     import store  # bench/, beside this file
 
@@ -150,23 +177,11 @@ def main() -> int:
         ap.error(f"unknown fault {bad[0]!r}: use {', '.join(FAULTS)}" if bad else "--events is 1 to 50")
     apply.require_root("bench/bgp_convergence.py")
     exit_cleanly_on_sigterm()
-    t = Topology(name=f"bc{os.getpid() % 100000}")
-    log(f"building {t.name} with BGP ...")
-    secs = apply.up(t, routing="bgp")
-    out: dict = {"fabric": {**t.to_dict(), "routing": "bgp", "up_s": round(secs, 1)},
-                 "bfd": {"interval_ms": bgp.BFD_INTERVAL_MS, "detect_mult": bgp.BFD_DETECT_MULT},
-                 "bgp_timers_s": [bgp.KEEPALIVE_S, bgp.HOLD_S], "probe": {"flows": 16, "interval_ms": 2.0},
-                 "faults": {}}
-    try:
-        for fault in faults:
-            rows = []
-            for k in range(a.events):
-                rows.append(one_event(t, fault, k))
-                log(f"{fault} {k + 1}/{a.events} on {rows[-1]['target']}: window {rows[-1]['loss_window_ms']} ms "
-                    f"({rows[-1]['flows_hit']} of 16 flows), first session down {rows[-1]['detect_ms']} ms")
-            out["faults"][fault] = summarize(rows)
-    finally:
-        apply.down(t.name)
+    out: dict = {"bfd": {"interval_ms": a.bfd_ms, "detect_mult": bgp.BFD_DETECT_MULT},
+                 "bgp_timers_s": [bgp.KEEPALIVE_S, bgp.HOLD_S], "probe": {"flows": 16, "interval_ms": 2.0}}
+    out["faults"], out["fabric"] = campaign(faults, a.events, a.bfd_ms)
+    if not a.no_control:
+        out["no_bfd"], _ = campaign(faults, a.events, 0)
     if a.save:
         store.save("bgp_convergence", out, a.save)
     print(json.dumps(out, indent=1) if a.json else json.dumps({f: {k: v for k, v in s.items() if k != "rows"}

@@ -438,17 +438,22 @@ def bgp_convergence(runs: list[dict], others: dict | None = None) -> tuple[list[
              "fault to the first BGP session down in the plane. MRC's figure is the fault campaign's longest "
              "completion stall for the same fault"
              + (f" (`{command('fault_campaign', camp)}`, {where(camp)})" if camp else " (no stored campaign run)")
-             + ", over the no-fault run's.", ""]
+             + ". The control (`without BFD`) is the same run's second half: the same faults on the fabric "
+             "built again without BFD.", ""]
     rows = []
     for fault, x in (r.get("faults") or {}).items():
         sc = get(camp, f"scenarios.{CAMPAIGN_OF.get(fault, '-')}.mrc") or {}
         mrc = (f"{fmt(sc.get('max_stall_ms'), 1)} ms (no fault {fmt(sc.get('no_fault_max_stall_ms'), 1)})"
                if sc else "-")
+        ctl = get(r, f"no_bfd.{fault}") or {}
         rows.append([fault, f"{fmt(x.get('loss_window_ms_median'), 1)} / {fmt(x.get('loss_window_ms_max'), 1)}",
                      fmt(x.get("flows_hit_median")),
-                     f"{fmt(x.get('detect_ms_median'), 1)} / {fmt(x.get('detect_ms_max'), 1)}", mrc])
+                     f"{fmt(x.get('detect_ms_median'), 1)} / {fmt(x.get('detect_ms_max'), 1)}",
+                     f"{fmt(ctl.get('loss_window_ms_median'), 1)} / {fmt(ctl.get('loss_window_ms_max'), 1)}"
+                     if ctl else "-", mrc])
     lines += table(["fault", "loss window ms, median / max", f"flows hit (of {get(r, 'probe.flows')})",
-                    "first session down ms, median / max", "MRC's longest stall"], rows)
+                    "first session down ms, median / max", "without BFD: loss window ms", "MRC's longest stall"],
+                   rows)
     lines += ["", "A link cut next to the sender costs nothing: the leaf's kernel drops the dead next hop at once. "
               "On the far side only BGP tells the sender's leaf, so the flows hashed onto that spine lose about "
               "BFD's detection time. A plane cut leaves single-plane traffic no path until the plane is back: what "
