@@ -26,7 +26,9 @@ Faults, rotated over planes and spines, each healed before the next event
              (nftables at its ingress, no carrier change): only BFD, or BGP's
              hold time, can see it
 Per fault: the median and max of loss_window_ms and detect_ms over the
-events. Then the control (`no_bfd`, unless --no-control): the same faults
+events. `fabric.frr_cpu`: the CPU the switches' daemons take on the idle
+fabric (% of one core, per daemon, all switches together): what emulating
+the switches' control plane costs this machine's hosts. Then the control (`no_bfd`, unless --no-control): the same faults
 on the same fabric's shape built again without BFD, where a session ends
 only when a link loses its carrier or at BGP's 3 s hold time. It shows what
 BFD buys (the silent link) and what it does not (every fault that takes a
@@ -130,6 +132,34 @@ def one_event(t: Topology, fault: str, k: int, bfd: bool = True) -> dict:
     return row
 
 
+def frr_cpu(t: Topology, seconds: float = 5.0) -> dict:
+    """The CPU the fabric's routing daemons take while nothing happens: % of one core, per daemon
+    kind (all switches together), from /proc over ``seconds``: what the emulation costs the hosts."""
+    mark = os.path.join(bgp.RUN_DIR, t.name).encode()
+
+    def ticks() -> dict[str, int]:
+        out: dict[str, int] = {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if mark not in f.read():
+                        continue
+                with open(f"/proc/{pid}/stat") as f:
+                    st = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{pid}/comm") as f:
+                    comm = f.read().strip()
+            except OSError:
+                continue
+            out[comm] = out.get(comm, 0) + int(st[11]) + int(st[12])  # utime + stime
+        return out
+
+    a = ticks()
+    time.sleep(seconds)
+    b = ticks()
+    hz = os.sysconf("SC_CLK_TCK")
+    return {k: round((b[k] - a.get(k, 0)) / hz / seconds * 100, 1) for k in sorted(b)}
+
+
 def summarize(rows: list[dict]) -> dict:
     """Median and max of the loss windows and detection times of one fault's events."""
     win = [r["loss_window_ms"] for r in rows]
@@ -147,6 +177,9 @@ def campaign(faults: list[str], events: int, bfd_ms: int) -> tuple[dict, dict]:
     secs = apply.up(t, routing="bgp", bfd_ms=bfd_ms)
     out: dict = {}
     try:
+        time.sleep(2)
+        cpu = frr_cpu(t)
+        log(f"the switches' daemons, idle fabric: {cpu} (% of one core)")
         for fault in faults:
             rows = []
             for k in range(events):
@@ -156,7 +189,7 @@ def campaign(faults: list[str], events: int, bfd_ms: int) -> tuple[dict, dict]:
             out[fault] = summarize(rows)
     finally:
         apply.down(t.name)
-    return out, {**t.to_dict(), "routing": "bgp", "up_s": round(secs, 1)}
+    return out, {**t.to_dict(), "routing": "bgp", "bfd_ms": bfd_ms, "up_s": round(secs, 1), "frr_cpu": cpu}
 
 
 def main() -> int:
@@ -181,7 +214,7 @@ def main() -> int:
                  "bgp_timers_s": [bgp.KEEPALIVE_S, bgp.HOLD_S], "probe": {"flows": 16, "interval_ms": 2.0}}
     out["faults"], out["fabric"] = campaign(faults, a.events, a.bfd_ms)
     if not a.no_control:
-        out["no_bfd"], _ = campaign(faults, a.events, 0)
+        out["no_bfd"], out["no_bfd_fabric"] = campaign(faults, a.events, 0)
     if a.save:
         store.save("bgp_convergence", out, a.save)
     print(json.dumps(out, indent=1) if a.json else json.dumps({f: {k: v for k, v in s.items() if k != "rows"}

@@ -454,6 +454,12 @@ def bgp_convergence(runs: list[dict], others: dict | None = None) -> tuple[list[
     lines += table(["fault", "loss window ms, median / max", f"flows hit (of {get(r, 'probe.flows')})",
                     "first session down ms, median / max", "without BFD: loss window ms", "MRC's longest stall"],
                    rows)
+    cpu, ctl_cpu = get(r, "fabric.frr_cpu"), get(r, "no_bfd_fabric.frr_cpu")
+    if cpu:
+        lines += ["", "What the emulated switches' daemons take of this VM's two cores on the idle fabric (% of one "
+                  "core, all 48 switches): " + ", ".join(f"{k} {fmt(v, 1)}" for k, v in cpu.items())
+                  + (" with BFD; without: " + ", ".join(f"{k} {fmt(v, 1)}" for k, v in ctl_cpu.items())
+                     if ctl_cpu else "") + ". That is why the other benches' BGP fabrics run without BFD."]
     lines += ["", "A link cut next to the sender costs nothing: the leaf's kernel drops the dead next hop at once. "
               "On the far side only BGP tells the sender's leaf, so the flows hashed onto that spine lose about "
               "BFD's detection time. A plane cut leaves single-plane traffic no path until the plane is back: what "
