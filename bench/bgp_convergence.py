@@ -28,9 +28,10 @@ Faults, rotated over planes and spines, each healed before the next event
 Per fault: the median and max of loss_window_ms and detect_ms over the
 events. `fabric.frr_cpu`: the CPU the switches' daemons take on the idle
 fabric (% of one core, per daemon, all switches together): what emulating
-the switches' control plane costs this machine's hosts. Then the control (`no_bfd`, unless --no-control): the same faults
-on the same fabric's shape built again without BFD, where a session ends
-only when a link loses its carrier or at BGP's 3 s hold time. It shows what
+the switches' control plane costs this machine's hosts. Then the control
+(`no_bfd`, unless --no-control): the same faults on the same fabric's shape
+built again without BFD, where a session ends only when a link loses its
+carrier or at BGP's 3 s hold time. It shows what
 BFD buys (the silent link) and what it does not (every fault that takes a
 carrier down), which is why the other benches' BGP fabrics run without it.
 
@@ -189,7 +190,8 @@ def campaign(faults: list[str], events: int, bfd_ms: int) -> tuple[dict, dict]:
             out[fault] = summarize(rows)
     finally:
         apply.down(t.name)
-    return out, {**t.to_dict(), "routing": "bgp", "bfd_ms": bfd_ms, "up_s": round(secs, 1), "frr_cpu": cpu}
+    return out, {**t.to_dict(), "routing": "bgp", "bfd_ms": bfd_ms, "up_s": round(secs, 1),
+                 "frr_cpu": cpu}
 
 
 def main() -> int:

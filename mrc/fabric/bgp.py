@@ -214,9 +214,12 @@ def _json_documents(text: str) -> list:
 
 def sessions(t: Topology, node: str) -> list[dict]:
     """Switch ``node``'s BGP sessions: peer interface, state, prefixes received, and its BFD state."""
+    with_bfd = os.path.exists(os.path.join(node_dir(t, node), "bfdd.pid"))  # (a fabric built without BFD)
     try:
-        summary, bfd = _json_documents(vtysh(t, node, "show bgp ipv6 unicast summary json", "show bfd peers json"))
-    except (FabricError, ValueError, subprocess.TimeoutExpired) as e:
+        docs = _json_documents(vtysh(t, node, "show bgp ipv6 unicast summary json",
+                                     *(["show bfd peers json"] if with_bfd else [])))
+        summary, bfd = docs[0], docs[1] if with_bfd else []
+    except (FabricError, ValueError, IndexError, subprocess.TimeoutExpired) as e:
         return [{"node": node, "peer": "?", "state": f"no answer ({str(e)[:80]})", "prefixes": 0, "bfd": "?"}]
     bfd_of = {b.get("interface"): b.get("status") for b in bfd}
     out = []

@@ -200,3 +200,18 @@ def test_ecmp_hashes_the_5_tuple_so_a_chosen_source_port_keeps_its_spine(bgp_fab
         # the same 5-tuple again, and again: the same spine (a flow's path is its 5-tuple's)
         for _ in range(2):
             assert bgp.sport_through(t, 0, 2, 1, spine, 5310, first=sport, tries=1) == sport
+
+
+def test_a_fabric_without_bfd_converges_and_its_status_says_so():
+    t = Topology(planes=1, spines=2, leaves=2, hosts=2, name=unique_name("n"))
+    apply.up(t, routing="bgp", bfd_ms=0)
+    try:
+        assert len(daemons_of(t.name)) == len(t.switch_nodes()) * 2  # zebra and bgpd, no bfdd
+        ss = bgp.all_sessions(t)
+        assert len(ss) == bgp.expected_sessions(t) and all(s["state"] == "Established" and s["bfd"] == "none"
+                                                           for s in ss), ss
+        text = subprocess.run([sys.executable, "-m", "mrc", "fabric", "status", "--name", t.name],
+                              capture_output=True, text=True).stdout
+        assert "no BFD" in text and "BGP sessions: 8/8 Established" in text
+    finally:
+        apply.down(t.name)
