@@ -165,6 +165,7 @@ def stop(name: str) -> int:
                     pid = int(fh.read().strip())
                     if _is_frr(pid, dirpath):
                         pids.append(pid)
+    ended = len(pids)
     for pid in pids:
         with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -176,7 +177,9 @@ def stop(name: str) -> int:
         with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     shutil.rmtree(root, ignore_errors=True)
-    return len(pids)
+    with suppress(OSError):
+        os.rmdir(RUN_DIR)  # only when no other fabric's daemons live there
+    return ended
 
 
 def _is_frr(pid: int, dirpath: str) -> bool:
