@@ -74,6 +74,9 @@ setup(
         "bench": ["matplotlib>=3.5"],
         # the MPI baseline of bench/coll_bench.py (needs OpenMPI: tools/setup.sh installs it)
         "mpi": ["mpi4py>=3.1"],
+        # backend "mrc" for torch.distributed (mrc.torch) and bench/ddp_bench.py: the CPU build, pinned (a looser
+        # requirement fetches a CUDA build of several GB)
+        "torch": ["torch==2.13.0"],
     },
     entry_points={"console_scripts": ["mrc=mrc.tools.cli:main"]},
     zip_safe=False,

@@ -6,7 +6,7 @@
 #   bash tools/setup.sh test     install (also tshark, clang and chromium), then run the whole
 #                                test suite, the sanitizer build of the C tests, the
 #                                fuzzers for 20 s each and a 10 s soak (what CI runs)
-#   bash tools/setup.sh          install only (with OpenMPI and mpi4py for bench/coll_bench.py)
+#   bash tools/setup.sh          install only (with OpenMPI, mpi4py and torch for the benches)
 #
 # It installs the Debian packages the fabric needs, makes a virtualenv in
 # .venv, and installs mrc into it (building the C data path with cffi).
@@ -83,7 +83,9 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 extras="test,dash"
-[ "$what" != demo ] && extras="test,dash,mpi"
+# torch (backend "mrc" for torch.distributed, its tests, bench/ddp_bench.py and the Gloo baseline) is pinned to
+# the CPU build: a looser requirement fetches a CUDA build of several GB
+[ "$what" != demo ] && extras="test,dash,mpi,torch"
 echo "== pip install -e .[$extras]"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e ".[$extras]"

@@ -46,8 +46,10 @@ from mrc.coll.proto import (
     MAILBOX,
     OPS,
     Desc,
+    dtype_name,
     imm_pack,
     imm_unpack,
+    reducer,
 )
 from mrc.errors import MrcError
 
@@ -195,8 +197,10 @@ class Communicator:
     the in-memory link). :func:`mrc.coll.init` makes one on real ports.
 
     Every collective takes a contiguous numpy array of float16, float32,
-    float64, int32 or int64 and returns a new array (or fills ``out``);
-    with ``async_op=True`` it returns a :class:`Handle`."""
+    float64, int32, int64 or :data:`mrc.coll.proto.BFLOAT16` (its sums need
+    ``mrc.torch``) and returns a new array (or fills ``out``); with
+    ``async_op=True`` it returns a :class:`Handle`, and a
+    :class:`mrc.coll.progress.Progress` moves calls on by itself."""
 
     def __init__(self, rank: int, nranks: int, net, channels: int = 2, slots: int = 8, slot_bytes: int = 1 << 19,
                  timeout: float = DEFAULT_TIMEOUT) -> None:
@@ -258,7 +262,7 @@ class Communicator:
         if not isinstance(x, np.ndarray):
             raise CollError(f"{what} must be a numpy array, not {type(x).__name__}")
         if x.dtype not in DTYPES:
-            raise CollError(f"{what} has dtype {x.dtype}: use one of {', '.join(t.name for t in DTYPES)}")
+            raise CollError(f"{what} has dtype {x.dtype}: use one of {', '.join(map(dtype_name, DTYPES))}")
         if not x.flags.c_contiguous:
             raise CollError(f"{what} is not contiguous: pass np.ascontiguousarray(x)")
         if x.size > MAX_COUNT:
@@ -270,14 +274,18 @@ class Communicator:
             return None
         self._array(out, "out")
         if out.size != n or out.dtype != dtype:
-            raise CollError(f"out has {out.size} {out.dtype}; this call gives {n} {dtype}")
+            raise CollError(f"out has {out.size} {dtype_name(out.dtype)}; this call gives {n} {dtype_name(dtype)}")
         return out
 
     @staticmethod
-    def _op(op: str):
+    def _op(op: str, dt: np.dtype):
         if op not in OPS:
-            raise CollError(f"unknown op {op!r}: use sum, max or min")
-        return OPS[op]
+            raise CollError(f"unknown op {op!r}: use {', '.join(OPS)}")
+        f = reducer(dt, op)
+        if f is None:
+            raise CollError(f"{op} of {dtype_name(dt)} needs its arithmetic registered (import mrc.torch does "
+                            f"for bfloat16)")
+        return OPS[op][0], f
 
     # ----------------------------------------------------------- collectives
     def all_reduce(self, x, op: str = "sum", out=None, async_op: bool = False):
@@ -342,7 +350,7 @@ class Communicator:
         self._check_abort(starting=True)
         if self._run is not None:
             raise CollError("a collective is still in flight on this communicator: wait for its handle first")
-        opcode, ufunc = self._op(op) if op is not None else (0, None)
+        opcode, ufunc = self._op(op, dt) if op is not None else (0, None)
         sc, rc = counts or (None, None)
         p = schedule.plan(coll, self.nranks, self.rank, count, root, sc, rc)
         self.seq += 1
@@ -505,7 +513,7 @@ class Communicator:
                     raise self.abort(peer, f"rank {peer} sent {nbytes} bytes where {cnt * isz} were due")
                 src = np.frombuffer(link.region.buf, dtype=run.dtype, count=cnt, offset=slot * self.slot_bytes)
                 if run.p.xfers[i].reduce:
-                    run.ufunc(w[off:off + cnt], src, out=w[off:off + cnt])
+                    run.ufunc(w[off:off + cnt], src)
                 else:
                     w[off:off + cnt] = src
                 del arr[m]

@@ -5,7 +5,7 @@ communicator on. The product runs over real ports (:mod:`mrc.coll.net`).
 >>> import numpy as np
 >>> w = MemWorld(3)
 >>> xs = [np.arange(5, dtype=np.float32) + r for r in range(3)]
->>> [list(y) for y in w.run(lambda c: c.all_reduce(xs[c.rank], async_op=True))][0]
+>>> [y.tolist() for y in w.run(lambda c: c.all_reduce(xs[c.rank], async_op=True))][0]
 [3.0, 6.0, 9.0, 12.0, 15.0]
 >>> w.close()
 """

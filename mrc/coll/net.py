@@ -114,9 +114,12 @@ class FabricNet:
 
     def __init__(self, rank: int, nranks: int, root: str, port: int, job: str, psk: bytes | None = None,
                  ctx: Context | None = None, port_rate_bps: int = 0, spin_us: float | None = None,
-                 join_timeout: float = JOIN_TIMEOUT, qp_attr: dict | None = None, security: str = "off") -> None:
+                 join_timeout: float = JOIN_TIMEOUT, qp_attr: dict | None = None, security: str = "off",
+                 on_listen=None) -> None:
         """``qp_attr``: QPAttr fields every QP gets (timers and NSCC for a rate-limited fabric:
-        ``mrc.fabric.qos.qp_profile``). ``security`` "auth" or "encrypt" (with ``psk``) secures every QP."""
+        ``mrc.fabric.qos.qp_profile``). ``security`` "auth" or "encrypt" (with ``psk``) secures every QP.
+        ``on_listen(addr, port)``: rank 0 tells where it listens (``port`` 0 takes a free one), before it
+        waits for the others (``mrc.torch`` puts it in torch's store, as NCCL's unique id)."""
         if not job or len(job) > MAX_JOB or not job.isprintable():
             raise UsageError(f"the job id must be 1 to {MAX_JOB} printable characters")
         secure.mode_of(security)
@@ -127,6 +130,7 @@ class FabricNet:
         if not 1 <= nranks <= 4096 or not 0 <= rank < nranks:
             raise UsageError(f"rank {rank} of {nranks}: ranks are 0 to nranks - 1")
         self.rank, self.nranks, self.root, self.port, self.job, self.psk = rank, nranks, root, port, job, psk
+        self.on_listen = on_listen
         self.join_timeout = join_timeout
         self.qp_attr = dict(qp_attr or {})
         self.own_ctx = ctx is None
@@ -338,6 +342,8 @@ class FabricNet:
             self._listener = cm.listen(bind, self.port, self.psk)
         except OSError as e:
             raise UsageError(f"rank 0 cannot listen on port {self.port}: {e}") from None
+        if self.on_listen is not None:
+            self.on_listen(bind, self._listener.sock.getsockname()[1])
         got = {0: offers}
         conns: dict[int, cm.Connection] = {}
         self.hosts = {0: self.ctx.resolver.host}

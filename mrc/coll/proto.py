@@ -15,10 +15,33 @@ import numpy as np
 
 from mrc.coll import schedule
 
+#: bfloat16 has no numpy dtype: its arrays are 2-byte records of this dtype (its name says what they hold), which
+#: numpy copies as bytes and never computes on. Its reductions are registered by whoever computes on it
+#: (``import mrc.torch`` registers torch's); the communicator moves it as any other dtype.
+BFLOAT16 = np.dtype([("bfloat16", "<u2")])
 DTYPES = {np.dtype(t): i for i, t in enumerate(("float16", "float32", "float64", "int32", "int64"))}
-DTYPE_NAMES = {i: t.name for t, i in DTYPES.items()}
-OPS = {"sum": (0, np.add), "max": (1, np.maximum), "min": (2, np.minimum)}
+DTYPES[BFLOAT16] = 5
+DTYPE_NAMES = {i: ("bfloat16" if t == BFLOAT16 else t.name) for t, i in DTYPES.items()}
+OPS = {"sum": (0, np.add), "max": (1, np.maximum), "min": (2, np.minimum), "prod": (3, np.multiply)}
 OP_NAMES = {code: name for name, (code, _) in OPS.items()}
+#: (dtype, op) -> reduce(acc, x): acc = op(acc, x) in place, for dtypes numpy does not compute on (BFLOAT16)
+REDUCERS: dict = {}
+
+
+def dtype_name(dt: np.dtype) -> str:
+    """A dtype's name as the errors and the grants say it (``bfloat16`` for :data:`BFLOAT16`)."""
+    return DTYPE_NAMES.get(DTYPES.get(dt, -1), str(dt))
+
+
+def reducer(dt: np.dtype, op: str):
+    """The in-place reduction ``f(acc, x)`` of ``op`` on arrays of ``dt``; None where nobody registered
+    one (bfloat16 without ``mrc.torch``)."""
+    if (dt, op) in REDUCERS:
+        return REDUCERS[(dt, op)]
+    if dt == BFLOAT16:
+        return None
+    uf = OPS[op][1]
+    return lambda acc, x: uf(acc, x, out=acc)
 COLL_CODES = {c: i for i, c in enumerate(schedule.COLLECTIVES)}
 
 KIND_DATA, KIND_CREDIT, KIND_GRANT = 0, 1, 2
