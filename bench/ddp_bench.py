@@ -171,6 +171,26 @@ def losses(mine: dict, theirs: dict, phase_s: float) -> dict:
             "last": [a_rows[n - 1][2], b_rows[n - 1][2]] if n else None}
 
 
+def summarize(out: dict, runs: dict, phase_s: float) -> None:
+    """The headline figures: steps, p99 inflation, MRC over the better Gloo, losses, overlap, QP errors."""
+    bk = out["backends"]
+    out["steps"] = {b: {c: bk[b][c]["steps"] for c in ("no_fault", "with_faults")} for b in bk}
+    out["p99_inflation"] = {b: round(bk[b]["with_faults"]["step_p99_ms"] / bk[b]["no_fault"]["step_p99_ms"], 3)
+                            for b in bk if bk[b]["no_fault"]["step_p99_ms"] and bk[b]["with_faults"]["steps"]}
+    gloos = [b for b in bk if b.startswith("gloo")]
+    if "mrc" in bk and gloos:
+        best = max(gloos, key=lambda b: bk[b]["no_fault"]["steps_per_s"])
+        out["best_gloo"] = best
+        out["steps_per_s_over_gloo"] = round(bk["mrc"]["no_fault"]["steps_per_s"] /
+                                             bk[best]["no_fault"]["steps_per_s"], 3)
+        out["losses"] = {g: losses(runs["mrc"], runs[g], phase_s) for g in gloos}
+        out["losses_equal"] = all(v["equal"] for v in out["losses"].values())
+    if "mrc" in bk:
+        cal, nf = bk["mrc"]["calibration"], bk["mrc"]["no_fault"]
+        out["overlap_ratio"] = round(nf["step_p50_ms"] / 1e3 / max(cal["compute_s"], cal["comm_s"]), 3)
+        out["qp_errors"] = bk["mrc"]["qp_errors"]
+
+
 def plot(out: dict, runs: dict, path: str) -> str:
     series = {b: [[r[0], r[1]] for r in res["rows"]] for b, res in runs.items()}
     first = next(iter(runs.values()))
@@ -247,23 +267,8 @@ def main() -> int:
             baseline.mpi_ports(t, up=False)
         finally:
             apply.down(t.name)
-    bk = out["backends"]
-    out["steps"] = {b: {c: bk[b][c]["steps"] for c in ("no_fault", "with_faults")} for b in bk}
-    out["p99_inflation"] = {b: round(bk[b]["with_faults"]["step_p99_ms"] / bk[b]["no_fault"]["step_p99_ms"], 3)
-                            for b in bk if bk[b]["no_fault"]["step_p99_ms"] and bk[b]["with_faults"]["steps"]}
-    gloos = [b for b in bk if b.startswith("gloo")]
-    if "mrc" in bk and gloos:
-        best = max(gloos, key=lambda b: bk[b]["no_fault"]["steps_per_s"])
-        out["best_gloo"] = best
-        out["steps_per_s_over_gloo"] = round(bk["mrc"]["no_fault"]["steps_per_s"] /
-                                             bk[best]["no_fault"]["steps_per_s"], 3)
-        out["losses"] = {g: losses(runs["mrc"], runs[g], a.phase_seconds) for g in gloos}
-        out["losses_equal"] = all(v["equal"] for v in out["losses"].values())
-    if "mrc" in bk:
-        cal, nf = bk["mrc"]["calibration"], bk["mrc"]["no_fault"]
-        out["overlap_ratio"] = round(nf["step_p50_ms"] / 1e3 / max(cal["compute_s"], cal["comm_s"]), 3)
-        out["qp_errors"] = bk["mrc"]["qp_errors"]
-    out["failed_runs"] = [b for b in only if b not in bk or bk[b]["exit"]]
+    summarize(out, runs, a.phase_seconds)
+    out["failed_runs"] = [b for b in only if b not in out["backends"] or out["backends"][b]["exit"]]
     if a.plot and runs:
         out["plot"] = plot(out, runs, a.plot)
     if a.save:

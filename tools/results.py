@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from results_fmt import fmt, get, table  # noqa: E402  (tools/, beside this file)
 from results_security import hostile, security_coll, security_congestion, security_fabric, security_latency  # noqa: E402
+from results_torch import ddp  # noqa: E402
 from results_verbs import verbs  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -503,6 +504,7 @@ SECTIONS = [
     ("sim_bench", "The engine at scale (mrc sim)", sim),
     ("ndp_permutation", "Beside a published result: NDP's permutation", ndp),
     ("coll_bench", "Collectives and training over MRC", coll),
+    ("ddp_bench", "PyTorch DDP over MRC", ddp),
     ("fabric_bench_security", "Authenticated MRC on the fabric", security_fabric),
     ("latency_bench_security", "Authenticated MRC: latency", security_latency),
     ("coll_bench_security", "Authenticated MRC: collectives", security_coll),
@@ -563,10 +565,6 @@ def splice(readme: str, tbl: str) -> str:
     return f"{a}{BEGIN}\n{tbl}{END}{b}"
 
 
-def _name(p: Path) -> str:
-    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog=__doc__.split("\n\n", 1)[1],
@@ -580,18 +578,20 @@ def main(argv: list[str] | None = None) -> int:
         bad = []
         for path, want in ((DOC, page), (README, new_readme)):
             have = path.read_text() if path.exists() else ""
+            name = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
             if have != want:
-                bad.append(path)
-                sys.stdout.writelines(difflib.unified_diff(have.splitlines(True), want.splitlines(True),
-                                                           _name(path), "rendered", n=1))
+                bad.append(name)
+                sys.stdout.writelines(difflib.unified_diff(have.splitlines(True), want.splitlines(True), name,
+                                                           "rendered", n=1))
         if bad:
-            print(f"results: {', '.join(_name(p) for p in bad)} differ from the stored runs: "
+            print(f"results: {', '.join(bad)} differ from the stored runs: "
                   "run `python tools/results.py`", file=sys.stderr)
             return 1
         return 0
     DOC.write_text(page)
     README.write_text(new_readme)
-    print(f"results: wrote {_name(DOC)} and the README's table", file=sys.stderr)
+    doc = DOC.relative_to(ROOT) if DOC.is_relative_to(ROOT) else DOC
+    print(f"results: wrote {doc} and the README's table", file=sys.stderr)
     return 0
 
 

@@ -54,6 +54,8 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
+        """The settings the environment gives (MRC_PSK_FILE, MRC_SECURITY, MRC_PORT_RATE, MRC_CHANNELS,
+        MRC_ROOT_ADDR)."""
         env = os.environ
         try:
             channels = int(env.get("MRC_CHANNELS", "2"))

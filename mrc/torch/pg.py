@@ -93,13 +93,16 @@ class Work(dist.Work):
         self._fut, self._outputs = fut, outputs
 
     def wait(self, timeout=None) -> bool:
+        """Block until the op is done: True, or the op's error raised."""
         self._fut.wait()     # raises the op's error
         return True
 
     def is_completed(self) -> bool:
+        """Whether the op has finished (well or not)."""
         return self._fut.done()
 
     def is_success(self) -> bool:
+        """Whether the op has finished without an error."""
         if not self._fut.done():
             return False
         try:
@@ -109,9 +112,11 @@ class Work(dist.Work):
         return True
 
     def get_future(self) -> torch.futures.Future:
+        """The future that completes with the output tensors."""
         return self._fut
 
     def result(self) -> list[torch.Tensor]:
+        """The output tensors."""
         return self._outputs
 
 
@@ -132,6 +137,7 @@ class ProcessGroupMRC(dist.ProcessGroup):
 
     # ------------------------------------------------------------------ plumbing
     def getBackendName(self) -> str:  # noqa: N802 (torch's name)
+        """``mrc``."""
         return "mrc"
 
     @property
@@ -323,21 +329,27 @@ class ProcessGroupMRC(dist.ProcessGroup):
                         f"reduce_scatter, all_to_all and barrier")
 
     def send(self, tensors, dst, tag=0):
+        """Not carried (CollError)."""
         self._unsupported("send", " (its calls are collectives every rank makes in the same order)")
 
     def recv(self, tensors, src, tag=0):
+        """Not carried (CollError)."""
         self._unsupported("recv", " (its calls are collectives every rank makes in the same order)")
 
     def recv_anysource(self, tensors, tag=0):
+        """Not carried (CollError)."""
         self._unsupported("recv_anysource")
 
     def reduce(self, tensors, opts=None):
+        """Not carried (CollError)."""
         self._unsupported("reduce", " (all_reduce gives every rank the result)")
 
     def gather(self, output_tensors, input_tensors, opts=None):
+        """Not carried (CollError)."""
         self._unsupported("gather", " (all_gather gives every rank every tensor)")
 
     def scatter(self, output_tensors, input_tensors, opts=None):
+        """Not carried (CollError)."""
         self._unsupported("scatter", " (broadcast, or all_to_all)")
 
     # ------------------------------------------------------------------ lifetime

@@ -16,13 +16,14 @@ MAX_LINES = 600
 
 #: mrc/'s folders are its rooms, lowest first: the library (the top level, the controller in ctl/,
 #: the communicator in coll/), the namespace fabric (fabric/), the web view (dash/), the commands
-#: (tools/), and the entry point ``python -m mrc``. A module imports only its own room or those before.
-ROOMS = ["library", "fabric", "dash", "tools", "entry"]
+#: (tools/), and the entry point ``python -m mrc``; PyTorch's backend (torch/) sits above the fabric, whose QP
+#: settings it takes. A module imports only its own room or those before.
+ROOMS = ["library", "fabric", "torch", "dash", "tools", "entry"]
 
 
 def room(module: str) -> str:
     """The room of a module file of mrc/, from its folder."""
-    for r in ("fabric", "dash", "tools"):
+    for r in ("fabric", "torch", "dash", "tools"):
         if module.startswith(f"mrc/{r}/"):
             return r
     return "entry" if module == "mrc/__main__.py" else "library"
@@ -134,16 +135,22 @@ def test_every_subcommand_of_a_command_runs_its_own_function():
         assert not re.search(r"if a\.\w+cmd ==", f.read_text()), f
 
 
-def test_only_the_web_server_imports_aiohttp():
-    """The dash extra is optional: nothing else may need it."""
-    users = []
+def importers(package: str) -> set[str]:
+    """The files of mrc/ that import ``package``."""
+    users = set()
     for p in (ROOT / "mrc").rglob("*.py"):
         for node in ast.walk(ast.parse(p.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            if any(n.split(".")[0] == "aiohttp" for n in names):
-                users.append(p.relative_to(ROOT).as_posix())
-    assert set(users) == {"mrc/dash/server.py"}
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(n.split(".")[0] == package for n in names):
+                users.add(p.relative_to(ROOT).as_posix())
+    return users
+
+
+def test_only_the_web_server_imports_aiohttp_and_only_torch_room_imports_torch():
+    """The dash and torch extras are optional: nothing else may need them."""
+    assert importers("aiohttp") == {"mrc/dash/server.py"}
+    assert importers("torch") == {"mrc/torch/__init__.py", "mrc/torch/pg.py"}
 
 
 def test_no_source_file_is_over_600_lines():
