@@ -57,6 +57,12 @@ MAX_SLOTS = 1 << 12
 MAX_COUNT = 1 << 40              # elements in one call
 DEFAULT_TIMEOUT = 120.0          # seconds a collective may take before it aborts
 SETTLE_S = 1.0                   # seconds a failed QP waits for the control plane to say why
+DIRECT_MIN_BYTES = 1 << 20       # a call's ``out`` is its work buffer from this size (smaller: copied)
+DIRECT_KEEP = 4                  # registrations of callers' arrays kept for the next call
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.ctypes.data == b.ctypes.data and a.nbytes == b.nbytes
 
 
 class CollError(MrcError):
@@ -133,7 +139,16 @@ class _Run:
         self.p, self.desc, self.dtype, self.ufunc = p, desc, dtype, ufunc
         self.seq = desc.seq
         self.piece = comm.slot_bytes // dtype.itemsize
-        self.w = comm._work(p.work, dtype)
+        # in place: where the result is the whole work buffer, the caller's ``out`` is the work buffer (its
+        # own registration, kept for the next call on the same memory): no copy in for an all-reduce in
+        # place, none out for any such call. Peers never write it: their data lands in our slots
+        self.direct = out is not None and p.out_off == 0 and p.out_count == p.work == out.size and \
+            out.flags.writeable and p.work * dtype.itemsize >= DIRECT_MIN_BYTES
+        if self.direct:
+            self.w, self.wmr = out.reshape(-1), comm._direct_mr(out)
+        else:
+            self.w = comm._work(p.work, dtype)
+            self.wmr = comm._wmr
         self.out = out
         self.deadline = time.monotonic() + comm.timeout
         self.pieces = [schedule.pieces(x, self.piece) for x in p.xfers]
@@ -183,6 +198,8 @@ class _Run:
 
     def finish(self):
         p, w = self.p, self.w
+        if self.direct:
+            return self.out
         res = w[p.out_off:p.out_off + p.out_count]
         if self.out is not None:
             self.out[...] = res.reshape(self.out.shape)
@@ -216,6 +233,7 @@ class Communicator:
         self._late: list = []           # completions of a later call that came in early (grants)
         self._wbuf = None
         self._wmr = None
+        self._direct: collections.OrderedDict = collections.OrderedDict()
         self._ctl_src = None
         self.stats = {"calls": 0, "bytes_sent": 0, "qp_errors": 0}
         self.bytes_to: collections.Counter = collections.Counter()   # data bytes sent, per peer
@@ -235,6 +253,20 @@ class Communicator:
             self._wbuf = bytearray(size)
             self._wmr = self.net.reg_mr(self, self._wbuf, remote_write=False)
         return np.frombuffer(self._wbuf, dtype=dtype, count=n)
+
+    def _direct_mr(self, a: np.ndarray):
+        """The registration of a caller's array used as a call's work buffer (the last DIRECT_KEEP are
+        kept, by address and length, with a reference to their memory, so none is freed and reused while
+        registered)."""
+        key = (a.ctypes.data, a.nbytes)
+        mr = self._direct.pop(key, None)
+        if mr is None:
+            mr = self.net.reg_mr(self, a.reshape(-1).view(np.uint8), remote_write=False)
+            while len(self._direct) >= DIRECT_KEEP:
+                _, old = self._direct.popitem(last=False)
+                old.close()
+        self._direct[key] = mr
+        return mr
 
     def _ctl(self):
         if self._ctl_src is None:
@@ -365,9 +397,9 @@ class Communicator:
         w = run.w
         flat = x.reshape(-1)
         if coll == "broadcast":
-            if self.rank == root:
+            if self.rank == root and not _same_memory(w[:count], flat):
                 w[:count] = flat
-        else:
+        elif not _same_memory(w[p.in_off:p.in_off + flat.size], flat):
             w[p.in_off:p.in_off + flat.size] = flat
         for src, dst, n in p.local:
             w[dst:dst + n] = w[src:src + n]
@@ -540,7 +572,7 @@ class Communicator:
                     break
                 slot = link.credits.popleft()
                 off, cnt = run.pieces[i][k]
-                link.qp.post_write(self._wmr, off * isz, cnt * isz, link.raddr + slot * self.slot_bytes, link.rkey,
+                link.qp.post_write(run.wmr, off * isz, cnt * isz, link.raddr + slot * self.slot_bytes, link.rkey,
                                    wr_id=(KIND_DATA << 60) | (i << 24) | k, imm=imm_pack(KIND_DATA, run.seq, m, slot))
                 run.outstanding += 1
                 self.stats["bytes_sent"] += cnt * isz

@@ -399,3 +399,38 @@ def test_credits_for_slots_that_do_not_exist_are_ignored():
         assert all(s < 2 for c in w.comms for link in c.links.values() for s in link.credits)
     finally:
         w.close()
+
+
+def test_large_calls_in_place_use_the_callers_array_as_the_work_buffer():
+    """From 1 MiB, a call whose result is its whole work buffer (all-reduce, broadcast, all-gather) works
+    in the caller's ``out``, registered once and kept: no copy out, and none in for an all-reduce in place."""
+    w = MemWorld(3, slot_bytes=1 << 16, slots=4)
+    try:
+        n = 1 << 18                                    # 1 MiB of float32
+        xs = [np.arange(n, dtype=np.float32) % 97 + r for r in range(3)]
+        want = xs[0] + xs[1] + xs[2]
+        ys = [x.copy() for x in xs]
+        mrs = None
+        for _ in range(2):                            # the second call reuses the first one's registration
+            for y, x in zip(ys, xs, strict=True):
+                y[...] = x
+            got = ok(w.run(lambda c: c.all_reduce(ys[c.rank], out=ys[c.rank], async_op=True)))
+            for r in range(3):
+                assert got[r] is ys[r] and np.array_equal(ys[r], want)
+            now = [list(c._direct.values()) for c in w.comms]
+            assert all(len(m) == 1 for m in now)
+            assert mrs is None or all(a[0] is b[0] for a, b in zip(now, mrs, strict=True))
+            mrs = now
+        b = [np.full(n, r, np.int32) for r in range(3)]
+        ok(w.run(lambda c: c.broadcast(b[c.rank], root=1, async_op=True)))
+        assert all(np.array_equal(x, np.full(n, 1, np.int32)) for x in b)
+        assert all(len(c._direct) == 2 for c in w.comms)
+        outs = [np.zeros(3 * n, np.float32) for _ in range(3)]
+        got = ok(w.run(lambda c: c.all_gather(xs[c.rank], out=outs[c.rank], async_op=True)))
+        assert all(g is o and np.array_equal(o, np.concatenate(xs)) for g, o in zip(got, outs, strict=True))
+        small = [np.ones(10, np.float32) for _ in range(3)]
+        ok(w.run(lambda c: c.all_reduce(small[c.rank], out=small[c.rank], async_op=True)))
+        assert all(np.array_equal(s, np.full(10, 3.0)) for s in small)
+        assert all(len(c._direct) <= 4 for c in w.comms)
+    finally:
+        w.close()
