@@ -51,18 +51,14 @@ from mrc.coll.proto import (
     imm_unpack,
     reducer,
 )
+from mrc.coll.run import Run, same_memory
 from mrc.errors import MrcError
 
 MAX_SLOTS = 1 << 12
 MAX_COUNT = 1 << 40              # elements in one call
 DEFAULT_TIMEOUT = 120.0          # seconds a collective may take before it aborts
 SETTLE_S = 1.0                   # seconds a failed QP waits for the control plane to say why
-DIRECT_MIN_BYTES = 1 << 20       # a call's ``out`` is its work buffer from this size (smaller: copied)
 DIRECT_KEEP = 4                  # registrations of callers' arrays kept for the next call
-
-
-def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.ctypes.data == b.ctypes.data and a.nbytes == b.nbytes
 
 
 class CollError(MrcError):
@@ -105,7 +101,7 @@ class Handle:
     """A collective in flight: ``wait()`` returns its result, ``test()`` says
     whether it is done (and moves it on)."""
 
-    def __init__(self, comm: Communicator, run: _Run | None, result) -> None:
+    def __init__(self, comm: Communicator, run: Run | None, result) -> None:
         self._comm, self._run, self._result = comm, run, result
 
     def test(self) -> bool:
@@ -132,81 +128,6 @@ class Handle:
         self._result = run.finish()
 
 
-class _Run:
-    """The state of one call on one rank."""
-
-    def __init__(self, comm: Communicator, p: schedule.Plan, desc: Desc, dtype: np.dtype, ufunc, out) -> None:
-        self.p, self.desc, self.dtype, self.ufunc = p, desc, dtype, ufunc
-        self.seq = desc.seq
-        self.piece = comm.slot_bytes // dtype.itemsize
-        # in place: where the result is the whole work buffer, the caller's ``out`` is the work buffer (its
-        # own registration, kept for the next call on the same memory): no copy in for an all-reduce in
-        # place, none out for any such call. Peers never write it: their data lands in our slots
-        self.direct = out is not None and p.out_off == 0 and p.out_count == p.work == out.size and \
-            out.flags.writeable and p.work * dtype.itemsize >= DIRECT_MIN_BYTES
-        if self.direct:
-            self.w, self.wmr = out.reshape(-1), comm._direct_mr(out)
-        else:
-            self.w = comm._work(p.work, dtype)
-            self.wmr = comm._wmr
-        self.out = out
-        self.deadline = time.monotonic() + comm.timeout
-        self.pieces = [schedule.pieces(x, self.piece) for x in p.xfers]
-        self.done = [bytearray(len(pc)) for pc in self.pieces]       # 1: sent and completed / received and placed
-        # the streams: per peer, (xfer, piece) in schedule order
-        self.sendq: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
-        self.recvq: dict[int, list[tuple[int, int]]] = collections.defaultdict(list)
-        for i, x in enumerate(p.xfers):
-            q = self.sendq if x.send else self.recvq
-            q[x.peer] += [(i, k) for k in range(len(self.pieces[i]))]
-        self.next_send = dict.fromkeys(self.sendq, 0)
-        self.next_use = dict.fromkeys(self.recvq, 0)
-        self.arrivals: dict[int, dict] = collections.defaultdict(dict)  # peer -> m -> (slot, bytes, link)
-        # grants pass only where data will: a peer this call sends nothing to (or gets nothing from: an
-        # element count under the number of ranks leaves blocks empty) is not waited for and not granted.
-        # Else a receiver with nothing to wait for could run two calls ahead of its sender and write its
-        # grant over the one of the same parity the sender had not read yet (reduce_scatter of 1 element
-        # on 4 ranks: "rank 1 is at call 5 while rank 0 is at call 3")
-        self.granted = {peer: False for peer in p.send_to if self.sendq.get(peer)}
-        self.deps = schedule.dependencies(p)
-        self.outstanding = 0
-        self.left = sum(len(pc) for pc in self.pieces)
-        # grants expected per channel: how many data messages each channel will carry from each peer
-        C = comm.channels
-        self.per_channel = {peer: [len(range(c, len(q), C)) for c in range(C)] for peer, q in self.recvq.items()}
-
-    # dependencies ---------------------------------------------------------
-    def _ready(self, i: int, k: int) -> bool:
-        off, cnt = self.pieces[i][k]
-        for j in self.deps[i]:
-            y = self.p.xfers[j]
-            lo, hi = max(off, y.off), min(off + cnt, y.off + y.count)
-            if lo >= hi:
-                continue
-            for kk in range((lo - y.off) // self.piece, (hi - 1 - y.off) // self.piece + 1):
-                if not self.done[j][kk]:
-                    return False
-        return True
-
-    def waiting_for(self) -> set[int]:
-        """The peers whose data or grant this call still waits for."""
-        return ({peer for peer, q in self.recvq.items() if self.next_use[peer] < len(q)} |
-                {peer for peer, g in self.granted.items() if not g})
-
-    def finished(self) -> bool:
-        return self.left == 0 and self.outstanding == 0 and all(self.granted.values())
-
-    def finish(self):
-        p, w = self.p, self.w
-        if self.direct:
-            return self.out
-        res = w[p.out_off:p.out_off + p.out_count]
-        if self.out is not None:
-            self.out[...] = res.reshape(self.out.shape)
-            return self.out
-        return res.copy()
-
-
 class Communicator:
     """N ranks over MRC. ``net`` connects the QPs and carries the control
     plane: :class:`mrc.coll.net.FabricNet` (one process per host, real
@@ -228,7 +149,7 @@ class Communicator:
         self.by_qpn: dict[int, Link] = {}
         self.seq = 0
         self._abort: CommAborted | None = None
-        self._run: _Run | None = None
+        self._run: Run | None = None
         self._grants: dict[int, collections.deque] = collections.defaultdict(collections.deque)
         self._late: list = []           # completions of a later call that came in early (grants)
         self._wbuf = None
@@ -390,23 +311,23 @@ class Communicator:
         desc = Desc(self.seq, COLL_CODES[coll], DTYPES[dt], opcode, root, count if coll != "all_to_all_v" else 0, 0,
                     self.nranks, self.rank)
         self.net.ensure(self, sorted(set(p.send_to) | set(p.recv_from)))
-        run = _Run(self, p, desc, dt, ufunc, out)
+        run = Run(self, p, desc, dt, ufunc, out)
         for peer in p.recv_from:  # no data of this call can have come yet: it waits for our grant
             for c in range(self.channels):
                 self.links[(peer, c)].arrived = 0
         w = run.w
         flat = x.reshape(-1)
         if coll == "broadcast":
-            if self.rank == root and not _same_memory(w[:count], flat):
+            if self.rank == root and not same_memory(w[:count], flat):
                 w[:count] = flat
-        elif not _same_memory(w[p.in_off:p.in_off + flat.size], flat):
+        elif not same_memory(w[p.in_off:p.in_off + flat.size], flat):
             w[p.in_off:p.in_off + flat.size] = flat
         for src, dst, n in p.local:
             w[dst:dst + n] = w[src:src + n]
         self._run = run
         try:
             for peer in p.recv_from:
-                if run.recvq.get(peer):  # only where data will come (_Run.granted)
+                if run.recvq.get(peer):  # only where data will come (Run.granted)
                     self._grant(run, peer)
         except BaseException:
             self._run = None
@@ -416,7 +337,7 @@ class Communicator:
             return h
         return h.wait()
 
-    def _grant(self, run: _Run, peer: int) -> None:
+    def _grant(self, run: Run, peer: int) -> None:
         d = Desc(**{**run.desc.__dict__, "pair": run.p.received_from(peer)})
         src = self._ctl()
         off = peer * MAILBOX
@@ -427,7 +348,7 @@ class Communicator:
                            imm=imm_pack(KIND_GRANT, run.seq, 0, 0))
         run.outstanding += 1
 
-    def _step(self, run: _Run) -> bool:
+    def _step(self, run: Run) -> bool:
         """Move ``run`` on: completions, placements, sends. True when it is done."""
         try:
             self._check_abort()
@@ -455,7 +376,7 @@ class Communicator:
             self._run = None
             raise
 
-    def _poll(self, run: _Run) -> None:
+    def _poll(self, run: Run) -> None:
         repost: dict[int, int] = collections.defaultdict(int)
         for wc in self.net.poll(self):
             link = self.by_qpn.get(wc.qpn)
@@ -511,7 +432,7 @@ class Communicator:
                 link = self.links[(peer, c)]
                 link.credits = collections.deque(range(self.slots))
 
-    def _check_grant(self, run: _Run, peer: int, d: Desc | None) -> None:
+    def _check_grant(self, run: Run, peer: int, d: Desc | None) -> None:
         mine = run.desc
         if d is None:
             raise self.abort(peer, f"rank {peer} sent a grant that is not a call description")
@@ -527,7 +448,7 @@ class Communicator:
             raise self.abort(peer, f"rank {peer} expects {d.pair} elements from rank {self.rank}, which sends it "
                                    f"{want} ({d.text()}): send_counts and recv_counts must agree")
 
-    def _place(self, run: _Run) -> None:
+    def _place(self, run: Run) -> None:
         w, isz = run.w, run.dtype.itemsize
         for peer, q in run.recvq.items():
             arr = run.arrivals[peer]
@@ -559,7 +480,7 @@ class Communicator:
                                        imm=imm_pack(KIND_CREDIT, run.seq, 0, slot))
                     run.outstanding += 1
 
-    def _send(self, run: _Run) -> None:
+    def _send(self, run: Run) -> None:
         isz = run.dtype.itemsize
         for peer, q in run.sendq.items():
             if not run.granted.get(peer):
