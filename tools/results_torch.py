@@ -49,7 +49,10 @@ def ddp(runs: list[dict]) -> tuple[list[str], list[list]]:
         lines += ["", f"MRC's no-fault step p50 over the longer of compute alone and the all-reduce alone: "
                   f"{fmt(r['overlap_ratio'], 3)} (DDP overlaps the buckets' all-reduces with the backward pass; "
                   f"the calibration's all-reduce launched during a compute loop of its length took "
-                  f"{fmt(get(r, 'backends.mrc.calibration.overlap_over_longer'), 3)} x the longer of the two)."]
+                  f"{fmt(get(r, 'backends.mrc.calibration.overlap_over_longer'), 3)} x the longer of the two, and "
+                  f"during a wait of its length, the CPU left to the network as a GPU's compute leaves it, "
+                  f"{fmt(get(r, 'backends.mrc.calibration.overlap_idle_over_longer'), 3)} x: the difference is "
+                  "four ranks' compute and the fabric's forwarding sharing this VM's two cores)."]
     head = []
     if "mrc" in bk:
         head.append(["PyTorch DDP over MRC under faults (T1 reboot/10 s + flap/5 s): step p99 over no faults; "

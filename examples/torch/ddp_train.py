@@ -21,7 +21,9 @@ environment), e.g. on a fabric:
 agree to stop with an all-reduce of a flag, so each takes the same steps).
 Before training, ``--calibrate N`` times N steps of compute alone (under
 ``no_sync``: no all-reduce) and N all-reduces of the gradients' size alone,
-and N buckets' all-reduce launched during a compute loop of the same length.
+and N buckets' all-reduce launched during a compute loop of the same length
+(and during a wait of that length: the compute of a GPU, which leaves the CPU
+to the network).
 ``--json`` makes rank 0 print ``@start NS`` (the agreed start, CLOCK_MONOTONIC)
 and, at the end, ``@result {...}``: every step's start, length and loss, and
 the calibration.
@@ -164,9 +166,22 @@ def calibrate(a, ddp, step, params: int, world: int) -> dict:
         for w in works:
             w.wait()
         both.append(time.monotonic() - s)
+    # the same with the compute on a device: the CPU waits (a GPU kernel's stand-in), so what is left is the
+    # backend's own overlap, without the 2-core machine's contention between the ranks' compute and the network
+    idle = []
+    for _ in range(n):
+        dist.barrier()
+        s = time.monotonic()
+        works = [dist.all_reduce(b, async_op=True) for b in bufs]
+        time.sleep(m)
+        for w in works:
+            w.wait()
+        idle.append(time.monotonic() - s)
     return {"compute_s": round(c, 6), "comm_s": round(m, 6), "compute_reps": reps,
             "overlap_s": round(statistics.median(both), 6), "samples": n,
-            "overlap_over_longer": round(statistics.median(both) / max(c * reps, m), 4)}
+            "overlap_over_longer": round(statistics.median(both) / max(c * reps, m), 4),
+            "overlap_idle_s": round(statistics.median(idle), 6),
+            "overlap_idle_over_longer": round(statistics.median(idle) / m, 4)}
 
 
 if __name__ == "__main__":
