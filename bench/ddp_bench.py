@@ -260,7 +260,7 @@ def main() -> int:
                 log(f"{b}: no faults {s['no_fault']['steps']} steps, {s['no_fault']['steps_per_s']} steps/s, p99 "
                     f"{s['no_fault']['step_p99_ms']} ms; with faults {s['with_faults']['steps']} steps, p99 "
                     f"{s['with_faults']['step_p99_ms']} ms; compute {cal['compute_s']} s, all-reduce alone "
-                    f"{cal['comm_s']} s, overlapped {cal['overlap_s']} s (with the CPU idle {cal.get('overlap_idle_s')} s)")
+                    f"{cal['comm_s']} s, overlapped {cal['overlap_s']} s (CPU idle: {cal.get('overlap_idle_s')} s)")
         srv6 = apply.srv6(t.name)
     finally:
         try:
