@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results_fmt import fmt, get, table  # noqa: E402  (tools/, beside this file)
+from results_fmt import fmt, get, routing_text, table  # noqa: E402  (tools/, beside this file)
 from results_security import hostile, security_coll, security_congestion, security_fabric, security_latency  # noqa: E402
 from results_torch import ddp  # noqa: E402
 from results_verbs import verbs  # noqa: E402
@@ -108,7 +108,7 @@ def coll(runs: list[dict]) -> tuple[list[str], list[list]]:
              "the same run, alternated with MRC, each with one warm-up call and the same timed calls: `mpi_tcp` "
              "one plane per peer, `mpi_tcp_striped` every plane's address, `mpi_mptcp` one plane's address with "
              "MPTCP subflows on every plane (every host announces its planes), `gloo` torch.distributed's Gloo "
-             "with one interface per plane. " + _routing_text(r.get("routing")), ""]
+             "with one interface per plane. " + routing_text(r.get("routing"), r.get("bfd_ms")), ""]
     lines += _mpi_settings(r)
     rows = []
     for tr in ("mrc", "mpi_tcp", "mpi_tcp_striped", "mpi_mptcp", "gloo"):
@@ -166,16 +166,6 @@ def coll(runs: list[dict]) -> tuple[list[str], list[list]]:
              f"{spread(runs, 'train.p99_inflation')} / "
              f"{fmt(get(r, 'train.transports.mpi_tcp_striped.p99_inflation'))}", "<= 1.10 / stated"]]
     return lines, head
-
-
-def _routing_text(routing: str | None) -> str:
-    """How the run's fabric carried the kernel's traffic."""
-    if routing == "bgp":
-        return ("Kernel traffic is routed by FRR's BGP in every switch (eBGP, ECMP over the spines by the 5-tuple, "
-                "BFD at 50 ms x 3: `mrc fabric up --routing bgp`, docs/fabric.md), as a datacenter fabric routes "
-                "TCP; MRC's uSID paths are the same static ones.")
-    return ("Kernel traffic takes the fabric's static SRv6 encap through one spine per host pair (this run "
-            "predates `--routing bgp`).")
 
 
 def _mpi_settings(r: dict) -> list[str]:
@@ -236,7 +226,7 @@ def fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
              "runs on the sender's CPUs, so every cycle MRC spends on protocol work comes out of the forwarding "
              "budget that the blaster has for itself: the raw ceiling is this machine's, not the protocol's. "
              "MPTCP's hosts announce every plane, so each subflow stays on its plane both ways. "
-             + _routing_text(r.get("routing")), ""]
+             + routing_text(r.get("routing"), r.get("bfd_ms")), ""]
     lines += table(["figure", "measured", "target"], [
         ["MRC / raw ceiling", f"{spread(runs, 'ratio_raw')} ({fmt(r.get('mrc_gbps'), 2)} vs "
                               f"{fmt(r.get('raw_gbps'), 2)} Gb/s)", f">= {get(r, 'targets.ratio_raw')}"],
@@ -377,7 +367,7 @@ def congestion(runs: list[dict]) -> tuple[list[str], list[list]]:
              "at their ports' rate. Each flow writes one message at a time; the kernel's TCP (cubic with ECN, bbr; "
              "one stream per pair on the plane a hash picks, as ECMP would) and MPTCP (a subflow per plane) run "
              "the same workloads on the same fabric in the same run. `ideal` is the message times the senders "
-             "over the receiver's capacity, plus the base RTT. " + _routing_text(r.get("routing")), ""]
+             "over the receiver's capacity, plus the base RTT. " + routing_text(r.get("routing"), r.get("bfd_ms")), ""]
     rows = []
     for wl, x in (r.get("workloads") or {}).items():
         base = [t for t in ("tcp_cubic", "tcp_bbr", "mptcp") if isinstance(x.get(t), dict)]
@@ -407,9 +397,9 @@ def campaign(runs: list[dict]) -> tuple[list[str], list[list]]:
              "from a separate process at the lowest priority, as `mrc fabric fail/heal/loss` does them. Controls "
              "in the same runs: (b1), (g1), (i1) are (b), (g), (i) with the faulty paths' EVs denied, so what is "
              "left is the fault's kernel work on the shared CPUs. "
-             + (_routing_text("bgp") + " The TCP and MPTCP streams' source ports are chosen so that ECMP hashes "
-                "them through the faulted spine (p0s3)." if get(runs[-1], "fabric.routing") == "bgp"
-                else _routing_text(None)), ""]
+             + (routing_text("bgp", get(runs[-1], "fabric.bfd_ms")) + " The TCP and MPTCP streams' source ports "
+                "are chosen so that ECMP hashes them through the faulted spine (p0s3)."
+                if get(runs[-1], "fabric.routing") == "bgp" else routing_text(None)), ""]
     text = campaign_report.spread(runs) if len(runs) > 1 else campaign_report.markdown(runs[-1])
     lines += text.split("\n")
     exc = [get(x, "mrc.stall_excess_ms") for run in runs for x in run.get("scenarios", {}).values()

@@ -35,3 +35,15 @@ def table(header: list[str], rows: list[list]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return out
+
+
+def routing_text(routing: str | None, bfd_ms=None) -> str:
+    """How the run's fabric carried the kernel's traffic."""
+    if routing == "bgp":
+        bfd = (f"BFD at {bfd_ms} ms x 3" if bfd_ms else "without BFD: a link's carrier down, which every fault here "
+               "takes, withdraws its routes at once, and bfdd would take a core of this VM (see the BGP section)")
+        return (f"Kernel traffic is routed by FRR's BGP in every switch (eBGP, ECMP over the spines by the 5-tuple, "
+                f"{bfd}: `mrc fabric up --routing bgp`, docs/fabric.md), as a datacenter fabric routes TCP; MRC's "
+                "uSID paths are the same static ones.")
+    return ("Kernel traffic takes the fabric's static SRv6 encap through one spine per host pair (this run "
+            "predates `--routing bgp`).")
