@@ -451,10 +451,13 @@ def bgp_convergence(runs: list[dict], others: dict | None = None) -> tuple[list[
                   "core, all 48 switches): " + ", ".join(f"{k} {fmt(v, 1)}" for k, v in cpu.items())
                   + (" with BFD; without: " + ", ".join(f"{k} {fmt(v, 1)}" for k, v in ctl_cpu.items())
                      if ctl_cpu else "") + ". That is why the other benches' BGP fabrics run without BFD."]
-    lines += ["", "A link cut next to the sender costs nothing: the leaf's kernel drops the dead next hop at once. "
-              "On the far side only BGP tells the sender's leaf, so the flows hashed onto that spine lose about "
-              "BFD's detection time. A plane cut leaves single-plane traffic no path until the plane is back: what "
-              "MPTCP's subflows or striping over planes are for, and what MRC's spraying does within a QP."]
+    lines += ["", "A link cut next to the sender costs little: the leaf's kernel drops the dead next hop at once. "
+              "On the far side only BGP tells the sender's leaf, so the flows hashed onto that spine are lost while "
+              "the withdrawal travels and zebra installs it, with or without BFD: every cut here takes the link's "
+              "carrier down, which the spine sees at once. BFD is for the failure nobody sees, the silent link "
+              "(the control: BGP's 3 s hold time). A plane cut leaves single-plane traffic no path until the plane "
+              "is back: what MPTCP's subflows or striping over planes are for, and what MRC's spraying does within "
+              "a QP."]
     worst = max((x.get("loss_window_ms_max") or 0 for f, x in (r.get("faults") or {}).items()
                  if f != "plane-cut"), default=None)
     head = [["BGP fabric: kernel traffic's longest loss window after a link cut, T1 reboot, flap or silent link "
