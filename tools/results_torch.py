@@ -32,7 +32,8 @@ def ddp(runs: list[dict]) -> tuple[list[str], list[list]]:
                      times(nf), times(wf),
                      fmt(get(r, f"p99_inflation.{b}"), 3), fmt(nf.get("comm_share"), 2),
                      f"{fmt(cal.get('compute_s'), 3)} / {fmt(cal.get('comm_s'), 3)} / {fmt(cal.get('overlap_s'), 3)}",
-                     fmt(s.get("planes_used")), fmt(s.get("qp_errors")) if b == "mrc" else "-"])
+                     f"{len(s.get('planes_used') or [])} of {get(r, 'fabric.planes')}",
+                     fmt(s.get("qp_errors")) if b == "mrc" else "-"])
     lines += table(["backend", "steps (no faults / faults)", "steps/s, no faults", "step p50 / p99 / max ms, no faults",
                     "with faults", "p99 faults / none", "collectives' share", "compute / all-reduce / both at once s",
                     "planes used", "QP errors"], rows)
@@ -40,9 +41,9 @@ def ddp(runs: list[dict]) -> tuple[list[str], list[list]]:
     if lo:
         lines += ["", f"Losses: rank 0's loss at every step both runs took, MRC's against Gloo's (same seed, same "
                   f"data); tolerance {get(r, 'loss_tolerance')} relative, for float32 sums taken in another order: "
-                  + "; ".join(f"{NAMES.get(g, g)}: {v['steps_compared']} steps, largest difference "
-                              f"{fmt(v['max_rel_diff']['no_fault'], 3)} at MRC's no-fault steps and "
-                              f"{fmt(v['max_rel_diff']['with_faults'], 3)} under faults"
+                  + "; ".join(f"{NAMES.get(g, g)}: the first {v['steps_compared']} steps, largest difference "
+                              f"{v['max_rel_diff']['no_fault']:.2g} at MRC's no-fault steps and "
+                              f"{v['max_rel_diff']['with_faults']:.2g} under faults"
                               for g, v in lo.items())
                   + f". Equal: {'yes' if r.get('losses_equal') else 'no'}."]
     if r.get("overlap_ratio") is not None:
