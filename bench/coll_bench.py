@@ -67,6 +67,8 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import fabric_args  # noqa: E402 (bench/, beside this file)
+
 from mrc.errors import UsageError  # noqa: E402
 from mrc.fabric import apply, baseline, qos  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
@@ -368,12 +370,7 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--sim-a2a-size", default="4M", help="mrc sim's all-to-all bytes per NIC (default 4M)")
     ap.add_argument("--skip", default="", help="parts to leave out: coll,train,sim,mpi,gloo,tune (tune: no "
                                                "sweep; MPI runs ring all-reduce and pairwise all-to-all)")
-    ap.add_argument("--bfd-ms", type=int, default=0, metavar="MS",
-                    help="BFD on the BGP fabric's sessions every MS ms (default 0: none; every fault this bench "
-                         "makes takes a link's carrier down, which BGP sees at once, and bfdd at 50 ms costs this "
-                         "VM about a core: bench/bgp_convergence.py measures BFD)")
-    ap.add_argument("--routing", choices=("bgp", "static"), default="bgp",
-                    help="the kernel traffic's routing on the bench's fabric (default bgp: FRR, ECMP, BFD)")
+    fabric_args.add_routing(ap)
     ap.add_argument("--security", action="store_true",
                     help="MRC's collectives alone with security off, auth and encrypt in alternated rounds "
                          "(no baselines, train or sim); saved as coll_bench_security")

@@ -55,6 +55,7 @@ import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import fabric_args  # noqa: E402  (bench/, beside this file)
 from campaign_report import PauseMonitor  # noqa: E402  (bench/, beside this file)
 from congestion_figures import SECURED, log, plot, rounds_summary, summarize, wide_nic  # noqa: E402
 
@@ -354,12 +355,7 @@ def _args() -> argparse.Namespace:
                     help="an NSCC parameter for every MRC QP (struct mrc_cc_params), e.g. gamma=400; repeatable")
     import store  # bench/, beside this file
 
-    ap.add_argument("--bfd-ms", type=int, default=0, metavar="MS",
-                    help="BFD on the BGP fabric's sessions every MS ms (default 0: none; every fault this bench "
-                         "makes takes a link's carrier down, which BGP sees at once, and bfdd at 50 ms costs this "
-                         "VM about a core: bench/bgp_convergence.py measures BFD)")
-    ap.add_argument("--routing", choices=("bgp", "static"), default="bgp",
-                    help="the kernel traffic's routing (default bgp: FRR, ECMP, BFD; static: the SRv6 encap)")
+    fabric_args.add_routing(ap)
     store.add_argument(ap)
     return ap.parse_args()
 

@@ -48,6 +48,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
+import fabric_args  # noqa: E402 (bench/, beside this file)
+
 from mrc.errors import UsageError  # noqa: E402
 from mrc.fabric import apply, baseline, qos  # noqa: E402
 from mrc.fabric.topology import Topology  # noqa: E402
@@ -208,9 +210,7 @@ def main() -> int:
     ap.add_argument("--calibrate", type=int, default=3, help="calibration samples per run (default 3)")
     ap.add_argument("--only", default=",".join(BACKENDS), help=f"backends to run (default {','.join(BACKENDS)})")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--routing", choices=["bgp", "static"], default="bgp")
-    ap.add_argument("--bfd-ms", type=int, default=0, metavar="MS",
-                    help="BFD on the BGP sessions (default 0: none; bench/bgp_convergence.py measures BFD)")
+    fabric_args.add_routing(ap)
     ap.add_argument("--verbose", action="store_true", help="every step's line on stderr")
     ap.add_argument("--plot", metavar="PNG", help="step time against time per backend, faults marked")
     ap.add_argument("--json", action="store_true", help="print one JSON object (progress on stderr)")

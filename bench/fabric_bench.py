@@ -66,6 +66,7 @@ from mrc.verbs import RemoteInfo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import cpu  # noqa: E402 (bench/, beside this file)
+import fabric_args  # noqa: E402 (bench/, beside this file)
 
 #: what every sender here walks (MRC's source and destination regions, the copying blaster's
 #: source, TCP's and MPTCP's buffers at each end): larger than the caches, as an application's
@@ -196,12 +197,7 @@ def main() -> int:
 
     ap.add_argument("--security-pairs", type=int, default=0, metavar="N",
                     help="measure security off against auth and encrypt, N rounds (alternated) instead")
-    ap.add_argument("--bfd-ms", type=int, default=0, metavar="MS",
-                    help="BFD on the BGP fabric's sessions every MS ms (default 0: none; every fault this bench "
-                         "makes takes a link's carrier down, which BGP sees at once, and bfdd at 50 ms costs this "
-                         "VM about a core: bench/bgp_convergence.py measures BFD)")
-    ap.add_argument("--routing", choices=("bgp", "static"), default="bgp",
-                    help="the kernel traffic's routing (default bgp: FRR, ECMP, BFD; static: the SRv6 encap)")
+    fabric_args.add_routing(ap)
     store.add_argument(ap)
     a = ap.parse_args()
     if a.security_pairs < 0 or a.security_pairs > 50:

@@ -67,6 +67,7 @@ import os
 import random
 import sys
 
+import fabric_args
 from campaign_report import BUCKET, bad_path_leave, markdown, monitor_figures, plot, spread, table
 from campaign_runs import FAULT_AT, Recorder, run_idle, run_mrc, run_tcp
 
@@ -258,12 +259,7 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--flap-seconds", type=float, default=60.0, help="how long (b) flaps (default 60)")
     ap.add_argument("--msg", type=int, default=64 << 10, help="MRC WRITE size in bytes (default 64 KiB)")
     ap.add_argument("--no-kernel", action="store_true", help="MRC only (skip TCP and MPTCP)")
-    ap.add_argument("--bfd-ms", type=int, default=0, metavar="MS",
-                    help="BFD on the BGP fabric's sessions every MS ms (default 0: none; every fault this bench "
-                         "makes takes a link's carrier down, which BGP sees at once, and bfdd at 50 ms costs this "
-                         "VM about a core: bench/bgp_convergence.py measures BFD)")
-    ap.add_argument("--routing", choices=("bgp", "static"), default="bgp",
-                    help="the kernel traffic's routing (default bgp: FRR, ECMP, BFD; static: the SRv6 encap)")
+    fabric_args.add_routing(ap)
     ap.add_argument("--markdown", metavar="JSON", nargs="+",
                     help="print the markdown table of a saved --json run and exit; with several runs, the table "
                          "of their medians and spreads")
