@@ -197,8 +197,8 @@ def plot(out: dict, runs: dict, path: str) -> str:
     series = {b: [[r[0], r[1]] for r in res["rows"]] for b, res in runs.items()}
     first = next(iter(runs.values()))
     return train.plot({"series": series, "phase_s": out["phase_seconds"], "rows": []}, first["events"],
-                      first["start_ns"], path, title="DDP step time (examples/torch/ddp_train.py); red: a link or "
-                      "switch down (MRC's run), green: back up; shaded: fault phases")
+                      first["start_ns"], path, title="DDP step time; red: a link or switch down (in MRC's run), "
+                      "green: back up")
 
 
 def main() -> int:
