@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 import torch
@@ -243,15 +244,14 @@ class ProcessGroupMRC(dist.ProcessGroup):
         if len(output_tensors) != 1 or len(input_tensors) != 1:
             raise CollError("reduce_scatter takes one output tensor and one list of inputs per process")
         out, ins = output_tensors[0], input_tensors[0]
-        y = as_numpy(out, "the output")
+        as_numpy(out, "the output")
         if len(ins) != self.n:
             raise CollError(f"reduce_scatter needs {self.n} input tensors (one per rank), not {len(ins)}")
         _same(ins, out, "input_list")
         for i, t in enumerate(ins):
             as_numpy(t, f"input_list[{i}]")
-        op, avg = _op(opts.reduceOp, out)
-        x = as_numpy(torch.cat([t.reshape(-1) for t in ins]))   # one contiguous input: a copy
-        return self._submit([self._reduce_call(x, out, op, avg, "reduce_scatter", y.reshape(-1))], [out])
+        # one contiguous input (a copy), then as reduce_scatter_tensor
+        return self.reduce_scatter_single(out, torch.cat([t.reshape(-1) for t in ins]), opts)
 
     def reduce_scatter_single(self, output, input, opts=None):  # noqa: A002
         """``output`` gets block ``rank`` of the reduction of every rank's ``input`` (reduce_scatter_tensor)."""
@@ -365,8 +365,12 @@ class ProcessGroupMRC(dist.ProcessGroup):
         so that a script run unchanged still tells a bench what its QPs did."""
         path = os.environ.get("MRC_TORCH_REPORT")
         if path and self._owned:
-            with open(f"{path}.{self._comm.rank}.json", "w") as f:
-                json.dump(self.report(), f)
+            try:
+                with open(f"{path}.{self._comm.rank}.json", "w") as f:
+                    json.dump(self.report(), f)
+            except OSError as e:   # the report is an extra: the group still shuts down
+                print(f"mrc.torch: MRC_TORCH_REPORT: cannot write {path}.{self._comm.rank}.json: {e.strerror}",
+                      file=sys.stderr)
         for x in self._owned:
             x.close()
         self._owned = ()
