@@ -75,6 +75,12 @@ def main() -> int:
     a = ap.parse_args()
     if a.steps < 1 and a.seconds <= 0:
         ap.error("give --steps >= 1 or --seconds > 0")
+    if a.seconds < 0 or a.calibrate < 0 or min(a.batch, a.width, a.hidden, a.out, a.threads) < 1 or \
+            a.bucket_cap_mb <= 0 or a.lr <= 0:
+        ap.error("--seconds and --calibrate must be >= 0; --batch, --width, --hidden, --out and --threads >= 1; "
+                 "--bucket-cap-mb and --lr > 0")
+    if a.backend not in ("gloo", "mrc"):
+        ap.error(f"--backend {a.backend}: gloo or mrc")
     if a.backend == "mrc":
         import mrc.torch  # noqa: F401  (registers backend "mrc")
     torch.set_num_threads(a.threads)

@@ -104,15 +104,32 @@ def _net(store, rank: int, size: int, timeout: timedelta, s: Settings):
             store.set(ROOT_KEY, json.dumps({"addr": here or s.root_addr, "port": port, "job": job}))
 
         return FabricNet(0, size, "", 0, job, on_listen=publish, **kw)
+    addr, port, job = root_of(store, rank, s)
+    return FabricNet(rank, size, addr, port, job, **kw)
+
+
+def root_of(store, rank: int, s: Settings) -> tuple[str, int, str]:
+    """Where rank 0 listens, as it put it in ``store``: (address, port, job), every field checked
+    (CollError for what is not rank 0's word, UsageError for an address nobody gave)."""
     try:
-        root = json.loads(store.get(ROOT_KEY))
+        raw = store.get(ROOT_KEY)
     except Exception as e:  # noqa: BLE001 (the store's own errors: a timeout, a closed store)
         raise CollError(f"rank {rank}: rank 0 of backend mrc did not say where it listens ({e})") from None
+    try:
+        root = json.loads(bytes(raw)[:4096])
+    except (ValueError, TypeError):
+        root = None
+    ok = isinstance(root, dict) and isinstance(root.get("port"), int) and not isinstance(root["port"], bool) \
+        and 1 <= root["port"] <= 65535 and isinstance(root.get("job"), str) and 0 < len(root["job"]) <= 64 \
+        and (root.get("addr") is None or isinstance(root["addr"], str) and 0 < len(root["addr"]) <= 255)
+    if not ok:
+        raise CollError(f"rank {rank}: the store's {ROOT_KEY} is not rank 0's address, port and job id: "
+                        f"{bytes(raw)[:80]!r}")
     addr = root.get("addr") or s.root_addr or os.environ.get("MASTER_ADDR")
     if not addr:
         raise UsageError("rank 0 listens on every address and no topology names its host: give MRC_ROOT_ADDR "
                          "(or MASTER_ADDR)")
-    return FabricNet(rank, size, addr, int(root["port"]), str(root["job"]), **kw)
+    return addr, root["port"], root["job"]
 
 
 def _create(store, rank: int, size: int, timeout: timedelta) -> ProcessGroupMRC:

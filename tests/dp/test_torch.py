@@ -317,3 +317,84 @@ def test_the_backend_is_registered_and_import_mrc_does_not_import_torch():
     code = "import sys, mrc, mrc.coll, mrc.coll.comm, mrc.coll.progress; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_settings_and_rank_0s_word_in_the_store_are_checked(monkeypatch):
+    """configure() takes only its fields; the environment's numbers are numbers; what rank 0 put in the
+    store (which any process that reaches the store can write) is an address, a port and a job id, or the
+    rank refuses it in one line before it connects anywhere."""
+    from mrc.errors import UsageError
+
+    with pytest.raises(UsageError, match="unknown setting"):
+        mrc.torch.configure(chanels=4)
+    monkeypatch.setenv("MRC_CHANNELS", "many")
+    with pytest.raises(UsageError, match="MRC_CHANNELS"):
+        mrc.torch.Settings.from_env()
+    monkeypatch.delenv("MRC_CHANNELS")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    s = mrc.torch.Settings()
+    store = dist.HashStore()
+    for bad in (b"\xff\xfe", b"[1, 2]", b'{"port": 0, "job": "j"}', b'{"port": "80", "job": "j"}',
+                b'{"port": true, "job": "j"}', b'{"port": 80, "job": ""}', b'{"port": 80, "job": "' + b"j" * 65 + b'"}',
+                b'{"port": 80, "job": "j", "addr": 7}', b"x" * 100_000):
+        store.set(mrc.torch.ROOT_KEY, bad)
+        with pytest.raises(CollError, match="not rank 0's address"):
+            mrc.torch.root_of(store, 1, s)
+    store.set(mrc.torch.ROOT_KEY, b'{"addr": "fd6e::1", "port": 18700, "job": "torch-1"}')
+    assert mrc.torch.root_of(store, 1, s) == ("fd6e::1", 18700, "torch-1")
+    store.set(mrc.torch.ROOT_KEY, b'{"addr": null, "port": 18700, "job": "torch-1"}')
+    with pytest.raises(UsageError, match="MRC_ROOT_ADDR"):
+        mrc.torch.root_of(store, 1, s)
+    monkeypatch.setenv("MASTER_ADDR", "fd6e::9")
+    assert mrc.torch.root_of(store, 1, s)[0] == "fd6e::9"
+
+
+def test_the_engine_takes_only_its_own_communicators_and_nothing_after_close():
+    w, other = World(2), MemWorld(2)
+    try:
+        with pytest.raises(CollError, match="not one this engine moves"):
+            w.eng.submit(other.comms[0], lambda c: None, lambda r: None)
+        w.eng.close()
+        with pytest.raises(CollError, match="closed"):
+            w.eng.submit(w.mem.comms[0], lambda c: None, lambda r: None)
+    finally:
+        other.close()
+        w.close()
+
+
+def test_a_report_that_cannot_be_written_does_not_stop_the_shutdown(monkeypatch, tmp_path, capsys):
+    w = World(2)
+    try:
+        eng = Progress(w.mem, w.mem.comms)
+        g = ProcessGroupMRC(w.mem.comms[0], eng, owned=(eng,))
+        monkeypatch.setenv("MRC_TORCH_REPORT", str(tmp_path / "no" / "such" / "dir" / "qps"))
+        g.shutdown()
+        assert "cannot write" in capsys.readouterr().err
+        assert not eng._thread.is_alive()
+    finally:
+        w.close()
+
+
+@pytest.mark.parametrize("args, msg", [(["--batch", "0"], "--batch"), (["--calibrate", "-1"], "--calibrate"),
+                                       (["--backend", "nccl"], "gloo or mrc"), (["--steps", "0"], "--steps")])
+def test_the_ddp_example_refuses_bad_flags_in_a_line(args, msg):
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.run([sys.executable, os.path.join(root, "examples", "torch", "ddp_train.py"), *args],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_ddp_bench_refuses_bad_flags_in_a_line():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for args, msg in ((["--only", "mrc,nccl"], "choose from"), (["--pairs", "0"], "--pairs")):
+        p = subprocess.run([sys.executable, os.path.join(root, "bench", "ddp_bench.py"), *args], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr
