@@ -4,18 +4,20 @@ it, so that the fault's own setup (an interpreter, netlink and nftables
 work) runs neither in the measuring process nor at the measured moment.
 
 :class:`FaultScheduler` starts the process (``python -m mrc.fabric.faults
-NAME``) before the measurement; the process lowers itself to SCHED_IDLE (on
-one machine the "switches" share the hosts' CPUs, and a link fails in the
-network, not on the hosts), then takes commands on its standard input, one
-JSON object per line:
+NAME``) before the measurement. The process keeps the normal priority: it
+sleeps between steps and each step is a few milliseconds of netlink work,
+while a process at SCHED_IDLE waits out busy ranks and its faults land
+seconds after their time (outside the phase they were meant for). It takes
+commands on its standard input, one JSON object per line:
 
 - ``{"op": "fail", "target": "p0l0-p0s1"}``: do it now;
 - ``{"plan": [[at_s, op, target, arg], ...]}``: do each step ``at_s``
   seconds after the command came (the clock starts there);
 
 and prints one JSON object per step done: ``{"t_ns", "start_ns", "op",
-"target", "arg"}`` (CLOCK_MONOTONIC when it began and ended), then ``end``
-after a plan. ``op`` is fail, heal (target ``null``: everything), loss
+"target", "arg"}`` (CLOCK_MONOTONIC when it began and ended; a plan's step
+adds ``late_ms``, how long after its time it began), then ``end`` after a
+plan. ``op`` is fail, heal (target ``null``: everything), loss
 (arg: percent) or rate (arg: a tbf rate such as ``1gbit``); ``target`` is a
 link, a switch, or a list of them.
 
@@ -27,7 +29,6 @@ link, a switch, or a list of them.
 from __future__ import annotations
 
 import json
-import os
 import queue
 import random
 import re
@@ -119,11 +120,13 @@ def apply_fault(name: str, op: str, target, arg=None) -> None:
         raise ValueError(f"unknown fault {op!r}: use one of {', '.join(OPS)}")
 
 
-def _step(name: str, op: str, target, arg) -> None:
+def _step(name: str, op: str, target, arg, due: float | None = None) -> None:
     start = time.monotonic_ns()
     apply_fault(name, op, target, arg)
-    print(json.dumps({"t_ns": time.monotonic_ns(), "start_ns": start, "op": op, "target": target, "arg": arg}),
-          flush=True)
+    ev = {"t_ns": time.monotonic_ns(), "start_ns": start, "op": op, "target": target, "arg": arg}
+    if due is not None:
+        ev["late_ms"] = round(max(0.0, start / 1e6 - due * 1e3), 3)
+    print(json.dumps(ev), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,10 +136,6 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m mrc.fabric.faults FABRIC (commands on stdin; see the module)", file=sys.stderr)
         return 2
     name = argv[0]
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except OSError:
-        pass  # a plain priority still works, only less politely
     print("ready", flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -146,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                 wait = t0 + at - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
-                _step(name, op, target, arg)
+                _step(name, op, target, arg, due=t0 + at)
             print("end", flush=True)
         else:
             _step(name, cmd["op"], cmd.get("target"), cmd.get("arg"))

@@ -260,7 +260,7 @@ def drive(fabric: str, plan: list[tuple], phase_s: float | None, run_ranks) -> t
     res = out.result()
     if res is not None and out.start_ns:
         res["fault_events"] = [{"t_s": round((e["t_ns"] - out.start_ns) / 1e9, 3), "op": e["op"],
-                                "target": e["target"]} for e in events]
+                                "target": e["target"], "late_ms": e.get("late_ms")} for e in events]
         res["phase_s"] = phase_s
     return rc, res, events, out.start_ns
 
