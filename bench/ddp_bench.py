@@ -26,8 +26,12 @@ schedule, from a separate process), so that the machine's drift falls on both.
     python bench/ddp_bench.py --phase-seconds 20 --pairs 1 --calibrate 2 --only mrc,gloo_planes --json   # quicker
 
 JSON: per backend the steps and their statistics per condition, the
-calibration, the collectives' share of a step; `losses_equal` (every step's
-loss on rank 0 the same over MRC and Gloo, within `loss_tolerance`),
+calibration, the collectives' share of a step; `losses` (rank 0's loss at
+every step of each run against a reference trajectory that this program
+computes in one process, with no network: every rank's gradients, their
+mean, the SGD step; per condition, so MRC's fault phases are compared too),
+`losses_mrc_vs_gloo` (the steps both took), `losses_equal` (all of them
+within `loss_tolerance`),
 `p99_inflation` (step p99 with faults over without), `steps_per_s_over_gloo`
 (MRC's no-fault steps/s over the better Gloo's), `overlap_ratio`.
 Needs root and torch (tools/setup.sh installs it).
@@ -158,22 +162,55 @@ def analyse(res: dict, phase_s: float) -> dict:
     return out
 
 
-def losses(mine: dict, theirs: dict, phase_s: float) -> dict:
-    """Rank 0's loss at every step both runs took, compared; `under_faults` counts the compared steps that ran
-    under faults in MRC's run and in the other's (the slower run reaches fewer steps, so MRC's fault phases
-    may lie beyond the comparison: tests/integration/test_torch_ddp.py compares MRC under a link cut)."""
-    a_rows, b_rows = mine["rows"], theirs["rows"]
-    n = min(len(a_rows), len(b_rows))
-    rel = [abs(a_rows[k][2] - b_rows[k][2]) / max(abs(b_rows[k][2]), 1e-12) for k in range(n)]
-    worst = max(rel, default=0.0)
-    return {"steps_compared": n, "max_rel_diff_all": float(f"{worst:.3g}"),
-            "under_faults": {"mrc": sum(train.faulted(a_rows[k][0], phase_s) for k in range(n)),
-                             "other": sum(train.faulted(b_rows[k][0], phase_s) for k in range(n))},
-            "equal": n > 0 and worst <= LOSS_TOL, "first": [a_rows[0][2], b_rows[0][2]] if n else None,
-            "last": [a_rows[n - 1][2], b_rows[n - 1][2]] if n else None}
+def reference(steps: int, world: int, seed: int) -> list[float]:
+    """Rank 0's loss at each of ``steps`` steps of the script's DDP training, computed in this process with no
+    network: every rank's gradients from its own batch, their mean (what DDP's all-reduce gives), one SGD
+    step; after the synchronized warm-up steps that --calibrate trains first (every run here calibrates)."""
+    import torch
+    import torch.nn as nn
+
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    import ddp_train
+
+    a = ddp_train.parser().parse_args(["--seed", str(seed)])
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    model, teacher = ddp_train.mlp(a.width, a.hidden, a.out), ddp_train.mlp(a.width, 64, a.out)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
+    params = list(model.parameters())
+    out = []
+    for k in [-1 - w for w in range(ddp_train.WARMUP)] + list(range(steps)):
+        total = [torch.zeros_like(p) for p in params]
+        for r in range(world):
+            x, y = ddp_train.batch(a, teacher, r, k)
+            loss = nn.functional.mse_loss(model(x), y)
+            grads = torch.autograd.grad(loss, params)
+            for t, g in zip(total, grads, strict=True):
+                t += g
+            if r == 0 and k >= 0:
+                out.append(loss.item())
+        for p, t in zip(params, total, strict=True):
+            p.grad = t / world
+        opt.step()
+    return out
 
 
-def summarize(out: dict, runs: dict, phase_s: float) -> None:
+def losses(rows: list, ref: list[float], phase_s: float) -> dict:
+    """A run's rank-0 loss at every step it took against ``ref`` (another run's, or :func:`reference`'s), the
+    largest relative difference per condition of this run's phases."""
+    n = min(len(rows), len(ref))
+    rel: dict = {"no_fault": [], "with_faults": []}
+    for k in range(n):
+        rel["with_faults" if train.faulted(rows[k][0], phase_s) else "no_fault"].append(
+            abs(rows[k][2] - ref[k]) / max(abs(ref[k]), 1e-12))
+    worst = max(rel["no_fault"] + rel["with_faults"], default=0.0)
+    return {"steps_compared": n, "steps": {c: len(v) for c, v in rel.items()},
+            "max_rel_diff": {c: float(f"{max(v, default=0.0):.3g}") for c, v in rel.items()},
+            "equal": n == len(rows) and n > 0 and worst <= LOSS_TOL,
+            "first": [rows[0][2], ref[0]] if n else None, "last": [rows[n - 1][2], ref[n - 1]] if n else None}
+
+
+def summarize(out: dict, runs: dict, phase_s: float, ref: list[float] | None) -> None:
     """The headline figures: steps, p99 inflation, MRC over the better Gloo, losses, overlap, QP errors."""
     bk = out["backends"]
     out["steps"] = {b: {c: bk[b][c]["steps"] for c in ("no_fault", "with_faults")} for b in bk}
@@ -185,8 +222,17 @@ def summarize(out: dict, runs: dict, phase_s: float) -> None:
         out["best_gloo"] = best
         out["steps_per_s_over_gloo"] = round(bk["mrc"]["no_fault"]["steps_per_s"] /
                                              bk[best]["no_fault"]["steps_per_s"], 3)
-        out["losses"] = {g: losses(runs["mrc"], runs[g], phase_s) for g in gloos}
-        out["losses_equal"] = all(v["equal"] for v in out["losses"].values())
+        # MRC against Gloo over the steps both took (the slower run reaches fewer of them)
+        out["losses_mrc_vs_gloo"] = {}
+        for g in gloos:
+            n = min(len(runs["mrc"]["rows"]), len(runs[g]["rows"]))
+            out["losses_mrc_vs_gloo"][g] = losses(runs["mrc"]["rows"][:n], [r[2] for r in runs[g]["rows"][:n]],
+                                                  phase_s)
+    if ref is not None:
+        # every run against the reference, at every step it took: MRC's fault phases included
+        out["losses"] = {b: losses(runs[b]["rows"], ref, phase_s) for b in bk}
+        out["losses_equal"] = all(v["equal"] for v in [*out["losses"].values(),
+                                                       *out.get("losses_mrc_vs_gloo", {}).values()])
     if "mrc" in bk:
         cal, nf = bk["mrc"]["calibration"], bk["mrc"]["no_fault"]
         out["overlap_ratio"] = round(nf["step_p50_ms"] / 1e3 / max(cal["compute_s"], cal["comm_s"]), 3)
@@ -267,7 +313,11 @@ def main() -> int:
             baseline.mpi_ports(t, up=False)
         finally:
             apply.down(t.name)
-    summarize(out, runs, a.phase_seconds)
+    ref = None
+    if runs:
+        log("the reference losses (DDP's arithmetic in this process, no network)")
+        ref = reference(max(len(r["rows"]) for r in runs.values()), t.hosts, a.seed)
+    summarize(out, runs, a.phase_seconds, ref)
     out["failed_runs"] = [b for b in only if b not in out["backends"] or out["backends"][b]["exit"]]
     if a.plot and runs:
         out["plot"] = plot(out, runs, a.plot)

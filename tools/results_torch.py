@@ -39,18 +39,22 @@ def ddp(runs: list[dict]) -> tuple[list[str], list[list]]:
                     "planes used", "QP errors"], rows)
     lo = r.get("losses") or {}
     if lo:
-        def compared(g: str, v: dict) -> str:
-            if "max_rel_diff_all" in v:
-                uf = v.get("under_faults") or {}
-                return (f"{NAMES.get(g, g)}: the first {v['steps_compared']} steps (under faults: {uf.get('mrc')} "
-                        f"of MRC's, {uf.get('other')} of Gloo's), largest difference {v['max_rel_diff_all']:.2g}")
-            worst = max((v.get("max_rel_diff") or {}).values(), default=0.0)
-            return f"{NAMES.get(g, g)}: the first {v['steps_compared']} steps, largest difference {worst:.2g}"
+        def compared(b: str, v: dict) -> str:
+            st, worst = v.get("steps") or {}, v.get("max_rel_diff") or {}
+            return (f"{NAMES.get(b, b)}: {st.get('no_fault')} steps without faults (largest difference "
+                    f"{fmt(worst.get('no_fault'), 2)}) and {st.get('with_faults')} with them "
+                    f"({fmt(worst.get('with_faults'), 2)})")
 
-        lines += ["", f"Losses: rank 0's loss at every step both runs took, MRC's against Gloo's (same seed, same "
-                  f"data); tolerance {get(r, 'loss_tolerance')} relative, for float32 sums taken in another order: "
-                  + "; ".join(compared(g, v) for g, v in lo.items())
-                  + f". Equal: {'yes' if r.get('losses_equal') else 'no'}."]
+        direct = r.get("losses_mrc_vs_gloo") or {}
+        lines += ["", "Losses: rank 0's loss at every step of each run against a reference trajectory with the "
+                  "same seed and data, computed by the bench in one process with no network (every rank's "
+                  "gradients, their mean, the SGD step); tolerance "
+                  f"{get(r, 'loss_tolerance')} relative, for float32 sums taken in another order. "
+                  + "; ".join(compared(b, v) for b, v in lo.items()) + "."
+                  + ("".join(f" MRC against {NAMES.get(g, g)} directly, over the {v.get('steps_compared')} steps "
+                             f"both took: {fmt(max((v.get('max_rel_diff') or {}).values(), default=0.0), 2)}."
+                             for g, v in direct.items()))
+                  + f" Equal: {'yes' if r.get('losses_equal') else 'no'}."]
     if r.get("overlap_ratio") is not None:
         lines += ["", f"MRC's no-fault step p50 over the longer of compute alone and the all-reduce alone: "
                   f"{fmt(r['overlap_ratio'], 3)} (DDP overlaps the buckets' all-reduces with the backward pass; "

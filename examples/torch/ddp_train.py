@@ -43,6 +43,9 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+#: synchronized steps (-1, -2, ...) that --calibrate trains before it times anything
+WARMUP = 2
+
 
 def mlp(width: int, hidden: int, out: int) -> nn.Module:
     return nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
@@ -57,7 +60,7 @@ def batch(a, teacher: nn.Module, rank: int, step: int) -> tuple[torch.Tensor, to
     return x, y
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="gloo", help="gloo or mrc (default gloo)")
     ap.add_argument("--steps", type=int, default=20, help="steps to train (default 20)")
@@ -72,6 +75,11 @@ def main() -> int:
     ap.add_argument("--calibrate", type=int, default=0, metavar="N", help="time compute and all-reduce alone first")
     ap.add_argument("--threads", type=int, default=1, help="torch's threads per rank (default 1)")
     ap.add_argument("--json", action="store_true", help="rank 0 prints @start and @result lines")
+    return ap
+
+
+def main() -> int:
+    ap = parser()
     a = ap.parse_args()
     if a.steps < 1 and a.seconds <= 0:
         ap.error("give --steps >= 1 or --seconds > 0")
@@ -142,7 +150,7 @@ def main() -> int:
 
 def calibrate(a, ddp, step, params: int, world: int) -> dict:
     """Compute alone, the all-reduce of the gradients alone (in DDP's bucket size), and the two at once."""
-    for k in range(2):                       # warm-up: DDP builds its buckets on the first steps
+    for k in range(WARMUP):                  # warm-up: DDP builds its buckets on the first steps
         step(-1 - k)
     n = a.calibrate
     comp = []

@@ -398,3 +398,40 @@ def test_ddp_bench_refuses_bad_flags_in_a_line():
         p = subprocess.run([sys.executable, os.path.join(root, "bench", "ddp_bench.py"), *args], capture_output=True,
                            text=True, timeout=120)
         assert p.returncode == 2 and msg in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_ddp_bench_reference_is_the_script_trained_over_gloo():
+    """bench/ddp_bench.py compares every run's losses with a trajectory computed in one process (every rank's
+    gradients, their mean, the SGD step, after the calibration's warm-up steps). The example script over
+    Gloo on loopback, 4 ranks, gives it within float32's reordering; another seed's trajectory does not."""
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.join(root, "bench"))
+    import ddp_bench
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+           "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    procs = [subprocess.Popen([sys.executable, ddp_bench.SCRIPT, "--backend", "gloo", "--steps", "5", "--calibrate",
+                               "1", "--json"], env={**env, "RANK": str(k)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for k in range(4)]
+    try:
+        outs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert all(p.returncode == 0 for p in procs), [o[1][-500:] for o in outs]
+    res = json.loads(next(ln[len("@result "):] for ln in outs[0][0].splitlines() if ln.startswith("@result ")))
+    same = ddp_bench.losses(res["rows"], ddp_bench.reference(5, 4, seed=0), phase_s=1e9)
+    assert same["equal"] and same["steps"]["no_fault"] == 5, same
+    other = ddp_bench.losses(res["rows"], ddp_bench.reference(5, 4, seed=1), phase_s=1e9)
+    assert not other["equal"], other
