@@ -357,10 +357,12 @@ class Communicator:
                 raise self.abort(waiting[0] if waiting else None, f"call {run.seq} ({run.p.coll}) took over "
                                  f"{self.timeout:g} s; rank {self.rank} still waits for rank(s) "
                                  f"{', '.join(map(str, waiting)) or 'none'}")
+            # the ranks gone before this poll: a rank says bye after its last writes were acknowledged, so their
+            # completions are in the CQ by then (a bye taken after the poll could pass data still unpolled)
+            gone = set(self.net.gone())
             self._poll(run)
             self._place(run)
             self._send(run)
-            gone = self.net.gone()
             if gone:  # a rank that closed its communicator finished its calls: one this call still waits for did not
                 waiting = run.waiting_for()
                 if waiting & gone:
@@ -390,7 +392,7 @@ class Communicator:
                 if wc.status == lib.MRC_WC_LOC_PROT_ERR:  # a peer's write found no region of ours: ours is gone
                     raise self.abort(self.rank, f"a write from rank {peer} found no region of rank {self.rank} to "
                                                 f"land in (LOC_PROT_ERR: closed, or a wrong key)")
-                raise self.abort(peer, f"the QP from rank {self.rank} to rank {peer} failed: {wc.status_name}")
+                raise self.abort(peer, f"the QP from rank {self.rank} to rank {peer} failed: {wc.status_words}")
             if wc.opcode == lib.MRC_WC_WRITE:   # a send of ours completed
                 kind = wc.wr_id >> 60
                 if kind == KIND_DATA:
