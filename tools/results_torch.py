@@ -42,17 +42,26 @@ def ddp(runs: list[dict]) -> tuple[list[str], list[list]]:
         def compared(b: str, v: dict) -> str:
             st, worst = v.get("steps") or {}, v.get("max_rel_diff") or {}
             return (f"{NAMES.get(b, b)}: {st.get('no_fault')} steps without faults (largest difference "
-                    f"{fmt(worst.get('no_fault'), 2)}) and {st.get('with_faults')} with them "
-                    f"({fmt(worst.get('with_faults'), 2)})")
+                    f"{worst.get('no_fault') or 0:.2g}) and {st.get('with_faults')} with them "
+                    f"({worst.get('with_faults') or 0:.2g})")
 
-        direct = r.get("losses_mrc_vs_gloo") or {}
+        direct = r.get("losses_mrc_vs_gloo")
+        if direct is None:   # a run stored before the reference trajectory: MRC against Gloo only
+            lines += ["", "Losses: rank 0's loss at every step both runs took, MRC's against Gloo's (same seed, "
+                      f"same data); tolerance {get(r, 'loss_tolerance')} relative: "
+                      + "; ".join(f"{NAMES.get(g, g)}: the first {v.get('steps_compared')} steps, largest difference "
+                                  f"{max((v.get('max_rel_diff') or {}).values(), default=0.0):.2g}"
+                                  for g, v in lo.items())
+                      + f". Equal: {'yes' if r.get('losses_equal') else 'no'}."]
+            lo = {}
+    if lo:
         lines += ["", "Losses: rank 0's loss at every step of each run against a reference trajectory with the "
                   "same seed and data, computed by the bench in one process with no network (every rank's "
                   "gradients, their mean, the SGD step); tolerance "
                   f"{get(r, 'loss_tolerance')} relative, for float32 sums taken in another order. "
                   + "; ".join(compared(b, v) for b, v in lo.items()) + "."
                   + ("".join(f" MRC against {NAMES.get(g, g)} directly, over the {v.get('steps_compared')} steps "
-                             f"both took: {fmt(max((v.get('max_rel_diff') or {}).values(), default=0.0), 2)}."
+                             f"both took: {max((v.get('max_rel_diff') or {}).values(), default=0.0):.2g}."
                              for g, v in direct.items()))
                   + f" Equal: {'yes' if r.get('losses_equal') else 'no'}."]
     if r.get("overlap_ratio") is not None:
