@@ -339,7 +339,8 @@ def plot(rows: list[dict], grid_cells: list[dict], outdir: str, metric: str) -> 
 def main(a) -> int:
     """``mrc sim sweep``: check the grid, run what the table lacks, print the summary."""
     grid_cells = cells(load_grid(a.grid))
-    out = a.out or os.path.splitext(a.grid)[0] + ".csv"
+    # in the directory the user runs it from, not beside the grid (which may be a checkout's docs)
+    out = a.out or os.path.splitext(os.path.basename(a.grid))[0] + ".csv"
     done = {r["key"] for r in read_table(out)}
     todo = [c for c in grid_cells if c["key"] not in done]
     code = commit()
