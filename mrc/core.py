@@ -45,6 +45,7 @@ def _names(fn, values) -> dict[int, str]:
 
 QP_STATES = _names(lib.mrc_qp_state_name, range(8))
 WC_STATUS = _names(lib.mrc_wc_status_name, range(32))
+WC_WORDS = _names(lib.mrc_wc_status_str, range(32))
 EV_STATES = _names(lib.mrc_ev_state_name, range(8))
 ASYNC_EVENTS = _names(lib.mrc_event_name, range(32))
 DROP_REASONS = [ffi.string(lib.mrc_drop_name(i)).decode() for i in range(lib.MRC_DROP_NREASONS)]
@@ -126,6 +127,11 @@ class WorkCompletion:
     def status_name(self) -> str:
         """The status's name (SUCCESS, RETRY_EXC_ERR, ...)."""
         return WC_STATUS.get(self.status, str(self.status))
+
+    @property
+    def status_words(self) -> str:
+        """The status in words, with its name: "the peer stopped answering: ... (RETRY_EXC_ERR)"."""
+        return f"{WC_WORDS.get(self.status, 'status ' + str(self.status))} ({self.status_name})"
 
     @property
     def ok(self) -> bool:

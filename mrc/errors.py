@@ -94,3 +94,20 @@ def check(rc: int, what: str, hint: str | None = None) -> int:
     if rc < 0:
         raise errno_error(-rc, what, hint)
     return rc
+
+
+def listen_error(e: OSError, flag: str, addr: str, port: int) -> UsageError:
+    """A listening socket that could not bind ``addr``:``port`` (given as ``flag``), in one line that says
+    why and what to do."""
+    where = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+    if e.errno == errno.EADDRINUSE:
+        why = (f"the port is in use by another program (`ss -ltnp 'sport = :{port}'` shows which); stop it or "
+               "give another port")
+    elif e.errno == errno.EADDRNOTAVAIL:
+        why = "no interface here has that address; give one this machine has (or 127.0.0.1)"
+    elif e.errno == errno.EACCES:
+        why = "ports below 1024 need root; give a higher one"
+    else:
+        why = f"{e.strerror or e}"
+    return UsageError(f"{flag} {where}: cannot listen there: {why}")
+

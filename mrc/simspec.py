@@ -13,6 +13,7 @@ from mrc._dp import ffi, lib
 from mrc.coll import schedule
 from mrc.core import QPAttr
 from mrc.errors import UsageError
+from mrc.units import parse_time  # noqa: F401 (mrc.simspec.parse_time: the simulator's readers use it)
 from mrc.usid import host_usid
 
 WORKLOADS = ("permutation", "alltoall", "incast", "victim", "ring-allreduce", "all-reduce", "all-to-all")
@@ -26,14 +27,6 @@ WIRE_EXTRA = lib.MRC_FAB_WIRE_EXTRA
 #: MRC headers of a data packet with a RETH (csrc/wire/wire.c)
 DATA_HDRS = lib.MRC_BTH_LEN + lib.MRC_RETH_LEN + lib.MRC_ICRC_LEN
 NEVER = 1 << 62
-
-
-def parse_time(s: str) -> int:
-    """'1us', '10ms', '2.5s', '500ns', '750' (ns) -> nanoseconds."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(ns|us|ms|s)?\s*", s)
-    if not m:
-        raise UsageError(f"cannot read time {s!r}: use for example 500ns, 1us, 10ms or 2s")
-    return int(float(m.group(1)) * {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[m.group(2) or "ns"])
 
 
 CC_FIELDS = tuple(name for name, _ in ffi.typeof("struct mrc_cc_params").fields)

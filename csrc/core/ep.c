@@ -21,6 +21,17 @@ static const char *const drop_names[MRC_DROP_NREASONS] = {
 
 #define NAME_OF(table, v) ((v) < sizeof(table) / sizeof((table)[0]) ? (table)[v] : NULL)
 const char *mrc_wc_status_name(uint32_t s) { return NAME_OF(wc_status_names, s); }
+
+static const char *const wc_status_words[] = {
+    "done",
+    "the message is longer than the receive buffer or the QP allows",
+    "a scatter entry is outside its memory region (wrong lkey, offset or length, or another protection domain)",
+    "the peer refused the access: its rkey, address range or rights do not allow it",
+    "the peer stopped answering: it went away (stopped, crashed, closed the QP) or no path reaches it; retries ran "
+    "out",
+    "not done: the QP went to the error state before this request ran",
+    "the peer could not do the operation (no receive posted for it, or an error at its end)"};
+const char *mrc_wc_status_str(uint32_t s) { return NAME_OF(wc_status_words, s); }
 const char *mrc_event_name(uint32_t t) { return NAME_OF(event_names, t); }
 const char *mrc_drop_name(uint32_t r) { return NAME_OF(drop_names, r); }
 

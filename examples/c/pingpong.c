@@ -25,6 +25,8 @@
 
 #include <mrc/mrc.h>
 
+#include "opts.h"
+
 #define RECVS 16               /* receives kept posted */
 #define MAX_SIZE (64u << 20)   /* bytes a client may ask the server for */
 
@@ -135,7 +137,8 @@ static int serve(struct mrc_ctx *c, struct mrc_cm_listener *l, int timeout_ms)
         struct mrc_wc wc;
         rc = next_wc(c, &wc, 100);
         if (rc == 0 && wc.status != MRC_WC_SUCCESS) {
-            fprintf(stderr, "pingpong: completion failed: %s\n", mrc_wc_status_name(wc.status));
+            fprintf(stderr, "pingpong: completion failed: %s (%s)\n", mrc_wc_status_str(wc.status),
+                    mrc_wc_status_name(wc.status));
             break;
         }
         if (rc == 0 && wc.opcode == MRC_WC_RECV_WRITE_IMM) {
@@ -198,7 +201,8 @@ static int client(struct mrc_ctx *c, const char *server, uint16_t port, const ch
             if ((rc = next_wc(c, &wc, 10000)) < 0)
                 return fail("wait for the echo", rc);
             if (wc.status != MRC_WC_SUCCESS) {
-                fprintf(stderr, "pingpong: round trip %lu failed: %s\n", i, mrc_wc_status_name(wc.status));
+                fprintf(stderr, "pingpong: round trip %lu failed: %s (%s)\n", i, mrc_wc_status_str(wc.status),
+                        mrc_wc_status_name(wc.status));
                 return 1;
             }
             if (wc.opcode == MRC_WC_RECV_WRITE_IMM) {
@@ -259,26 +263,39 @@ int main(int argc, char **argv)
     struct mrc_open_attr oa = {0};
     unsigned long size = 64, iters = 1000, port = MRC_CM_PORT;
     const char *psk = NULL, *bind = NULL;
-    int json = 0, server = 0, once = 0, security = 0, o;
+    int json = 0, server = 0, once = 0, security = 0, bad = 0, o;
+    opterr = 0; /* getopt's own messages off: one line of ours names the option */
     while ((o = getopt_long(argc, argv, "s:n:S1b:p:t:P:k:x:jh", opts, NULL)) != -1) {
         switch (o) {
-        case 's': size = strtoul(optarg, NULL, 0); break;
-        case 'n': iters = strtoul(optarg, NULL, 0); break;
+        case 's': bad = opt_number("pingpong", "--size", optarg, 1, MAX_SIZE, &size); break;
+        case 'n': bad = opt_number("pingpong", "--iters", optarg, 1, 1000000000ul, &iters); break;
         case 'S': server = 1; break;
         case '1': once = 1; break;
         case 'b': bind = optarg; break;
         case 'p': oa.ports = optarg; break;
         case 't': oa.topology = optarg; break;
-        case 'P': port = strtoul(optarg, NULL, 0); break;
+        case 'P': bad = opt_number("pingpong", "--port", optarg, 1, 65535, &port); break;
         case 'k': psk = optarg; break;
         case 'j': json = 1; break;
-        case 'x': security = security_of(optarg); break;
+        case 'x':
+            if ((security = security_of(optarg)) < 0) {
+                fprintf(stderr, "pingpong: --security wants off, auth or encrypt, not '%s'\n", optarg);
+                bad = -1;
+            }
+            break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default:
+            fprintf(stderr, "pingpong: '%s' is an unknown option or lacks its value (--help lists the options)\n",
+                    argv[optind - 1]);
+            return 2;
         }
+        if (bad)
+            return 2;
     }
-    if (optind != argc - !server || security < 0 || !size || size > MAX_SIZE || !iters || port > 65535) {
-        usage(stderr);
+    if (optind != argc - !server) {
+        fprintf(stderr, server ? "pingpong: --server takes no SERVER (--help lists the options)\n"
+                               : "pingpong: give one SERVER (a host of the topology, or an IPv6 address), or "
+                                 "--server (--help lists the options)\n");
         return 2;
     }
     struct mrc_ctx *c;

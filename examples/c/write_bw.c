@@ -23,6 +23,8 @@
 
 #include <mrc/mrc.h>
 
+#include "opts.h"
+
 static double now_s(void)
 {
     struct timespec t;
@@ -71,24 +73,36 @@ int main(int argc, char **argv)
     struct mrc_open_attr oa = {0};
     unsigned long size = 1 << 20, iters = 100, depth = 16, port = MRC_CM_PORT;
     const char *psk = NULL;
-    int json = 0, security = 0, o;
+    int json = 0, security = 0, bad = 0, o;
+    opterr = 0; /* getopt's own messages off: one line of ours names the option */
     while ((o = getopt_long(argc, argv, "s:n:d:p:t:P:k:S:jh", opts, NULL)) != -1) {
         switch (o) {
-        case 's': size = strtoul(optarg, NULL, 0); break;
-        case 'n': iters = strtoul(optarg, NULL, 0); break;
-        case 'd': depth = strtoul(optarg, NULL, 0); break;
+        case 's': bad = opt_number("write_bw", "--size", optarg, 1, 1ul << 30, &size); break;
+        case 'n': bad = opt_number("write_bw", "--iters", optarg, 1, 1000000000ul, &iters); break;
+        case 'd': bad = opt_number("write_bw", "--depth", optarg, 1, 4096, &depth); break;
         case 'p': oa.ports = optarg; break;
         case 't': oa.topology = optarg; break;
-        case 'P': port = strtoul(optarg, NULL, 0); break;
+        case 'P': bad = opt_number("write_bw", "--port", optarg, 1, 65535, &port); break;
         case 'k': psk = optarg; break;
         case 'j': json = 1; break;
-        case 'S': security = security_of(optarg); break;
+        case 'S':
+            if ((security = security_of(optarg)) < 0) {
+                fprintf(stderr, "write_bw: --security wants off, auth or encrypt, not '%s'\n", optarg);
+                bad = -1;
+            }
+            break;
         case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        default:
+            fprintf(stderr, "write_bw: '%s' is an unknown option or lacks its value (--help lists the options)\n",
+                    argv[optind - 1]);
+            return 2;
         }
+        if (bad)
+            return 2;
     }
-    if (optind != argc - 1 || security < 0 || !size || size > 1u << 30 || !iters || !depth || depth > 4096 || port > 65535) {
-        usage(stderr);
+    if (optind != argc - 1) {
+        fprintf(stderr, "write_bw: give one SERVER (a host of the topology, or an IPv6 address), not %d "
+                        "(--help lists the options)\n", argc - optind);
         return 2;
     }
     struct mrc_ctx *c;
@@ -139,8 +153,8 @@ int main(int argc, char **argv)
             return fail("poll the CQ", n);
         for (int i = 0; i < n; i++) {
             if (wc[i].status != MRC_WC_SUCCESS) {
-                fprintf(stderr, "write_bw: write %llu failed: %s\n", (unsigned long long)wc[i].wr_id,
-                        mrc_wc_status_name(wc[i].status));
+                fprintf(stderr, "write_bw: write %llu failed: %s (%s)\n", (unsigned long long)wc[i].wr_id,
+                        mrc_wc_status_str(wc[i].status), mrc_wc_status_name(wc[i].status));
                 failed++;
             }
             done++;

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 
 from mrc.ctl.endpoint import ControlClient
 from mrc.ctl.sockets import endpoints
-from mrc.errors import ErrnoError
+from mrc.errors import ErrnoError, listen_error
 
 #: QP counters: (the engine's name, the metric's, its help)
 QP_COUNTERS = [
@@ -189,7 +189,10 @@ def serve(listen: str, *collectors, token: str | None = None):
 
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
     server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
-    server = server_class((addr, port), Handler)
+    try:
+        server = server_class((addr, port), Handler)
+    except OSError as e:
+        raise listen_error(e, "--listen", addr, port) from None
     thread = threading.Thread(target=server.serve_forever, name="mrc-metrics", daemon=True)
     thread.start()
     return server, thread

@@ -43,6 +43,7 @@ import threading
 from mrc.ctl.endpoint import no_constant
 from mrc.dash import model
 from mrc.dash.collect import Collector
+from mrc.errors import listen_error
 from mrc.fabric import apply
 from mrc.fabric.faults import apply_fault
 
@@ -331,7 +332,11 @@ def run(name: str, port: int = 8080, bind: str = "127.0.0.1", hz: float = 5.0, t
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, bind, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as e:
+            await runner.cleanup()
+            raise listen_error(e, "--port", bind, port) from None
         shown = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
         shown = f"[{shown}]" if ":" in shown else shown
         url = f"http://{shown}:{port}/?token={token}"

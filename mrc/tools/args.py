@@ -5,14 +5,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from mrc.errors import UsageError
-from mrc.units import size_type
+from mrc.units import bounded, size_type
 
 DEFAULT_NAME = os.environ.get("MRC_FABRIC", "mrc0")
 
 #: a size argument of at least one byte (4K, 1M, 1G)
 SIZE = size_type(1)
+#: an engine's idle spin in microseconds (up to a second)
+SPIN_US = bounded(float, 0, 1_000_000)
+#: a seed for a run's randomness
+SEED = bounded(int, 0, 2**63 - 1)
+#: a QP number (24 bits)
+QPN = bounded(int, 0, (1 << 24) - 1)
+#: a switch queue's threshold in KiB (up to 1 GiB)
+KB = bounded(int, 0, 1 << 20)
 
 
 def name_arg(p: argparse.ArgumentParser) -> None:
@@ -28,7 +37,7 @@ def json_arg(p: argparse.ArgumentParser) -> None:
 
 def spin_arg(p: argparse.ArgumentParser) -> None:
     """``--spin-us``: how long an idle engine polls."""
-    p.add_argument("--spin-us", type=float, metavar="US",
+    p.add_argument("--spin-us", type=SPIN_US, metavar="US",
                    help="how long the engine thread polls after its last work before it sleeps (default 200; "
                         "0 sleeps at once and saves a CPU, more can lower latency on a machine with cores to spare)")
 
@@ -40,6 +49,10 @@ def where_args(p: argparse.ArgumentParser, ports: bool = True) -> None:
                                                       "`mrc fabric exec` sets)")
     p.add_argument("--host", help="this host's name in the topology (default: $MRC_HOST, else the host whose "
                                   "port addresses this machine has)")
+    p.add_argument("--fabric", metavar="NAME", help="use running fabric NAME's topology "
+                                                    "(/run/mrc/fabrics/NAME.topology; default, when neither "
+                                                    "--topology nor $MRC_TOPOLOGY gives one: the only fabric "
+                                                    "running)")
     if ports:
         p.add_argument("--ports", metavar="IF[:PLANE],...", help="the MRC ports, instead of the topology's: "
                                                                  "interface names, planes 0.. in order "
@@ -81,11 +94,42 @@ def read_psk(a: argparse.Namespace) -> bytes | None:
     return cm.read_psk(a.psk_file) if a.psk_file else None
 
 
-def resolver(a: argparse.Namespace):
-    """The path resolver ``--topology`` and ``--host`` (or the environment) give."""
-    from mrc.paths import from_environment
+def resolver(a: argparse.Namespace, prog: str, several_ok: bool = False):
+    """The path resolver ``--topology`` and ``--host`` (or the environment) give; without either topology,
+    ``--fabric``'s or the only running fabric's, said on stderr (several running: an error that names them,
+    or with ``several_ok`` a note and no topology)."""
+    from mrc.paths import ENV_TOPOLOGY, from_environment
 
-    return from_environment(a.host, a.topology)
+    topology = a.topology or os.environ.get(ENV_TOPOLOGY)
+    if not topology and (getattr(a, "fabric", None) or not getattr(a, "ports", None)):
+        topology = running_topology(getattr(a, "fabric", None), prog, several_ok)
+    return from_environment(a.host, topology)
+
+
+def running_topology(fabric: str | None, prog: str, several_ok: bool = False) -> str | None:
+    """The topology file of fabric ``fabric``, or of the only fabric running (None: none runs)."""
+    from mrc.fabric import apply
+
+    running = [n for n in apply.list_fabrics() if os.path.exists(apply.topology_path(n))]
+    if fabric is not None:
+        if fabric not in running:
+            raise UsageError(f"--fabric {fabric}: no such fabric is up ("
+                             + (f"running: {', '.join(running)}" if running else "none is: `mrc fabric up`") + ")")
+        name = fabric
+    elif len(running) == 1:
+        name = running[0]
+    elif running:
+        what = (f"{len(running)} fabrics are up ({', '.join(running)}): say which with --fabric NAME (or "
+                f"--topology /run/mrc/fabrics/NAME.topology; `mrc fabric exec --name NAME HOST -- ...` sets it)")
+        if not several_ok:
+            raise UsageError(what)
+        print(f"{prog}: {what}; without it, hosts are shown as addresses", file=sys.stderr)
+        return None
+    else:
+        return None
+    path = apply.topology_path(name)
+    print(f"{prog}: using fabric {name}'s topology ({path})", file=sys.stderr)
+    return path
 
 
 def check_port(port: int, flag: str) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from mrc.errors import MrcError
@@ -36,9 +37,22 @@ COMMANDS = [f"mrc.tools.cmd.{name}" for name in ("demo", "dash", "perf", "captur
                                                  "coll", "fabric", "verbs")]
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with one-line errors: what is wrong, and where the options are listed (its
+    subcommands' parsers are of this class too)."""
+
+    def error(self, message: str):
+        """Print ``message`` in one line and exit 2."""
+        # a subcommand that is not one: "argument fcmd: invalid choice: ..." names an internal field
+        message = re.sub(r"^argument (cmd|pcmd|fcmd|ccmd|evcmd|cccmd|vcmd|sim_cmd): ", "", message)
+        if message.endswith("expected one argument"):
+            message += " (a value that starts with '-' goes as --option=VALUE)"
+        self.exit(2, f"{self.prog}: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``mrc`` command's parser: every subcommand module registers its own."""
-    top = argparse.ArgumentParser(
+    top = Parser(
         prog="mrc",
         description="MRC (Multipath Reliable Connection) in user space: a multi-plane SRv6 uSID fabric "
                     "in network namespaces, and the tools around it.",

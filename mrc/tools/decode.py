@@ -94,6 +94,26 @@ def _tally(q: QPSummary, b, d) -> None:
         q.probes += 1
 
 
+#: the first four bytes of a pcap (either byte order, micro- or nanoseconds) and of a pcapng
+CAPTURE_MAGICS = {bytes.fromhex(m) for m in ("a1b2c3d4", "d4c3b2a1", "a1b23c4d", "4d3cb2a1", "0a0d0d0a")}
+
+
+def check_capture(path: str) -> None:
+    """A readable pcap or pcapng file, or a UsageError that says what ``path`` is instead."""
+    hint = "give a file that tcpdump or `mrc capture NODE -w FILE` wrote"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a directory: {hint}") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    if not head:
+        raise UsageError(f"{path} is empty: {hint}")
+    if head not in CAPTURE_MAGICS:
+        raise UsageError(f"{path} is not a pcap or pcapng capture (it starts {head.hex()}): {hint}")
+
+
 def decode(path: str, resolver: PathResolver | None = None) -> dict:
     """Summarise a capture: totals, and per QP (sender host -> receiver host and
     destination QP) packets, bytes, retransmissions, EVs, planes, SACK and
@@ -119,10 +139,13 @@ def decode(path: str, resolver: PathResolver | None = None) -> dict:
     totals = collections.Counter()
     planes = collections.Counter()
     malformed = collections.Counter()
+    from scapy.error import Scapy_Exception
+
+    check_capture(path)
     try:
         reader = PcapReader(path)
-    except (OSError, ValueError) as e:
-        raise UsageError(f"cannot read {path}: {e}") from None
+    except (OSError, ValueError, Scapy_Exception) as e:
+        raise UsageError(f"cannot read {path}: {e.strerror if isinstance(e, OSError) else e}") from None
     with reader:
         for pkt in reader:
             if UDP not in pkt or pkt[UDP].dport != wire.UDP_PORT or IPv6 not in pkt:

@@ -346,7 +346,7 @@ def _timed_writes(conn, cq, mine: list, mr, size: int, iters: int, depth: int, i
             now = time.perf_counter()
             for w in wcs:
                 if not w.ok:
-                    raise UsageError(f"work request {w.wr_id} of size {size} failed: {w.status_name} (QP {w.qpn})")
+                    raise UsageError(f"work request {w.wr_id} of size {size} on QP {w.qpn} failed: {w.status_words}")
                 lat.append(now - t_post.pop(w.wr_id))
                 done += 1
             if now - alive > TICK:  # the server drops a client silent for its idle timeout
@@ -492,7 +492,7 @@ def stream(ctx: Context, qp, mr, remote, total: int, msg: int = 1 << 20, depth: 
             if wcs:
                 for w in wcs:
                     if not w.ok:
-                        raise UsageError(f"write {w.wr_id} failed: {w.status_name} (QP {qp.state})")
+                        raise UsageError(f"write {w.wr_id} failed: {w.status_words}; the QP is {qp.state}")
                 # a stall is a gap between two completions; the wait for the first
                 # one is latency (the pipeline filling), not a stall
                 if done and now - last_wc > max_stall:

@@ -44,7 +44,7 @@ def main(a) -> int:
     runs = {}
     for single in ([False, True] if a.single_path else [False]):
         name = "single_path" if single else "spray"
-        if not a.json:
+        if not a.json and not a.quiet:
             print(f"{name}: {fab.hosts} NICs x {fab.planes} planes ({fab.leaves} leaves, {fab.spines} spines per "
                   f"plane), {a.workload} ...", file=sys.stderr, flush=True)
         prog = None if a.quiet else Progress(name, sys.stderr)
@@ -79,6 +79,11 @@ def main(a) -> int:
                   f"p99 {r['p99_us']} us max {r['max_us']} us, longest gap {r['max_gap_us']} us, "
                   f"drops {r['drops']} trims {r['trims']} marks {r['marks']}, QP errors {r['qp_errors']}, "
                   f"{r['packets']} packets in {r['wall_s']} s ({r['sim_pps']} /s)")
+            if r.get("collective"):
+                c = r["collective"]
+                print(f"{'':>12}  the {c['collective']}: {c['time_us']} us (ideal {c['ideal_us']} us), busbw "
+                      f"{c['busbw_gbps']} Gb/s of a bound {c['bound_gbps']} Gb/s ({c['busbw_vs_bound']}), algbw "
+                      f"{c['algbw_gbps']} Gb/s")
             if "victim_ratio" in r:
                 print(f"{'':>12}  the victim: {r['victim_gbps']} Gb/s of a fair {r['victim_fair_gbps']} "
                       f"({r['victim_ratio']})")

@@ -142,7 +142,7 @@ class Soak:
                 f = by_qpn[w.qpn]
                 if not w.ok:
                     self.counts["qp_errors"] += 1
-                    raise SoakFailed(f"QP {w.qpn}: write {w.wr_id} failed: {w.status_name}")
+                    raise SoakFailed(f"QP {w.qpn}: write {w.wr_id} failed: {w.status_words}")
                 if w.wr_id != f.next_done:
                     self.counts["order_errors"] += 1
                 f.next_done = w.wr_id + 1

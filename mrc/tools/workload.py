@@ -217,7 +217,7 @@ class Worker:
             f.qp.post_write(f.mr, off, self.msg, f.remote.addr + off, f.remote.rkey, wr_id=i)
             wc = f.cq.wait(1, timeout=60)[0]
             if not wc.ok:
-                f.error = f"message {i} failed: {wc.status_name}"
+                f.error = f"message {i} failed: {wc.status_words}"
                 return
             done = time.monotonic()
             f.messages.append([round(posted - t0, 6), round(done - t0, 6)])

@@ -302,6 +302,18 @@ def test_dash_refuses_a_fabric_that_is_not_there():
     assert r.returncode != 0 and "no fabric named 'nosuchfab'" in r.stderr
 
 
+def test_dash_on_a_port_in_use_says_so_in_one_line(small_fabric):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run(MRC + ["dash", "--name", small_fabric.name, "--port", str(port)], capture_output=True,
+                           text=True, timeout=60)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and f"--port 127.0.0.1:{port}" in lines[0] \
+        and "in use" in lines[0], r.stderr
+
+
 def test_loss_rate_flap_and_heal_from_the_api_show_on_the_links(lab):
     t, port = lab
     tok = {"X-MRC-Token": TOKEN}

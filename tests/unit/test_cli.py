@@ -19,13 +19,13 @@ def run(*argv):
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["fabric", "up", "--planes", "0"], "impossible topology"),
-    (["fabric", "up", "--hosts", "1", "--leaves", "1"], "at least 2 hosts"),
+    (["fabric", "up", "--planes", "0"], "--planes: wants an integer from 1 to 16"),
+    (["fabric", "up", "--hosts", "1", "--leaves", "1"], "--hosts: wants an integer from 2"),
     (["fabric", "up", "--name", "Bad_Name"], "not valid"),
     (["fabric", "up", "--link-rate", "100mbit", "--trim-kb", "600"], "must be below --buffer-kb"),
     (["fabric", "up", "--link-rate", "fast"], "cannot read rate"),
-    (["fabric", "qos", "all", "--rate", "1mbit", "--ecn-kb", "-1"], "out of range"),
-    (["sim", "--hosts", "9000"], "2 to 8192 hosts"),
+    (["fabric", "qos", "all", "--rate", "1mbit", "--ecn-kb=-1"], "--ecn-kb: wants an integer from 0"),
+    (["sim", "--hosts", "9000"], "--hosts: wants an integer from 2 to 8192"),
     (["sim", "--hosts", "8", "--fail", "t1:0.99@1us"], "spine 99 does not exist"),
     (["sim", "--hosts", "8", "--flap", "link:0.0.0/1ms"], "say how long it flaps"),
     (["sim", "--hosts", "8", "--hop-delay", "soon"], "cannot read time"),
@@ -35,7 +35,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, msg):
     r = run(*argv)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and msg in lines[0] and lines[0].startswith("mrc: ")
+    assert len(lines) == 1 and msg in lines[0] and lines[0].startswith("mrc")
 
 
 def test_no_fabric_with_that_name(tmp_path, monkeypatch):
@@ -101,13 +101,13 @@ def test_dash_without_aiohttp_says_what_to_install():
 
 
 @pytest.mark.parametrize("argv, msg", [
-    (["dash", "--port", "70000"], "--port must be 1-65535"),
-    (["dash", "--port", "0"], "--port must be 1-65535"),
-    (["dash", "--hz", "100"], "--hz must be 0.5-20"),
-    (["dash", "--hz", "nan"], "--hz must be 0.5-20"),
-    (["demo", "--dash", "--dash-port", "0"], "--dash-port must be 1-65535"),
-    (["demo", "--dash", "--dash-wait", "-1"], "--dash-wait is 0-3600"),
-    (["demo", "--dash", "--dash-linger", "1e9"], "--dash-linger is 0-3600"),
+    (["dash", "--port", "70000"], "--port: wants an integer from 1 to 65535"),
+    (["dash", "--port", "0"], "--port: wants an integer from 1 to 65535"),
+    (["dash", "--hz", "100"], "--hz: wants a number from 0.5 to 20"),
+    (["dash", "--hz", "nan"], "--hz: wants a number from 0.5 to 20"),
+    (["demo", "--dash", "--dash-port", "0"], "--dash-port: wants an integer from 1 to 65535"),
+    (["demo", "--dash", "--dash-wait", "-1"], "--dash-wait: wants a number from 0 to 3600"),
+    (["demo", "--dash", "--dash-linger", "1e9"], "--dash-linger: wants a number from 0 to 3600"),
 ])
 def test_dash_flags_out_of_range_are_refused_before_anything_is_built(argv, msg):
     r = run(*argv)

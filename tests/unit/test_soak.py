@@ -53,4 +53,4 @@ def test_mrc_soak_prints_json_and_exits_by_its_result():
     r = json.loads(out.stdout)
     assert {"packets", "bytes", "qp_errors", "corrupt_bytes", "retransmits"} <= set(r) and r["ok"] is True
     bad = subprocess.run([sys.executable, "-m", "mrc", "soak", "--seconds", "-1"], capture_output=True, text=True)
-    assert bad.returncode == 2 and "positive" in bad.stderr
+    assert bad.returncode == 2 and "--seconds: wants a number above 0" in bad.stderr

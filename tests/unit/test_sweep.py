@@ -159,9 +159,23 @@ def test_a_table_cut_mid_row_or_of_another_kind_is_handled(tmp_path):
     assert r.returncode == 2 and "not a sweep table" in r.stderr and other.read_text() == "a,b\n1,2\n"
 
 
-@pytest.mark.parametrize("flag,says", [(["--workers", "-1"], "--workers is 0"), (["--metric", "speed"], "--metric")])
+@pytest.mark.parametrize("flag,says", [(["--workers", "-1"], "--workers: wants an integer from 0 to 256"),
+                                       (["--metric", "speed"], "--metric")])
 def test_bad_flags_are_refused_in_one_line(tmp_path, flag, says):
     g = write(tmp_path, GRID)
     r = subprocess.run(sweep_cmd(g, str(tmp_path / "t.csv"), *flag), capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "t.csv").exists()
+
+
+def test_the_table_goes_where_the_sweep_runs_not_beside_the_grid(tmp_path):
+    """The README's sweep names a grid in the checkout's docs/: its table must not land there."""
+    grids, here = tmp_path / "docs", tmp_path / "here"
+    grids.mkdir()
+    here.mkdir()
+    g = write(grids, GRID | {"seeds": 1}, name="small.json")
+    cmd = [c for c in sweep_cmd(g, "-", "--workers", "0") if c not in ("--out", "-")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=here)
+    assert r.returncode == 0, r.stderr
+    assert os.listdir(grids) == ["small.json"] and os.listdir(here) == ["small.csv"]
+    assert len(table(str(here / "small.csv"))) == 2

@@ -103,6 +103,8 @@ const char *mrc_ev_state_name(uint32_t state);
 const char *mrc_wc_status_name(uint32_t status);
 const char *mrc_event_name(uint32_t type);
 const char *mrc_drop_name(uint32_t reason);
+/* A work completion's status in words a person can act on ("the peer stopped answering: ..."), NULL out of range. */
+const char *mrc_wc_status_str(uint32_t status);
 
 struct mrc_sge { uint64_t addr; uint32_t length; uint32_t lkey; };
 

@@ -14,7 +14,8 @@ import sys
 import time
 
 from mrc.errors import UsageError
-from mrc.units import size_type
+from mrc.tools.args import SPIN_US
+from mrc.units import bounded, rate_type, size_type
 
 COLLS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all", "all_to_all_v")
 DTYPE_ALIASES = {"half": "float16", "float16": "float16", "float": "float32", "float32": "float32",
@@ -29,29 +30,34 @@ def _job_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("where the ranks run")
     g.add_argument("--fabric", metavar="NAME", help="start one rank in each host of this fabric (mrc fabric exec)")
     g.add_argument("--hosts", metavar="H,H,...", help="with --fabric: only these hosts, rank 0 first "
-                                                       "(default: every host)")
-    g.add_argument("--rank", type=int, help="run one rank by hand: this rank's number (0 listens for the others)")
-    g.add_argument("--nranks", type=int, help="with --rank: the job's size")
+                                                      "(default: every host)")
+    g.add_argument("--rank", type=bounded(int, 0, 4095),
+                   help="run one rank by hand: this rank's number (0 listens for the others)")
+    g.add_argument("--nranks", type=bounded(int, 1, 4096), help="with --rank: the job's size")
     g.add_argument("--root-addr", dest="root_addr", metavar="ADDR",
                    help="with --rank: rank 0's setup address (its management address on a fabric)")
-    g.add_argument("--port", type=int, default=0, metavar="P", help="rank 0's setup port (default: a random one "
-                                                                     "from the launcher; 18700 by hand)")
+    g.add_argument("--port", type=bounded(int, 0, 65535),
+                   default=0, metavar="P", help="rank 0's setup port (default: a random one "
+                                                "from the launcher; 18700 by hand)")
     g.add_argument("--job", help="with --rank: the job id every rank is given (a stranger's hello is refused)")
     g.add_argument("--psk-file", metavar="FILE", help="a pre-shared key every rank proves it holds at setup; "
-                                                     "the bootstrap's messages travel sealed under it")
+                                                      "the bootstrap's messages travel sealed under it")
     g.add_argument("--security", choices=["off", "auth", "encrypt"], default="off",
                    help="authenticated MRC for every QP of the job (needs --psk-file): auth tags every packet, "
                         "encrypt also hides the payload (default off)")
-    g.add_argument("--channels", type=int, default=2, help="QPs per rank pair (default 2; each sprays over every "
-                                                          "plane)")
-    g.add_argument("--slots", type=int, default=8, help="receive slots per channel, the credits (default 8)")
+    g.add_argument("--channels", type=bounded(int, 1, 64),
+                   default=2, help="QPs per rank pair (default 2; each sprays over every "
+                                   "plane)")
+    g.add_argument("--slots", type=bounded(int, 1, 1024),
+                   default=8, help="receive slots per channel, the credits (default 8)")
     g.add_argument("--slot-size", type=_size, default=512 << 10, metavar="SIZE",
                    help="bytes per slot, the pipelining chunk (default 512K)")
-    g.add_argument("--port-rate", metavar="RATE", help="pace every NIC port at RATE (e.g. 200mbit): the rate of "
-                                                       "the fabric's ports when it has queues (--link-rate)")
-    g.add_argument("--timeout", type=float, default=120.0, metavar="S",
+    g.add_argument("--port-rate", type=rate_type(10**3, 10**12), metavar="RATE",
+                   help="pace every NIC port at RATE (e.g. 200mbit): the rate of "
+                        "the fabric's ports when it has queues (--link-rate)")
+    g.add_argument("--timeout", type=bounded(float, 0, 86_400, above=True), default=120.0, metavar="S",
                    help="abort when one call takes longer (default 120 s)")
-    g.add_argument("--spin-us", type=float, help="the engine's idle spin (default 200 us)")
+    g.add_argument("--spin-us", type=SPIN_US, help="the engine's idle spin (default 200 us)")
 
 
 def add_parser(sub) -> None:
@@ -69,14 +75,15 @@ def add_parser(sub) -> None:
     p.add_argument("-b", "--minbytes", type=_size, default=8, metavar="SIZE", help="smallest size (default 8)")
     p.add_argument("-e", "--maxbytes", type=_size, default=32 << 20, metavar="SIZE", help="largest size "
                                                                                           "(default 32M)")
-    p.add_argument("-f", "--stepfactor", type=int, default=2, help="multiply the size by this (default 2)")
+    p.add_argument("-f", "--stepfactor", type=bounded(int, 1, 1024),
+                   default=2, help="multiply the size by this (default 2)")
     p.add_argument("-i", "--stepbytes", type=_size, default=0, metavar="SIZE", help="add this instead of -f")
-    p.add_argument("-n", "--iters", type=int, default=20, help="timed calls per size (default 20)")
-    p.add_argument("-w", "--warmup", type=int, default=5, help="untimed calls first (default 5)")
+    p.add_argument("-n", "--iters", type=bounded(int, 1, 10**9), default=20, help="timed calls per size (default 20)")
+    p.add_argument("-w", "--warmup", type=bounded(int, 0, 10**9), default=5, help="untimed calls first (default 5)")
     p.add_argument("-d", "--datatype", default="float", choices=sorted(DTYPE_ALIASES),
                    help="element type (default float: float32)")
     p.add_argument("-o", "--op", default="sum", choices=["sum", "max", "min"], help="reduction (default sum)")
-    p.add_argument("-r", "--root", type=int, default=0, help="broadcast's root (default 0)")
+    p.add_argument("-r", "--root", type=bounded(int, 0, 4095), default=0, help="broadcast's root (default 0)")
     p.add_argument("-c", "--check", action="store_true", help="compare every element with numpy's result (#wrong)")
     p.add_argument("--json", action="store_true", help="print one JSON object (rows, ranks, settings)")
     _job_args(p)
@@ -93,19 +100,22 @@ def add_parser(sub) -> None:
     t.add_argument("--model", type=_size, default=100 << 20, metavar="SIZE",
                    help="gradient bytes per step (float32; default 100M)")
     t.add_argument("--bucket", type=_size, default=25 << 20, metavar="SIZE", help="all-reduce bucket (default 25M)")
-    t.add_argument("--compute-ms", type=float, default=50.0, help="compute per step (default 50 ms)")
+    t.add_argument("--compute-ms", type=bounded(float, 0, 60_000),
+                   default=50.0, help="compute per step (default 50 ms)")
     t.add_argument("--moe", type=_size, default=0, metavar="SIZE", help="an all-to-all of this many bytes per step "
-                                                                       "(default 0: none)")
-    t.add_argument("--steps", type=int, default=30, help="steps (default 30)")
-    t.add_argument("--warmup", type=int, default=3, help="untimed steps first (default 3)")
-    t.add_argument("--seconds", type=float, help="train this long instead of --steps")
+                                                                        "(default 0: none)")
+    t.add_argument("--steps", type=bounded(int, 1, 10**9), default=30, help="steps (default 30)")
+    t.add_argument("--warmup", type=bounded(int, 0, 10**9), default=3, help="untimed steps first (default 3)")
+    t.add_argument("--seconds", type=bounded(float, 0, 10**7, above=True), help="train this long instead of --steps")
     t.add_argument("--faults", metavar="SPEC", help="with --fabric: faults while training, e.g. "
                                                     "t1-reboot/10s,flap/5s,plane-cut@20s,loss/1 (docs/coll.md)")
-    t.add_argument("--pairs", type=int, default=1, help="with --faults: phases of --seconds, no faults then "
-                                                         "faults, this many times over (default 1)")
+    t.add_argument("--pairs", type=bounded(int, 1, 100),
+                   default=1, help="with --faults: phases of --seconds, no faults then "
+                                   "faults, this many times over (default 1)")
     t.add_argument("--plot", metavar="PNG", help="step time against time, faults marked")
     t.add_argument("--json", action="store_true", help="print one JSON object")
-    t.add_argument("--phase-seconds", type=float, help=argparse.SUPPRESS)  # the launcher's, with --faults
+    t.add_argument("--phase-seconds", type=bounded(float, 0, 10**7, above=True),
+                   help=argparse.SUPPRESS)  # the launcher's, with --faults
     _job_args(t)
     t.set_defaults(run=run, parser=t)
 
@@ -124,12 +134,13 @@ def _rank_argv(a: argparse.Namespace, cmd: str) -> list[str]:
     return out
 
 
-def check_args(a: argparse.Namespace, cmd: str, nranks: int) -> None:
-    """Every option of ``mrc coll``/``mrc train`` checked before anything starts (UsageError)."""
+def check_args(a: argparse.Namespace, cmd: str, nranks: int | None) -> None:
+    """Every option of ``mrc coll``/``mrc train`` checked before anything starts (UsageError); those that
+    depend on the job's size only once ``nranks`` is known."""
     from mrc.coll.comm import CollError, check_params
 
     try:
-        check_params(0, nranks, a.channels, a.slots, a.slot_size)
+        check_params(0, nranks or 2, a.channels, a.slots, a.slot_size)
     except CollError as e:
         raise UsageError(str(e).replace("channels=", "--channels ").replace("slots=", "--slots ")
                          .replace("slot_bytes=", "--slot-size ")) from None
@@ -142,7 +153,7 @@ def check_args(a: argparse.Namespace, cmd: str, nranks: int) -> None:
             raise UsageError(f"-b {a.minbytes} is above -e {a.maxbytes}")
         if a.stepfactor < 1 or a.iters < 1 or a.warmup < 0:
             raise UsageError("-f and -n are at least 1, -w at least 0")
-        if not 0 <= a.root < nranks:
+        if nranks is not None and not 0 <= a.root < nranks:
             raise UsageError(f"--root {a.root} is not a rank (0 to {nranks - 1})")
         return
     if a.steps < 1 or a.warmup < 0 or (a.seconds is not None and a.seconds <= 0):
@@ -160,6 +171,7 @@ def check_args(a: argparse.Namespace, cmd: str, nranks: int) -> None:
 def run(a: argparse.Namespace) -> int:
     """``mrc coll`` or ``mrc train``: launch on a fabric, or be one rank."""
     cmd = "coll" if a.cmd == "coll" else "train"
+    check_args(a, cmd, None)   # what the options say on their own, before any fabric is looked at
     if a.fabric and a.rank is not None:
         raise UsageError("--fabric starts the ranks itself: give --fabric or --rank, not both")
     if a.fabric:

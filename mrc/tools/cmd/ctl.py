@@ -28,6 +28,8 @@ from mrc.ctl.endpoint import ControlClient
 from mrc.ctl.profiles import NSCC_FIELDS
 from mrc.ctl.sockets import ctl_dir, endpoints
 from mrc.errors import ErrnoError
+from mrc.tools.args import QPN
+from mrc.units import bounded
 from mrc.wire import ev_entropy, ev_make, ev_name, ev_plane
 
 
@@ -65,7 +67,7 @@ def add_parser(sub) -> None:
     ctl = sub.add_parser("ctl", help="the controller API of a running MRC process (EVs, events, ports, CC)",
                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ctl.set_defaults(run=run, parser=ctl)
-    ctl.add_argument("--pid", type=int, help="the process whose endpoint to use")
+    ctl.add_argument("--pid", type=bounded(int, 1, 1 << 22), help="the process whose endpoint to use")
     ctl.add_argument("--endpoint", help=f"a control socket path (default: the one under {ctl_dir()})")
     ctl.add_argument("--json", action="store_true", help="print JSON")
     cs = ctl.add_subparsers(dest="ccmd")
@@ -74,17 +76,18 @@ def add_parser(sub) -> None:
     ev.set_defaults(run=_missing("ev", "list, deny or allow"))
     es = ev.add_subparsers(dest="evcmd")
     p = es.add_parser("list", help="every EV of a QP")
-    p.add_argument("--qpn", type=int, help="the QP (needed when the process has several)")
+    p.add_argument("--qpn", type=QPN, help="the QP (needed when the process has several)")
     p.set_defaults(run=_ev_list)
     for name, what, state in (("deny", "stop using", "DENIED"), ("allow", "use again", "GOOD")):
         p = es.add_parser(name, help=f"{what} an EV, or every EV that takes a path")
         p.add_argument("ev", nargs="?", help="PLANE/ENTROPY or a number")
         p.add_argument("--path", help="a destination address: every EV that sends there")
-        p.add_argument("--qpn", type=int)
+        p.add_argument("--qpn", type=QPN)
         p.set_defaults(run=_ev_set, state=state)
     p = cs.add_parser("events", help="EV state changes since the endpoint started")
     p.add_argument("--follow", action="store_true", help="keep printing new events until interrupted")
-    p.add_argument("--interval", type=float, default=0.2, help="seconds between polls with --follow")
+    p.add_argument("--interval", type=bounded(float, 0.01, 3600),
+                   default=0.2, help="seconds between polls with --follow")
     p.set_defaults(run=_events)
     p = cs.add_parser("probe", help="EV probes to a peer: the RTT of every plane (or of every path)",
                       description="Send EV probes (connectionless ENDPOINT_REQUESTs) to a peer the process "
@@ -93,11 +96,12 @@ def add_parser(sub) -> None:
     p.add_argument("dst", nargs="?", help="the peer: its host name, one of its addresses or #INDEX "
                                           "(default: the only peer)")
     p.add_argument("--all-paths", action="store_true", help="probe every path, not one per plane")
-    p.add_argument("--timeout-ms", type=float, default=100.0, help="how long to wait for answers (default 100)")
+    p.add_argument("--timeout-ms", type=bounded(float, 0, 60_000, above=True),
+                   default=100.0, help="how long to wait for answers (default 100)")
     p.set_defaults(run=_probe)
     p = cs.add_parser("port", help="set a port's admin state (a disabled port reports DOWN)")
     p.add_argument("state", choices=["down", "up"])
-    p.add_argument("plane", type=int)
+    p.add_argument("plane", type=bounded(int, 0, 15))
     p.set_defaults(run=_port)
     cs.add_parser("qp", help="each QP's NSCC window, in flight, RTTs (smoothed, lowest, base) and counters"
                   ).set_defaults(run=_qp)

@@ -6,6 +6,7 @@ import argparse
 
 from mrc.errors import UsageError
 from mrc.tools import args
+from mrc.units import PORT, bounded
 
 
 def add_parser(sub) -> None:
@@ -22,10 +23,10 @@ def add_parser(sub) -> None:
                                       "to 127.0.0.1 unless told otherwise. Example: `mrc fabric up --name lab` "
                                       "then `mrc dash --name lab` and open the URL it prints. docs/dash.md.")
     dash.add_argument("--name", help="the fabric (default: the only one up)")
-    dash.add_argument("--port", type=int, default=8080, help="TCP port (default 8080)")
+    dash.add_argument("--port", type=PORT, default=8080, help="TCP port (default 8080)")
     dash.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine "
                                                           "only; 0.0.0.0 opens it to the network)")
-    dash.add_argument("--hz", type=float, default=5.0, help="updates per second (0.5-20, default 5)")
+    dash.add_argument("--hz", type=bounded(float, 0.5, 20), default=5.0, help="updates per second (0.5-20, default 5)")
     tok = dash.add_mutually_exclusive_group()
     tok.add_argument("--token", help="the token that allows changes (default: a random one, or $MRC_DASH_TOKEN); "
                                      "on a shared machine prefer --token-file (a command line is visible to all)")

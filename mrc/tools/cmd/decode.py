@@ -24,6 +24,7 @@ def run(a: argparse.Namespace) -> int:
     """``mrc decode``."""
     from mrc.tools import decode
 
-    r = decode.decode(a.file, args.resolver(a))
+    decode.check_capture(a.file)   # a bad file is said before anything else
+    r = decode.decode(a.file, args.resolver(a, "mrc decode", several_ok=True))
     args.print_result(r, a.json, decode.decode_text(r))
     return 1 if r["malformed"] else 0

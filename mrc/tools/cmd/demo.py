@@ -6,6 +6,7 @@ import argparse
 
 from mrc.errors import UsageError
 from mrc.tools import args
+from mrc.units import PORT, bounded
 
 
 def add_parser(sub) -> None:
@@ -16,10 +17,12 @@ def add_parser(sub) -> None:
     d.add_argument("--dash", action="store_true",
                    help="serve the live web view (mrc dash) of the demo's fabric: print its URL, wait for a page "
                         "to open it (up to --dash-wait s), and keep the fabric up --dash-linger s at the end")
-    d.add_argument("--dash-port", type=int, default=8080, help="the web view's port (default 8080)")
-    d.add_argument("--dash-wait", type=float, default=60.0, help="seconds to wait for a page (default 60)")
-    d.add_argument("--dash-linger", type=float, default=30.0, help="seconds the fabric stays up after the "
-                                                                  "transfer for the page (default 30)")
+    d.add_argument("--dash-port", type=PORT, default=8080, help="the web view's port (default 8080)")
+    d.add_argument("--dash-wait", type=bounded(float, 0, 3600),
+                   default=60.0, help="seconds to wait for a page (default 60)")
+    d.add_argument("--dash-linger", type=bounded(float, 0, 3600),
+                   default=30.0, help="seconds the fabric stays up after the "
+                                      "transfer for the page (default 30)")
     d.set_defaults(run=run, parser=d)
 
 

@@ -8,8 +8,10 @@ import os
 import sys
 
 from mrc.errors import UsageError
+from mrc.fabric.topology import MAX_INDEX, MAX_PLANES
 from mrc.tools import args
-from mrc.units import parse_rate
+from mrc.tools.args import KB
+from mrc.units import bounded, parse_rate, rate_type
 
 
 def add_parser(sub) -> None:
@@ -35,21 +37,25 @@ def _build_parsers(fsub) -> None:
                         description="Build a fabric: namespaces, veths (MTU 9000), addresses, sysctls, uSID routes, "
                                     "kernel-traffic encap routes and the management bridge.")
     args.name_arg(p)
-    p.add_argument("--planes", type=int, default=8, help="independent network planes (default 8, max 16)")
-    p.add_argument("--spines", type=int, default=4, help="T1 spine switches per plane (default 4)")
-    p.add_argument("--leaves", type=int, default=2, help="T0 leaf switches per plane (default 2)")
-    p.add_argument("--hosts", type=int, default=4, help="hosts, spread over the leaves (default 4)")
+    p.add_argument("--planes", type=bounded(int, 1, MAX_PLANES),
+                   default=8, help="independent network planes (default 8, max 16)")
+    p.add_argument("--spines", type=bounded(int, 1, MAX_INDEX),
+                   default=4, help="T1 spine switches per plane (default 4)")
+    p.add_argument("--leaves", type=bounded(int, 1, MAX_INDEX),
+                   default=2, help="T0 leaf switches per plane (default 2)")
+    p.add_argument("--hosts", type=bounded(int, 2, MAX_INDEX),
+                   default=4, help="hosts, spread over the leaves (default 4)")
     p.add_argument("--check", action="store_true", help="run `check` after building")
     p.add_argument("--routing", choices=("static", "bgp"), default="static",
                    help="how the kernel's own traffic (TCP, MPTCP, MPI) crosses the fabric: static (SRv6 "
                         "encap through one spine per host pair; the default, no daemon) or bgp (plain IPv6 "
                         "routed by FRR's BGP with ECMP and BFD in every switch; needs frr). MRC's uSID "
                         "forwarding is the same in both")
-    p.add_argument("--bfd-ms", type=int, default=50, metavar="MS",
+    p.add_argument("--bfd-ms", type=bounded(int, 0, 60_000), default=50, metavar="MS",
                    help="with --routing bgp: BFD on every session every MS ms, down after 3 missed (default 50; "
                         "0: no BFD, a dead link is seen by its carrier or at BGP's 3 s hold time). On this "
                         "machine FRR's bfdd costs about a core at 50 ms on the default fabric")
-    p.add_argument("--link-rate", metavar="RATE",
+    p.add_argument("--link-rate", type=rate_type(10**3, 10**11), metavar="RATE",
                    help="give every switch port an egress queue at RATE (e.g. 200mbit) that marks ECN, trims MRC "
                         "data and drops, and every host port (NIC) the same rate, so congestion builds in the "
                         "network (default: no queues, as before)")
@@ -73,7 +79,8 @@ def _build_parsers(fsub) -> None:
                                     "counts the spines of that plane that delivered. Exit status 1 if any failed.")
     args.name_arg(p)
     args.json_arg(p)
-    p.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for packets (default 2)")
+    p.add_argument("--timeout", type=bounded(float, 0, 600, above=True),
+                   default=2.0, help="seconds to wait for packets (default 2)")
     p.set_defaults(run=_check)
 
     p = fsub.add_parser("paths", help="list every path and its uSID destination address")
@@ -106,10 +113,14 @@ def _fault_parsers(fsub) -> None:
     p.add_argument("target", nargs="+", help="links (h0-p0l0, p0l0-p0s1), switches (p0s1) or hosts (h0)")
     p.set_defaults(run=_fail)
 
-    p = fsub.add_parser("heal", help="undo faults on a LINK or SWITCH, or on everything with --all")
+    p = fsub.add_parser("heal", help="undo faults on a LINK or SWITCH, or on everything with --all",
+                        description="Undo what fail, flap, loss and rate did: a link's or a switch's faults "
+                                    "(TARGET), or every fault on the fabric (--all). A failed link comes back up "
+                                    "with its routes; a loss or rate rule goes. Prints the links healed. "
+                                    "Example: `mrc fabric heal p3l0-p3s1`, `mrc fabric heal --all`.")
     args.name_arg(p)
     p.add_argument("target", nargs="?", help="a link or switch; omit with --all")
-    p.add_argument("--all", action="store_true", help="heal every link")
+    p.add_argument("--all", action="store_true", help="heal every link and switch")
     p.set_defaults(run=_heal)
 
     p = fsub.add_parser("flap", help="fail and heal a link every PERIOD seconds",
@@ -117,21 +128,22 @@ def _fault_parsers(fsub) -> None:
                                     "cycles or --duration seconds or Ctrl-C; the link is always left up.")
     args.name_arg(p)
     p.add_argument("target", help="the link")
-    p.add_argument("--period", type=float, default=1.0, help="seconds per down+up cycle (default 1)")
-    p.add_argument("--count", type=int, help="number of cycles")
-    p.add_argument("--duration", type=float, help="seconds to keep flapping")
+    p.add_argument("--period", type=bounded(float, 0.01, 86_400),
+                   default=1.0, help="seconds per down+up cycle (default 1)")
+    p.add_argument("--count", type=bounded(int, 1, 10**9), help="number of cycles")
+    p.add_argument("--duration", type=bounded(float, 0, 10**7, above=True), help="seconds to keep flapping")
     p.set_defaults(run=_flap)
 
     p = fsub.add_parser("loss", help="drop PERCENT of the packets crossing a link (nftables numgen)")
     args.name_arg(p)
     p.add_argument("target", help="the link")
-    p.add_argument("percent", type=float, help="0-100; 0 keeps the rule, `heal` removes it")
+    p.add_argument("percent", type=bounded(float, 0, 100), help="0-100; 0 keeps the rule, `heal` removes it")
     p.set_defaults(run=_loss)
 
     p = fsub.add_parser("rate", help="limit a link to RATE with tbf on both ends (e.g. 1gbit)")
     args.name_arg(p)
     p.add_argument("target", help="the link")
-    p.add_argument("rate", help="bits per second, with k/m/g suffixes: 500mbit, 1gbit")
+    p.add_argument("rate", type=rate_type(10**3, 10**11), help="bits per second, with k/m/g suffixes: 500mbit, 1gbit")
     p.set_defaults(run=_rate)
 
 
@@ -148,7 +160,8 @@ def _queue_parsers(fsub) -> None:
                                "`mrc fabric qos p0l0 --rate 100mbit`, `mrc fabric qos all --rate 0`")
     args.name_arg(p)
     p.add_argument("target", help="a link (p0l0-p0s1, h0-p0l0), a switch (p0l0, p0s1), a host (h0) or all")
-    p.add_argument("--rate", required=True, help="bits per second, with k/m/g suffixes (0: remove the queues)")
+    p.add_argument("--rate", type=rate_type(10**3, 10**11, also=("0",)), required=True,
+                   help="bits per second, with k/m/g suffixes (0: remove the queues)")
     _queue_args(p)
     args.json_arg(p)
     p.set_defaults(run=_qos)
@@ -166,11 +179,11 @@ def _queue_parsers(fsub) -> None:
 def _queue_args(p: argparse.ArgumentParser) -> None:
     from mrc.fabric.qos import DEFAULT_THRESHOLDS as d
 
-    p.add_argument("--ecn-kb", type=int, default=d["ecn_kb"],
+    p.add_argument("--ecn-kb", type=KB, default=d["ecn_kb"],
                    help=f"mark CE above this many KiB of queue (default {d['ecn_kb']}; 0: never)")
-    p.add_argument("--trim-kb", type=int, default=d["trim_kb"],
+    p.add_argument("--trim-kb", type=KB, default=d["trim_kb"],
                    help=f"trim MRC data above this many KiB (default {d['trim_kb']}; 0: never)")
-    p.add_argument("--buffer-kb", type=int, default=d["buffer_kb"],
+    p.add_argument("--buffer-kb", type=KB, default=d["buffer_kb"],
                    help=f"drop above this many KiB (default {d['buffer_kb']}; 0: never)")
 
 

@@ -6,6 +6,11 @@ import argparse
 import os
 
 from mrc.tools import args
+from mrc.tools.args import SEED
+from mrc.units import bounded, checked_text, parse_time, rate_type, size_text_type
+
+#: a time (500ns, 1us, 10ms) of at most 1000 s
+TIME = checked_text(parse_time, "time", 0, 10**12, lambda ns: f"{ns // 10**9}s" if ns else "0")
 
 
 def add_parser(sub) -> None:
@@ -18,18 +23,26 @@ def add_parser(sub) -> None:
                                      "errors and the simulator's speed. Deterministic for a seed. docs/sim.md has "
                                      "the model. Example: `mrc sim --hosts 64 --workload permutation --size 16M "
                                      "--single-path --json`.")
-    sim.add_argument("--hosts", type=int, default=1024, help="NICs (2-8192, default 1024; past 1,024 a packet's "
-                                                             "last uSID numbers the port on its leaf)")
-    sim.add_argument("--planes", type=int, default=8, help="planes, one NIC port each (default 8)")
-    sim.add_argument("--leaves", type=int, default=0, help="T0 leaves per plane (default: one per 32 hosts)")
-    sim.add_argument("--spines", type=int, default=0, help="T1 spines per plane (default: hosts per leaf, "
-                                                            "non-blocking)")
-    sim.add_argument("--rate", default="100G", help="every link's rate, e.g. 100G, 400G (default 100G)")
-    sim.add_argument("--hop-delay", default="1us", help="per link: propagation and switching (default 1us)")
-    sim.add_argument("--buffer", default="1M", help="switch egress buffer per port (default 1M)")
-    sim.add_argument("--ecn", default="64K", help="queue above which switches mark CE (default 64K)")
-    sim.add_argument("--trim", default="128K", help="queue above which switches trim MRC data (default 128K; 0: off)")
-    sim.add_argument("--mtu", type=int, default=4096, help="payload bytes per packet (64-8872, default 4096)")
+    sim.add_argument("--hosts", type=bounded(int, 2, 8192),
+                     default=1024, help="NICs (2-8192, default 1024; past 1,024 a packet's "
+                                        "last uSID numbers the port on its leaf)")
+    sim.add_argument("--planes", type=bounded(int, 1, 16), default=8, help="planes, one NIC port each (default 8)")
+    sim.add_argument("--leaves", type=bounded(int, 0, 8192),
+                     default=0, help="T0 leaves per plane (default: one per 32 hosts)")
+    sim.add_argument("--spines", type=bounded(int, 0, 8192),
+                     default=0, help="T1 spines per plane (default: hosts per leaf, "
+                                     "non-blocking)")
+    sim.add_argument("--rate", type=rate_type(10**6, 10**13), default="100G",
+                     help="every link's rate, e.g. 100G, 400G (default 100G)")
+    sim.add_argument("--hop-delay", type=TIME, default="1us", help="per link: propagation and switching (default 1us)")
+    sim.add_argument("--buffer", type=size_text_type(1, 1 << 30), default="1M",
+                     help="switch egress buffer per port (default 1M)")
+    sim.add_argument("--ecn", type=size_text_type(0, 1 << 30), default="64K",
+                     help="queue above which switches mark CE (default 64K)")
+    sim.add_argument("--trim", type=size_text_type(0, 1 << 30, also=("off",)), default="128K",
+                     help="queue above which switches trim MRC data (default 128K; 0: off)")
+    sim.add_argument("--mtu", type=bounded(int, 64, 8872),
+                     default=4096, help="payload bytes per packet (64-8872, default 4096)")
     sim.add_argument("--workload", default="permutation", choices=["permutation", "alltoall", "incast", "victim",
                                                                     "ring-allreduce", "all-reduce", "all-to-all"],
                      help="permutation: each NIC writes to one other (random); alltoall: to every other; incast: "
@@ -37,10 +50,11 @@ def add_parser(sub) -> None:
                           "ring-allreduce: each to the next, 2(N-1)/N x size; all-reduce, all-to-all: mrc.coll's "
                           "schedule (ring reduce-scatter + all-gather; pairwise), --size bytes of float32 per rank "
                           "in 512 KiB pieces, 16 in flight per pair, each waiting for the piece it depends on")
-    sim.add_argument("--size", default="16M", help="bytes each sender writes in all (default 16M)")
-    sim.add_argument("--msg", default="1M", help="bytes per WRITE (default 1M)")
-    sim.add_argument("--incast", type=int, default=7, help="incast senders (default 7)")
-    sim.add_argument("--victim-at", default="0", metavar="TIME",
+    sim.add_argument("--size", type=size_text_type(1, 1 << 40), default="16M",
+                     help="bytes each sender writes in all (default 16M)")
+    sim.add_argument("--msg", type=size_text_type(1, 1 << 30), default="1M", help="bytes per WRITE (default 1M)")
+    sim.add_argument("--incast", type=bounded(int, 1, 8191), default=7, help="incast senders (default 7)")
+    sim.add_argument("--victim-at", type=TIME, default="0", metavar="TIME",
                      help="victim workload: start the victim flow this long into the incast, e.g. 100us "
                           "(default 0: together)")
     sim.add_argument("--fail", action="append", default=[], metavar="SPEC",
@@ -54,13 +68,18 @@ def add_parser(sub) -> None:
                      help="NICs do not pace their ports: the engine fills one 8-frame queue of all the NIC's ports "
                           "in rotation order (the control for pacing; default: a packet goes when a port is free, "
                           "as in a NIC)")
-    sim.add_argument("--seed", type=int, default=1, help="the workload's and the flows' randomness (default 1)")
+    sim.add_argument("--seed", type=SEED, default=1, help="the workload's and the flows' randomness (default 1)")
     sim.add_argument("--plots", metavar="DIR", help="write the completion-time CDF and utilisation-over-time PNGs")
     sim.add_argument("--quiet", action="store_true",
                      help="no progress on stderr (default: on a terminal a line rewritten each second, in a log "
                           "a line every 10 s of CPU time; stdout, the JSON included, is the same either way)")
     args.json_arg(sim)
     sim.set_defaults(run=run, parser=sim)
+    _add_sweep(sim)
+
+
+def _add_sweep(sim: argparse.ArgumentParser) -> None:
+    """``mrc sim sweep``'s options."""
     sweeps = sim.add_subparsers(dest="sim_cmd", metavar="sweep")
     sw = sweeps.add_parser("sweep", help="a grid of runs (workloads, sizes, CC settings, faults, seeds) on Dask",
                            description="Runs every cell of a grid (JSON or YAML: each key one value or a list, the "
@@ -72,8 +91,9 @@ def add_parser(sub) -> None:
                                        "recorded with its error and the others go on. Example: `mrc sim sweep "
                                        "docs/examples/victim-cc.yaml --plot out/`. docs/sim.md has the format.")
     sw.add_argument("grid", help="the grid file (.json, .yaml or .yml)")
-    sw.add_argument("--out", metavar="CSV", help="the results table (default: the grid's name with .csv)")
-    sw.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+    sw.add_argument("--out", metavar="CSV",
+                    help="the results table (default: the grid's file name with .csv, in the current directory)")
+    sw.add_argument("--workers", type=bounded(int, 0, 256), default=os.cpu_count() or 1,
                     help="local Dask workers, one process each (default: every core; 0: run in this process, "
                          "one cell at a time, without Dask)")
     sw.add_argument("--scheduler", metavar="ADDRESS", help="use the Dask cluster at this scheduler address "

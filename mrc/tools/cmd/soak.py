@@ -6,6 +6,8 @@ import argparse
 
 from mrc.errors import UsageError
 from mrc.tools import args
+from mrc.tools.args import SEED
+from mrc.units import bounded
 
 
 def add_parser(sub) -> None:
@@ -17,10 +19,12 @@ def add_parser(sub) -> None:
                                       "gap between writes, every immediate and the order of completions are "
                                       "checked. Prints packets, bytes, retransmits, qp_errors and corrupt_bytes; "
                                       "exits 1 on any error. Example: `mrc soak --seconds 10 --json`.")
-    soak.add_argument("--seconds", type=float, help="stop after this much wall-clock time (default 10 unless "
-                                                    "--packets is given)")
-    soak.add_argument("--packets", type=int, help="stop once the endpoints have sent this many packets")
-    soak.add_argument("--seed", type=int, default=1, help="the link's and the writes' randomness (default 1)")
+    soak.add_argument("--seconds", type=bounded(float, 0, 10**7, above=True),
+                      help="stop after this much wall-clock time (default 10 unless "
+"--packets is given)")
+    soak.add_argument("--packets", type=bounded(int, 1, 10**12),
+                      help="stop once the endpoints have sent this many packets")
+    soak.add_argument("--seed", type=SEED, default=1, help="the link's and the writes' randomness (default 1)")
     args.json_arg(soak)
     soak.set_defaults(run=run, parser=soak)
 

@@ -42,11 +42,11 @@ def add_parser(sub) -> None:
     r = vsub.add_parser("run", help="run CMD with the mrc0 device",
                         description="Run CMD (after --) with libmrc-verbs.so preloaded; exits with CMD's status.")
     r.add_argument("--topology", metavar="FILE", help="the topology file (default: $MRC_TOPOLOGY, which `mrc "
-                                                        "fabric exec` sets)")
+                                                      "fabric exec` sets)")
     r.add_argument("--host", metavar="NAME", help="this host's name in the topology (default: the host whose "
-                                                   "port addresses this namespace has)")
+                                                  "port addresses this namespace has)")
     r.add_argument("--stats", metavar="FILE", help="also write each context's per-plane packet counts to FILE "
-                                                    "(JSON lines)")
+                                                   "(JSON lines)")
     r.add_argument("--quiet", action="store_true", help="do not print the per-plane counts")
     r.add_argument("cmd", nargs="*", help="-- CMD [ARGS...]: the program to run")
     r.set_defaults(run=_run_program, parser=r)
