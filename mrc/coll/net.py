@@ -115,11 +115,13 @@ class FabricNet:
     def __init__(self, rank: int, nranks: int, root: str, port: int, job: str, psk: bytes | None = None,
                  ctx: Context | None = None, port_rate_bps: int = 0, spin_us: float | None = None,
                  join_timeout: float = JOIN_TIMEOUT, qp_attr: dict | None = None, security: str = "off",
-                 on_listen=None) -> None:
+                 on_listen=None, control: bool = True) -> None:
         """``qp_attr``: QPAttr fields every QP gets (timers and NSCC for a rate-limited fabric:
         ``mrc.fabric.qos.qp_profile``). ``security`` "auth" or "encrypt" (with ``psk``) secures every QP.
         ``on_listen(addr, port)``: rank 0 tells where it listens (``port`` 0 takes a free one), before it
-        waits for the others (``mrc.torch`` puts it in torch's store, as NCCL's unique id)."""
+        waits for the others (``mrc.torch`` puts it in torch's store, as NCCL's unique id). ``control``: the
+        context it opens gets a control endpoint (``<pid>-rank<R>.sock``, for ``mrc ctl`` and the dash) where
+        the socket directory can be written."""
         if not job or len(job) > MAX_JOB or not job.isprintable():
             raise UsageError(f"the job id must be 1 to {MAX_JOB} printable characters")
         secure.mode_of(security)
@@ -138,6 +140,12 @@ class FabricNet:
         if spin_us is not None:
             kw["spin_us"] = spin_us
         self.ctx = ctx if ctx is not None else Context(**kw)
+        if self.own_ctx and control:
+            # `mrc ctl` lists, steers and scrapes the rank as it does `mrc perf` (root: the socket directory;
+            # without it the job runs on, unwatched); the context closes the endpoint
+            from mrc.ctl import endpoint
+
+            endpoint.serve(self.ctx, None, tag=f"rank{rank}", role=f"rank {rank} of {nranks}, job {job}")
         self.cq = self.ctx.create_cq()
         self.peers: dict[int, _Peer] = {}
         self.msgs: queue.Queue = queue.Queue()

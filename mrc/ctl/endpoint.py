@@ -77,8 +77,11 @@ class ControlServer:
     ``group``: a group name or id whose members may query (default
     ``$MRC_CTL_GROUP``, else the owner alone)."""
 
-    def __init__(self, ctx, path: str | None = None, event_depth: int = 4096, group=None) -> None:
+    def __init__(self, ctx, path: str | None = None, event_depth: int = 4096, group=None,
+                 role: str | None = None) -> None:
         self.ctx = ctx
+        #: what the process is, for `mrc ctl list`, the metrics and the dash ("rank 2 of job j1")
+        self.role = role
         self.path = path or os.path.join(ctl_dir(), f"{os.getpid()}.sock")
         # CC profile 0: what QPs created without a cc_profile_id get (``cc set`` changes it)
         self.cc = ctx.profiles.cc.get(0) or ctx.profiles.add(CCProfile(0, "uet-1.0-nscc", {}))
@@ -184,11 +187,10 @@ class ControlServer:
     def op_info(self, req: dict) -> dict:
         """The process, its ports and their state, its QPs."""
         st = self.ctx.port_stats()
-        return {"pid": os.getpid(), "ports": [{"ifname": p.ifname, "plane": p.plane, "address": p.address,
-                                              "admin": "ENABLED" if s["admin_up"] else "DISABLED",
-                                              "link": "UP" if s["carrier"] else "DOWN",
-                                              "carrier_downs": s["carrier_downs"]}
-                                             for p, s in zip(self.ctx.ports, st, strict=True)],
+        ports = [{"ifname": p.ifname, "plane": p.plane, "address": p.address,
+                  "admin": "ENABLED" if s["admin_up"] else "DISABLED", "link": "UP" if s["carrier"] else "DOWN",
+                  "carrier_downs": s["carrier_downs"]} for p, s in zip(self.ctx.ports, st, strict=True)]
+        return {"pid": os.getpid(), "role": self.role, "ports": ports,
                 "qps": sorted(self.ctx.live_qps()), "host": self.ctx.resolver.host,
                 "topology": getattr(self.ctx.resolver, "name", None),
                 "peers": len(self.ctx.peers()), "regions": self.ctx.live_regions()}
@@ -218,7 +220,8 @@ class ControlServer:
                         **{k: v for k, v in st.items() if isinstance(v, int) and k != "state"}})
         ports = [{"ifname": p.ifname, "plane": p.plane, **s} for p, s in zip(self.ctx.ports, self.ctx.port_stats(),
                                                                               strict=True)]
-        return {"pid": os.getpid(), "host": self.ctx.resolver.host, "qps": qps, "drops": self.ctx.drops(),
+        return {"pid": os.getpid(), "role": self.role, "host": self.ctx.resolver.host, "qps": qps,
+                "drops": self.ctx.drops(),
                 "ports": ports, "cq_overflow": self.ctx.stats()["cq_overflow"]}
 
     def op_ev_list(self, req: dict) -> dict:
@@ -363,14 +366,16 @@ class ControlServer:
         self.close()
 
 
-def serve(ctx, out=None, tag: str | None = None) -> ControlServer | None:
+def serve(ctx, out=None, tag: str | None = None, role: str | None = None) -> ControlServer | None:
     """A ControlServer for ``ctx``, or None (with a note on ``out``) when the
     socket directory cannot be written (not root): the tools run on without.
-    ``tag`` names one of several contexts of this process (``<pid>-<tag>.sock``)."""
+    ``tag`` names one of several contexts of this process (``<pid>-<tag>.sock``);
+    ``role`` says what the process is ("mrc perf server", "rank 2 of job j1")."""
     if tag is not None and not _TAG.fullmatch(tag):
         raise ValueError(f"a control socket tag is 1-32 letters, digits, '_' or '.', not {tag!r}")
     try:
-        return ControlServer(ctx, os.path.join(ctl_dir(), f"{os.getpid()}-{tag}.sock") if tag else None)
+        return ControlServer(ctx, os.path.join(ctl_dir(), f"{os.getpid()}-{tag}.sock") if tag else None,
+                             role=role)
     except OSError as e:
         if out is not None:
             print(f"note: no control endpoint ({e}); `mrc ctl` cannot reach this process", file=out)

@@ -2,9 +2,10 @@
 
 On each scrape, :class:`ContextCollector` asks every control endpoint
 (``mrc.ctl.sockets.endpoints``) for its ``metrics`` answer and turns it into
-metric families, labelled by process and host: each QP's counters, window,
-RTT and state, its EVs by plane and state, the packets dropped by reason, the
-ports' counters and state, and completions that found a CQ full. Names and
+metric families, labelled by process, host and role ("rank 2 of 4, job j1",
+"mrc perf server"): each QP's counters, window, RTT and state, its EVs by
+plane and state, the packets dropped by reason, the ports' counters and
+state, and completions that found a CQ full. Names and
 units follow Prometheus's conventions (``mrc_qp_retransmitted_bytes_total``,
 ``mrc_qp_srtt_seconds``). ``mrc ctl metrics --listen 127.0.0.1:9464`` serves
 them; ``mrc dash`` serves them at ``/metrics`` with the fabric's switch ports
@@ -87,7 +88,7 @@ class ContextCollector:
         """The metric families of one scrape."""
         counter, gauge = _families()
         snaps = self.snapshots()
-        ctx = ["pid", "host"]
+        ctx = ["pid", "host", "role"]
         qc = {name: counter(name[:-6], help_, labels=[*ctx, "qpn"]) for _, name, help_ in QP_COUNTERS}
         qg = {name: gauge(name, help_, labels=[*ctx, "qpn"]) for _, name, help_, _ in QP_GAUGES}
         state = gauge("mrc_qp_state", "1 for the state the QP is in", labels=[*ctx, "qpn", "state"])
@@ -117,7 +118,7 @@ class ContextCollector:
         """One endpoint's answer into the families; raises on an answer of the wrong shape. Everything is
         checked before any sample is added, so a bad answer adds nothing."""
         num = float
-        lab = [str(s.get("pid", "")), str(s.get("host") or "")]
+        lab = [str(s.get("pid", "")), str(s.get("host") or ""), str(s.get("role") or "")]
         qps = [(q, [*lab, str(int(q["qpn"]))]) for q in s.get("qps", [])]
         rows = []
         for q, ql in qps:
@@ -161,7 +162,8 @@ def parse_listen(text: str) -> tuple[str, int]:
     except ValueError:
         n = -1
     if not sep or not addr or not 1 <= n <= 65535:
-        raise ErrnoError(errno.EINVAL, f"--listen {text!r}: write ADDR:PORT, e.g. 127.0.0.1:9464")
+        raise ErrnoError(errno.EINVAL, f"--listen {text!r}: write ADDR:PORT with a port from 1 to 65535, e.g. "
+                                       "127.0.0.1:9464")
     return addr.strip("[]"), n
 
 

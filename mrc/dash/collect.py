@@ -256,7 +256,8 @@ class Collector:
                 new_events.append({"id": self._event_id, "t": round(now - self.start, 3), "ctx": c.id,
                                    "host": c.host, **e, "plane": ev_plane(e["ev"]),
                                    "links": model.path_links(self.t, c.host, e["address"])})
-            out.append({"id": c.id, "pid": c.info.get("pid"), "host": c.host, "dropped": dropped,
+            out.append({"id": c.id, "pid": c.info.get("pid"), "role": c.info.get("role"), "host": c.host,
+                        "dropped": dropped,
                         "qps": [{**q, "key": f"{c.id}/{q['qpn']}"} for q in qps]})
         return out, grids, new_events
 

@@ -42,7 +42,7 @@ def transfer(t: Topology, total: int = 3 << 30, out=sys.stdout, serve_ctl: bool 
             from mrc.ctl import endpoint
 
             for ctx, h in ((p.ca, src_h), (p.cb, dst_h)):
-                server = endpoint.serve(ctx, out, tag=t.host(h))
+                server = endpoint.serve(ctx, out, tag=t.host(h), role=f"mrc demo, {t.host(h)}")
                 if server is not None:
                     ctl.callback(server.close)
 

@@ -209,7 +209,7 @@ def _spin(spin_us: float | None) -> dict:
 def _open(ports, resolver: PathResolver, spin_us: float | None) -> tuple:
     """A client's context and its control endpoint (None where there is none)."""
     ctx = Context(ports, resolver=resolver, **_spin(spin_us))
-    return ctx, endpoint.serve(ctx, sys.stderr)
+    return ctx, endpoint.serve(ctx, sys.stderr, role="mrc perf client")
 
 
 def _close(ctx: Context, ctl) -> None:
@@ -234,7 +234,7 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resol
     failed after setup."""
     resolver = resolver or from_environment()
     ctx = Context(ports, resolver=resolver, **_spin(spin_us))
-    ctl = endpoint.serve(ctx, out)
+    ctl = endpoint.serve(ctx, out, role="mrc perf server")
     where = bind or default_bind(resolver)
     try:
         lst = cm.listen(where or "::", port, psk, security=security)

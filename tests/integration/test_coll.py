@@ -46,6 +46,36 @@ def test_collectives_verified_on_four_hosts(four, collective):
     assert r["qp_counters"]["qps_not_rts"] == 0
 
 
+def test_a_coll_ranks_qps_show_in_ctl_list_and_in_a_metrics_scrape(four):
+    """Every rank's context has a control endpoint, named by its role: `mrc ctl list` shows the QPs of
+    rank 2 of 4, a Prometheus scrape has their counters under role="rank ... of 4, job ..."."""
+    from mrc.ctl import metrics
+
+    p = subprocess.Popen([*MRC, "coll", "all_reduce", "-b", "256K", "-e", "256K", "-n", "100000", "-w", "1",
+                          "--fabric", four.name], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        deadline, ranks = time.monotonic() + 60, []
+        while time.monotonic() < deadline and len(ranks) < 4:
+            time.sleep(0.5)
+            ls = subprocess.run([*MRC, "ctl", "list", "--json"], capture_output=True, text=True, timeout=30)
+            assert ls.returncode == 0, ls.stderr
+            ranks = [r for r in json.loads(ls.stdout) if " of 4, job " in (r.get("role") or "") and r.get("qps")]
+        assert {r["role"].split(" of ")[0] for r in ranks} == {"rank 0", "rank 1", "rank 2", "rank 3"}, ranks
+        assert all(r["endpoint"].endswith(f"-rank{r['role'].split()[1]}.sock") for r in ranks)
+        text = metrics.exposition(metrics.ContextCollector()).decode()
+        sent = [ln for ln in text.splitlines() if ln.startswith("mrc_qp_sent_packets_total{")
+                and 'role="rank 2 of 4, job ' in ln]
+        assert sent and sum(float(ln.rsplit(" ", 1)[1]) for ln in sent) > 0, text[:2000]
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
 @pytest.mark.parametrize("mode", ["auth", "encrypt"])
 def test_secured_collectives_verified_and_a_rank_with_another_mode_refused(four, tmp_path, mode):
     """--security: every QP sealed, every pair keyed by its two ranks (the all-to-all connects the pairs

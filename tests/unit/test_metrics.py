@@ -17,7 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from mrc.ctl import metrics  # noqa: E402
 from mrc.errors import ErrnoError  # noqa: E402
 
-SNAP = {"pid": 4242, "host": "h0", "cq_overflow": 3,
+#: the labels of SNAP's QP 7
+QP7 = (("host", "h0"), ("pid", "4242"), ("qpn", "7"), ("role", "rank 1 of 2, job t"))
+SNAP = {"pid": 4242, "host": "h0", "role": "rank 1 of 2, job t", "cq_overflow": 3,
         "qps": [{"qpn": 7, "state": "RTS", "tx_packets": 1000, "tx_bytes": 4096000, "rtx_packets": 5,
                  "rtx_bytes": 20480, "losses": 4, "timeouts": 0, "tlp_probes": 1, "ecn_marks": 9, "trims": 2,
                  "cwnd": 262144, "inflight": 8192, "srtt_ns": 12000, "min_rtt_ns": 9000,
@@ -61,18 +63,18 @@ def test_an_endpoints_answer_becomes_labelled_metrics(sockdir):
         s = samples(metrics.exposition(metrics.ContextCollector(where=lambda: [good])).decode())
     finally:
         srv.close()
-    qp = (("host", "h0"), ("pid", "4242"), ("qpn", "7"))
+    qp = (("host", "h0"), ("pid", "4242"), ("qpn", "7"), ("role", "rank 1 of 2, job t"))
     assert s[("mrc_qp_sent_packets_total", qp)] == 1000
     assert s[("mrc_qp_retransmitted_bytes_total", qp)] == 20480
     assert s[("mrc_qp_tail_loss_probes_total", qp)] == 1
     assert s[("mrc_qp_srtt_seconds", qp)] == pytest.approx(12e-6)
     assert s[("mrc_qp_cwnd_bytes", qp)] == 262144
-    assert s[("mrc_qp_state", (*qp, ("state", "RTS")))] == 1
+    assert s[("mrc_qp_state", tuple(sorted((*qp, ("state", "RTS")))))] == 1
     assert s[("mrc_qp_evs", tuple(sorted((*qp, ("plane", "0"), ("state", "ASSUMED_BAD")))))] == 1
-    ctx = (("host", "h0"), ("pid", "4242"))
-    assert s[("mrc_dropped_packets_total", (*ctx, ("reason", "icrc")))] == 2
-    assert s[("mrc_port_up", (*ctx, ("plane", "1"), ("port", "p1")))] == 0
-    assert s[("mrc_port_sent_packets_total", (*ctx, ("plane", "0"), ("port", "p0")))] == 600
+    ctx = (("host", "h0"), ("pid", "4242"), ("role", "rank 1 of 2, job t"))
+    assert s[("mrc_dropped_packets_total", tuple(sorted((*ctx, ("reason", "icrc")))))] == 2
+    assert s[("mrc_port_up", tuple(sorted((*ctx, ("plane", "1"), ("port", "p1")))))] == 0
+    assert s[("mrc_port_sent_packets_total", tuple(sorted((*ctx, ("plane", "0"), ("port", "p0")))))] == 600
     assert s[("mrc_cq_overflows_total", ctx)] == 3
     assert s[("mrc_scrape_errors_total", ())] == 0
 
@@ -122,7 +124,7 @@ def test_served_over_http_on_localhost(sockdir):
         server.shutdown()
         server.server_close()
         srv.close()
-    assert samples(text)[("mrc_qp_sent_packets_total", (("host", "h0"), ("pid", "4242"), ("qpn", "7")))] == 1000
+    assert samples(text)[("mrc_qp_sent_packets_total", QP7)] == 1000
 
 
 @pytest.mark.parametrize("bad", ["9464", "localhost", ":9464", "127.0.0.1:0", "127.0.0.1:70000", "a:b"])
@@ -153,4 +155,4 @@ def test_an_answer_of_the_wrong_shape_adds_nothing_and_is_counted(sockdir, answe
             srv.close()
     assert s[("mrc_scrape_errors_total", ())] == 1
     assert not [k for k in s if ("pid", "1") in k[1]]
-    assert s[("mrc_qp_sent_packets_total", (("host", "h0"), ("pid", "4242"), ("qpn", "7")))] == 1000
+    assert s[("mrc_qp_sent_packets_total", QP7)] == 1000

@@ -237,7 +237,8 @@ function updateQPs(contexts) {
     for (const q of c.qps) {
       any = true;
       const tr = el("tr", { "data-qp": q.key }, body);
-      for (const v of [c.host, c.id, q.qpn, q.state_name, KIB(q.cwnd), KIB(q.inflight), US(q.srtt_ns),
+      const who = c.role ? `${c.role} (${c.id})` : c.id;   // "rank 2 of 4, job j1 (4242-rank2)"
+      for (const v of [c.host, who, q.qpn, q.state_name, KIB(q.cwnd), KIB(q.inflight), US(q.srtt_ns),
                        US(q.base_rtt_ns), MIB(q.tx_bytes), MIB(q.rtx_bytes), q.losses, q.timeouts, q.ecn_marks,
                        q.trims, `${q.good_evs}/${q.bad_evs}`]) el("td", { text: String(v) }, tr);
       if (q.key === S.qp) tr.classList.add("chosen");

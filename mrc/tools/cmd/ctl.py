@@ -128,14 +128,32 @@ def add_parser(sub) -> None:
     p = ccs.add_parser("set", help=f"KEY=VALUE pairs; keys: {', '.join(NSCC_FIELDS)}")
     p.add_argument("pairs", nargs="+")
     p.set_defaults(run=_cc_set)
+    _json_everywhere(cs)
+
+
+def _json_everywhere(sub) -> None:
+    """``--json`` after a subcommand too (`mrc ctl list --json`), as before it (`mrc ctl --json list`)."""
+    for p in sub.choices.values():
+        if not any("--json" in act.option_strings for act in p._actions):
+            p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+        for act in p._actions:
+            if isinstance(act, argparse._SubParsersAction):
+                _json_everywhere(act)
 
 
 def _endpoint(a) -> str:
     if a.endpoint:
         return a.endpoint
-    if a.pid:
-        return os.path.join(ctl_dir(), f"{a.pid}.sock")
     found = endpoints()
+    if a.pid:   # <pid>.sock, or one of <pid>-<tag>.sock (a coll rank's, a demo host's)
+        mine = [f for f in found if os.path.basename(f).split(".")[0].split("-")[0] == str(a.pid)]
+        if len(mine) == 1:
+            return mine[0]
+        if not mine:
+            raise ErrnoError(errno.ENOENT, f"process {a.pid} serves no control endpoint under {ctl_dir()} "
+                                           "(`mrc ctl list` shows those that do)")
+        raise ErrnoError(errno.EINVAL, f"process {a.pid} serves {len(mine)} endpoints: pick one with --endpoint "
+                                       f"({', '.join(mine)})")
     if len(found) == 1:
         return found[0]
     if not found:
@@ -197,7 +215,8 @@ def _list(a) -> int:
         return "".join(f"\n  plane {p['plane']} {p['ifname']}: {p['admin']}, link {p['link']}"
                        for p in r.get("ports", []))
 
-    _out(a, rows, "\n".join(f"{r['endpoint']}: pid {r.get('pid')} host {r.get('host')} QPs {r.get('qps')}"
+    _out(a, rows, "\n".join(f"{r['endpoint']}: pid {r.get('pid')}"
+                            + (f" ({r['role']})" if r.get("role") else "") + f" host {r.get('host')} QPs {r.get('qps')}"
                             + ports(r) for r in rows) or "no control endpoints")
     return 0
 
