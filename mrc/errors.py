@@ -66,7 +66,8 @@ HINTS = {
     errno.EINVAL: "an argument or a state transition is not allowed here",
     errno.ENOENT: "no such object: destroyed, or never created",
     errno.ENOSPC: "a queue or table is full: poll completions or create fewer objects",
-    errno.EFAULT: "a scatter entry is outside its memory region (wrong lkey, offset or length)",
+    errno.EFAULT: "a scatter entry is outside its memory region (wrong lkey, offset or length), or the region "
+                  "is in another protection domain than the QP (create_qp(pd=...) with the region's PD)",
     errno.EOPNOTSUPP: "this context cannot do that (only RDMA WRITE and WRITE_IMM exist in MRC; "
                       "a context driven by hand has no ports, thread or completion channel)",
     errno.EMSGSIZE: "a message may carry at most 4 GiB - 1",

@@ -34,7 +34,8 @@ one line that says what to do, and exit with status 2.
 
 TAIL = """## Example session
 
-```
+<!-- docs: run: tests/integration/test_docs.py, under a fabric name of its own -->
+```sh
 mrc fabric up --name lab --planes 4
 mrc fabric exec h2 --name lab -- ping -c1 fd6d:0:3::1     # h2 -> h0 over plane 3
 mrc fabric fail p3l0-p3s1 --name lab
@@ -88,7 +89,7 @@ def _section(p: argparse.ArgumentParser, title: str, summary: str, depth: int) -
         out += [" ".join(about.split()), ""]
     usage = p.format_usage().rstrip().splitlines()
     usage = [usage[0].removeprefix("usage: ")] + [line[len("usage: "):] for line in usage[1:]]
-    out += ["```", *usage, "```", ""]
+    out += ["```text", *usage, "```", ""]
     opts = _options(p)
     if opts:
         out += [*opts, ""]

@@ -242,8 +242,8 @@ def test_the_cli_sets_changes_and_removes_queues_and_faults_keep_them(small_fabr
     # a target the fabric does not have, or a rate below 1 kbit: one line, nothing changed
     before = apply.queue_stats(t.name)
     for args, msg in ((["nosuch", "--rate", "1mbit"], "neither a link, a switch nor a host"),
-                      (["all", "--rate", "500bit"], "out of range"),
-                      (["all", "--rate", "1mbit", "--buffer-kb", "-1"], "out of range")):
+                      (["all", "--rate", "500bit"], "--rate: wants a rate from 1kbit"),
+                      (["all", "--rate", "1mbit", "--buffer-kb=-1"], "--buffer-kb: wants an integer from 0")):
         r = run_cli("fabric", "qos", *args, "--name", t.name)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1 and msg in lines[0], r.stderr
