@@ -166,6 +166,16 @@ int mrc_qp_query(struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st)
     return rc;
 }
 
+int mrc_ctx_qp_list(struct mrc_ctx *c, uint32_t *qpns, uint32_t max)
+{
+    if (!c || (max && !qpns))
+        return -EINVAL;
+    ctx_lock(c);
+    int n = ep_qp_list(c->ep, qpns, max);
+    ctx_unlock(c);
+    return n;
+}
+
 int mrc_qp_security(struct mrc_ctx *c, uint32_t qpn)
 {
     ctx_lock(c);

@@ -90,8 +90,13 @@ struct app_ctx {
     struct { struct mrc_peer_cfg cfg; int idx; } *peers;
     int npeers;
     pthread_mutex_t lock;
+    struct app_ctl *ctl; /* its control endpoint (ctl.c), NULL: none */
 };
 struct app_ctx *app_of(struct mrc_ctx *c); /* NULL: not opened by name (error sentence set) */
+/* ctl.c: the context's control endpoint ($MRC_CTL_DIR/<pid>.sock) for `mrc ctl` and the dash, read only;
+ * NULL where none can be made or $MRC_CTL is off. Stopped (the socket removed) before the context goes. */
+struct app_ctl *app_ctl_start(struct mrc_ctx *c, struct app_ctx *a);
+void app_ctl_stop(struct app_ctl *t);
 /* Our side as the exchange's "info" object. */
 void app_info_json(struct app_ctx *a, const struct mrc_local *mine, struct text *out);
 /* The other side from an "info" object, every field checked, with its paths. */

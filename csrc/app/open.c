@@ -39,6 +39,15 @@ static void app_free(void *p)
     free(a);
 }
 
+static void app_stop(void *p)
+{
+    struct app_ctx *a = p;
+    if (a && a->ctl) {
+        app_ctl_stop(a->ctl);
+        a->ctl = NULL;
+    }
+}
+
 struct app_ctx *app_of(struct mrc_ctx *c)
 {
     if (!c || !c->app || c->app_free != app_free) {
@@ -146,6 +155,8 @@ int mrc_ctx_open(const struct mrc_open_attr *attr, struct mrc_ctx **out)
         mrc_ctx_destroy(c);
         return app_fail(-rc, "cannot start the engine thread: %s", strerror(-rc));
     }
+    a->ctl = app_ctl_start(c, a);
+    c->app_stop = app_stop;
     *out = c;
     return 0;
 }

@@ -366,6 +366,18 @@ int ep_qp_insert(struct mrc_ep *ep, struct qp *q)
     return -ENOSPC;
 }
 
+int ep_qp_list(const struct mrc_ep *ep, uint32_t *out, uint32_t max)
+{
+    uint32_t n = 0;
+    for (uint32_t idx = 0; idx < ep->a.max_qps; idx++)
+        if (ep->qps[idx]) {
+            if (n < max)
+                out[n] = ep->qps[idx]->qpn;
+            n++;
+        }
+    return (int)n;
+}
+
 void ep_qp_remove(struct mrc_ep *ep, struct qp *q)
 {
     ep_set_active(ep, q, 0);

@@ -25,6 +25,7 @@ int ep_cq_query(struct mrc_ep *ep, uint32_t cqn, struct mrc_cq_stats *st);
 struct qp *ep_qp(struct mrc_ep *ep, uint32_t qpn);
 int ep_qp_insert(struct mrc_ep *ep, struct qp *q);
 void ep_qp_remove(struct mrc_ep *ep, struct qp *q);
+int ep_qp_list(const struct mrc_ep *ep, uint32_t *out, uint32_t max); /* every QP's number (up to max): how many */
 void ep_set_active(struct mrc_ep *ep, struct qp *q, int on);
 void ep_dl_store(struct mrc_ep *ep, uint32_t idx, uint64_t dl, uint32_t ports);
 uint64_t ep_dl_min(const struct mrc_ep *ep);

@@ -220,6 +220,8 @@ void mrc_ctx_destroy(struct mrc_ctx *c)
 {
     if (!c)
         return;
+    if (c->app_stop)
+        c->app_stop(c->app);
     __atomic_store_n(&c->closing, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&c->blocked, __ATOMIC_SEQ_CST)) /* a blocked caller leaves within 20 us */
         sched_yield();

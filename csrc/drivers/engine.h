@@ -36,6 +36,7 @@ struct mrc_ctx {
      * names and addresses, its topology, its peers), freed by destroy */
     void *app;
     void (*app_free)(void *app);
+    void (*app_stop)(void *app); /* called first by destroy, before anything is freed (its control endpoint) */
 };
 
 /* engine.c: the locks, the doorbell and the ports, for verbs.c. */

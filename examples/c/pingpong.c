@@ -18,6 +18,7 @@
 #include <getopt.h>
 #include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,11 @@
 #include <mrc/mrc.h>
 
 #include "opts.h"
+
+/* Ctrl-C or SIGTERM: the loops stop, the context is destroyed (its control socket goes with it) */
+static volatile sig_atomic_t stop_now;
+#define NOBODY 3 /* serve(): no client came within the timeout */
+static void on_signal(int sig) { (void)sig; stop_now = 1; }
 
 #define RECVS 16               /* receives kept posted */
 #define MAX_SIZE (64u << 20)   /* bytes a client may ask the server for */
@@ -111,6 +117,8 @@ static int serve(struct mrc_ctx *c, struct mrc_cm_listener *l, int timeout_ms)
     struct mrc_remote cli;
     uint64_t size = 1 << 20, echo_addr, echo_rkey;
     int rc = mrc_cm_accept(l, c, timeout_ms, &cm, &cli);
+    if (rc == -ETIMEDOUT || (rc == -EINTR && stop_now))
+        return NOBODY; /* nobody came this time: the caller looks at stop_now and waits again */
     if (rc < 0)
         return fail("accept a client", rc);
     mrc_cm_get(cm, "params.max_size", &size);
@@ -133,7 +141,7 @@ static int serve(struct mrc_ctx *c, struct mrc_cm_listener *l, int timeout_ms)
         return fail("connect to the client", rc);
     fprintf(stderr, "pingpong: serving QP %u of %s\n", cli.qpn, cli.host[0] ? cli.host : "a client");
     unsigned long echoed = 0;
-    for (;;) {
+    while (!stop_now) {
         struct mrc_wc wc;
         rc = next_wc(c, &wc, 100);
         if (rc == 0 && wc.status != MRC_WC_SUCCESS) {
@@ -193,6 +201,10 @@ static int client(struct mrc_ctx *c, const char *server, uint16_t port, const ch
         return fail("connect the QP", rc);
     uint64_t *rtt = calloc(iters, sizeof(*rtt));
     for (unsigned long i = 0; rtt && i < iters; i++) {
+        if (stop_now) {
+            fprintf(stderr, "pingpong: stopped after %lu round trips\n", i);
+            return 130;
+        }
         uint64_t t0 = mrc_ctx_now_ns();
         if ((rc = write_imm(&s, size, srv.addr, srv.rkey, (uint32_t)i)) < 0)
             return fail("post", rc);
@@ -298,6 +310,9 @@ int main(int argc, char **argv)
                                  "--server (--help lists the options)\n");
         return 2;
     }
+    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: a blocked call returns EINTR */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     struct mrc_ctx *c;
     int rc = mrc_ctx_open(&oa, &c);
     if (rc < 0)
@@ -313,8 +328,10 @@ int main(int argc, char **argv)
         return fail("listen", rc);
     fprintf(stderr, "pingpong: waiting on [%s]:%lu\n", bind ? bind : "::", port);
     do
-        rc = serve(c, l, -1);
-    while (!once);
+        rc = serve(c, l, 500);
+    while (!stop_now && (rc == NOBODY || !once));
+    if (rc == NOBODY)
+        rc = 0;
     mrc_cm_listener_close(l);
     mrc_ctx_destroy(c);
     return rc;

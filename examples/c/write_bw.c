@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,10 @@
 #include <mrc/mrc.h>
 
 #include "opts.h"
+
+/* Ctrl-C or SIGTERM: the writes stop, the context is destroyed (its control socket goes with it) */
+static volatile sig_atomic_t stop_now;
+static void on_signal(int sig) { (void)sig; stop_now = 1; }
 
 static double now_s(void)
 {
@@ -105,6 +110,9 @@ int main(int argc, char **argv)
                         "(--help lists the options)\n", argc - optind);
         return 2;
     }
+    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: a blocked call returns EINTR */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     struct mrc_ctx *c;
     int rc = mrc_ctx_open(&oa, &c);
     if (rc < 0)
@@ -139,6 +147,13 @@ int main(int argc, char **argv)
     int cqfd = mrc_cq_fd(c, 0);
     double t0 = now_s();
     while (done < iters) {
+        if (stop_now) {
+            fprintf(stderr, "write_bw: stopped after %lu of %lu writes\n", done, iters);
+            mrc_cm_close(cm);
+            mrc_ctx_destroy(c);
+            free(buf);
+            return 130;
+        }
         while (posted < iters && posted - done < depth) {
             struct mrc_wr wr = {.wr_id = posted, .opcode = MRC_WR_WRITE, .num_sge = 1,
                                 .sg_list = {{(uint64_t)(uintptr_t)buf, (uint32_t)size, lkey}},

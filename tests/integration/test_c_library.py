@@ -251,3 +251,49 @@ def test_the_examples_refuse_bad_options(examples):
         out = subprocess.run([str(examples / args[0]), *args[1:]], capture_output=True, text=True, timeout=10)
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 2 and len(lines) == 1 and says in lines[0], (args, out.returncode, out.stderr)
+
+
+def _ctl_list() -> list[dict]:
+    ls = subprocess.run(MRC + ["ctl", "list", "--json"], capture_output=True, text=True, timeout=30)
+    assert ls.returncode == 0, ls.stderr
+    return json.loads(ls.stdout)
+
+
+def test_a_c_program_serves_a_control_endpoint_and_can_opt_out(fabric, examples):
+    """A context opened by name serves <pid>.sock: `mrc ctl list` shows the C server by its name and
+    QPs, a scrape has its QP's counters under its role, a steering op is refused in one line (a C
+    program steers its own QPs), and the socket goes with the program. MRC_CTL=off: no endpoint."""
+    from mrc.ctl import metrics
+
+    server = start(fabric, "h1", examples / "pingpong", "--server")
+    client = subprocess.Popen(on(fabric, "h0", examples / "pingpong", "h1", "--size", "4096", "--iters", "2000000"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline, mine = time.monotonic() + 30, []
+        while time.monotonic() < deadline and len(mine) < 2:
+            time.sleep(0.3)
+            mine = [r for r in _ctl_list() if r.get("role") == "pingpong (libmrc)" and r.get("qps")]
+        assert len(mine) == 2 and {r["host"] for r in mine} == {"h0", "h1"}, _ctl_list()
+        assert all(r["endpoint"].endswith(f"/{r['pid']}.sock") and len(r["ports"]) == fabric.planes for r in mine)
+        text = metrics.exposition(metrics.ContextCollector()).decode()
+        sent = [ln for ln in text.splitlines()
+                if ln.startswith("mrc_qp_sent_packets_total{") and 'role="pingpong (libmrc)"' in ln]
+        assert len(sent) == 2 and all(float(ln.rsplit(" ", 1)[1]) > 0 for ln in sent), text[:3000]
+        assert 'mrc_qp_evs{' in text and 'state="GOOD"' in text
+        deny = subprocess.run(MRC + ["ctl", "--endpoint", mine[0]["endpoint"], "ev", "deny", "0/1"],
+                              capture_output=True, text=True, timeout=30)
+        lines = deny.stderr.strip().splitlines()
+        assert deny.returncode != 0 and len(lines) == 1 and "ENOTSUP" in lines[0], deny.stderr   # EOPNOTSUPP
+    finally:
+        stop(client)   # SIGTERM: the examples stop their loops and destroy the context, its socket with it
+        stop(server)
+    assert client.returncode == 130 and server.returncode == 0, (client.returncode, server.returncode)
+    assert not [r for r in _ctl_list() if r.get("role") == "pingpong (libmrc)"]
+    # opted out: the same server, no endpoint
+    off = subprocess.Popen(["env", "MRC_CTL=off", *on(fabric, "h1", examples / "pingpong", "--server")],
+                           stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        wait_for_line(off, "waiting on")
+        assert not [r for r in _ctl_list() if r.get("role") == "pingpong (libmrc)"]
+    finally:
+        stop(off)

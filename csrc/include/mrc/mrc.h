@@ -307,6 +307,8 @@ int mrc_qp_destroy(struct mrc_ctx *c, uint32_t qpn);
  * unpredictable bits, none again for 2^24 QPs. */
 int mrc_qp_modify(struct mrc_ctx *c, uint32_t qpn, uint32_t state, const struct mrc_qp_conn *conn);
 int mrc_qp_query(struct mrc_ctx *c, uint32_t qpn, struct mrc_qp_stats *st);
+/* The numbers of the context's QPs (at most max written): how many there are. */
+int mrc_ctx_qp_list(struct mrc_ctx *c, uint32_t *qpns, uint32_t max);
 /* The enum mrc_security of the keys the QP holds (MRC_SEC_OFF: none, ever), or -ENOENT. */
 int mrc_qp_security(struct mrc_ctx *c, uint32_t qpn);
 /* The fast path: posting and polling never wait for the engine thread. */
