@@ -368,9 +368,13 @@ def setup_address(server: str, resolver: PathResolver) -> str:
         pass
     addr = resolver.mgmt_address(server)
     if addr is None:
-        where = f"topology {resolver.name}" if resolver.name else "no topology (give --topology FILE)"
-        raise UsageError(f"unknown server {server!r}: not an IPv6 address, and {where} gives it no management "
-                         f"address")
+        if resolver.name:
+            hosts = ", ".join(resolver.hosts()) if hasattr(resolver, "hosts") else "-"
+            raise UsageError(f"unknown server {server!r}: not an IPv6 address, and topology {resolver.name} names "
+                             f"no such host (hosts: {hosts})")
+        raise UsageError(f"unknown server {server!r}: not an IPv6 address, and no topology names hosts here. Run "
+                         f"it in a fabric host (`mrc fabric exec HOST -- ...` sets $MRC_TOPOLOGY to "
+                         f"/run/mrc/fabrics/NAME.topology), or give --fabric NAME or --topology FILE")
     return addr
 
 

@@ -42,7 +42,7 @@ from mrc.core import (  # noqa: F401 (re-exported: the verbs nouns)
     WorkCompletion,
 )
 from mrc.ctl.profiles import SRV6, Registry
-from mrc.errors import ErrnoError, MrcError, check
+from mrc.errors import ErrnoError, MrcError, UsageError, check
 from mrc.paths import PathResolver, from_environment
 from mrc.ports import Port, discover_ports, port_cfgs
 from mrc.wire import ev_entropy, ev_plane
@@ -219,6 +219,11 @@ class Context(Device):
         self.resolver = resolver if resolver is not None else from_environment()
         if ports is None:
             named = self.resolver.local_ports()
+            if not named and getattr(self.resolver, "name", None) and self.resolver.host is None:
+                hosts = self.resolver.hosts()
+                raise UsageError(f"this network namespace is none of topology {self.resolver.name}'s hosts "
+                                 f"({', '.join(hosts)}): run it in one, `mrc fabric exec --name "
+                                 f"{self.resolver.name} {hosts[0]} -- mrc ...`, or give --host")
             if not named:
                 raise MrcError("no MRC ports: name them (`--ports eth1,eth2`), or give a topology file "
                                "(`--topology FILE`, or $MRC_TOPOLOGY with $MRC_HOST; docs/topology.md)")
