@@ -1,6 +1,7 @@
 import os
 import secrets
 import selectors
+import signal
 import subprocess
 import time
 
@@ -62,6 +63,17 @@ def wait_for_line(proc, text, timeout=20):
             if text in lines[-1]:
                 return lines
     raise AssertionError(f"{text!r} never appeared: {lines + [buf.decode(errors='replace')]}")
+
+
+def stop_group(proc, timeout: float = 30) -> None:
+    """End a process a test started in a session of its own, and all its children: SIGTERM to the group
+    (mrc's commands take down what they built), SIGKILL after ``timeout`` s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def stop_process(proc) -> None:

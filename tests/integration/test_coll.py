@@ -17,7 +17,7 @@ import pytest
 from mrc.fabric import apply
 from mrc.fabric.topology import Topology
 
-from .conftest import _built, unique_name
+from .conftest import _built, stop_group, unique_name
 
 pytestmark = pytest.mark.root
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -68,12 +68,7 @@ def test_a_coll_ranks_qps_show_in_ctl_list_and_in_a_metrics_scrape(four):
                 and 'role="rank 2 of 4, job ' in ln]
         assert sent and sum(float(ln.rsplit(" ", 1)[1]) for ln in sent) > 0, text[:2000]
     finally:
-        os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        stop_group(p)
 
 
 @pytest.mark.parametrize("mode", ["auth", "encrypt"])

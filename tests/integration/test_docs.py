@@ -17,7 +17,7 @@ from mrc.fabric import apply
 from mrc.fabric.topology import Topology
 from tests.docblocks import ROOT, find
 
-from .conftest import _built, unique_name
+from .conftest import _built, stop_group, unique_name
 
 pytestmark = pytest.mark.root
 MRC = [sys.executable, "-m", "mrc"]
@@ -62,15 +62,6 @@ def _server(t: Topology, host: str):
     return p
 
 
-def _stop(p) -> None:
-    os.killpg(p.pid, signal.SIGTERM)
-    try:
-        p.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-
-
 def test_api_md_python_example_runs_as_written(fabric2, tmp_path):
     code = find("docs/api.md", "python", "from mrc import cm, verbs").body
     server = _server(fabric2, "h3")
@@ -78,7 +69,7 @@ def test_api_md_python_example_runs_as_written(fabric2, tmp_path):
         p = subprocess.run([*MRC, "fabric", "exec", "h0", "--name", fabric2.name, "--", sys.executable, "-c", code],
                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
     finally:
-        _stop(server)
+        stop_group(server)
     assert p.returncode == 0, p.stderr[-2000:]
 
 
@@ -91,7 +82,7 @@ def test_dissector_md_capture_decode_and_the_python_block(fabric2, tmp_path):
     try:
         p = _bash(script, tmp_path, _env(fabric2.name))
     finally:
-        _stop(server)
+        stop_group(server)
     assert p.returncode == 0, p.stderr[-2000:]
     m = re.search(r"h1\.pcap: (\d+) MRC packets, 0 malformed", p.stdout)
     assert m and int(m.group(1)) > 8, p.stdout[-2000:]

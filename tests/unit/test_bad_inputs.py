@@ -24,19 +24,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MRC = [sys.executable, "-m", "mrc"]
 
 
+def _actions(parser=None, path=()):
+    """(command words, action) for every argument of every mrc command."""
+    for act in (parser or build_parser())._actions:
+        if isinstance(act, argparse._SubParsersAction):
+            for name, sub in act.choices.items():
+                yield from _actions(sub, (*path, name))
+        else:
+            yield list(path), act
+
+
 def _options():
     """(command words, option, its type) for every option whose type checks a range."""
-    out = []
-
-    def walk(parser, path):
-        for act in parser._actions:
-            if isinstance(act, argparse._SubParsersAction):
-                for name, sub in act.choices.items():
-                    walk(sub, path + [name])
-            elif act.type is not None and hasattr(act.type, "lo"):
-                out.append((path, act.option_strings[0] if act.option_strings else act.dest, act.type))
-    walk(build_parser(), [])
-    return out
+    return [(path, act.option_strings[0] if act.option_strings else act.dest, act.type)
+            for path, act in _actions() if act.type is not None and hasattr(act.type, "lo")]
 
 
 #: the positionals that come before a numeric one
@@ -73,16 +74,8 @@ PARSE_CASES = [pytest.param(path, opt, value, id=f"{' '.join(path)} {opt} {why} 
 def test_every_numeric_option_checks_its_range():
     """No option reads a number with a bare int or float, or without an upper bound (a bad value would pass
     through, or crash later in C)."""
-    bare = []
-
-    def walk(parser, path):
-        for act in parser._actions:
-            if isinstance(act, argparse._SubParsersAction):
-                for name, sub in act.choices.items():
-                    walk(sub, path + [name])
-            elif act.type in (int, float) or (hasattr(act.type, "lo") and act.type.hi is None):
-                bare.append(f"mrc {' '.join(path)} {act.option_strings or act.dest}")
-    walk(build_parser(), [])
+    bare = [f"mrc {' '.join(path)} {act.option_strings or act.dest}" for path, act in _actions()
+            if act.type in (int, float) or (hasattr(act.type, "lo") and act.type.hi is None)]
     assert not bare, bare
     assert len(PARSE_CASES) >= 60, len(PARSE_CASES)
 
