@@ -6,6 +6,7 @@ fails the run for anything left in that directory, for a new entry in
 /run/mrc (its runtime directories aside) and for a new network namespace
 named mrc-*; then it removes the directory. What other programs on the
 machine write to /tmp meanwhile is not the tests' and is not looked at.
+Libraries' caches (torch's) go to TMPDIR/caches, which is not a leftover.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ import pytest
 
 #: directories whose new entries are the tests' (the runtime directories themselves may stay)
 RUNTIME = ["/run/mrc", "/run/mrc/fabrics", "/run/mrc/ctl"]
+#: where the libraries the tests use keep their caches (torch's compile cache, which it would otherwise
+#: make as TMPDIR/torchinductor_<user>): inside the run's directory, removed with it, not a leftover
+CACHES = "caches"
 
 
 def _entries(own: str) -> set[str]:
@@ -39,9 +43,10 @@ def pytest_configure(config):
     """Point TMPDIR (and this process's tempfile) at a new directory of the run's own."""
     own = tempfile.mkdtemp(prefix="mrc-tests-")
     config._mrc_own_tmp = own
-    config._mrc_saved_tmp = (os.environ.get("TMPDIR"), tempfile.tempdir)
+    config._mrc_saved_tmp = (os.environ.get("TMPDIR"), tempfile.tempdir, os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
     os.environ["TMPDIR"] = own
     tempfile.tempdir = own
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(own, CACHES, "torchinductor")
     config._mrc_before = _entries(own)
 
 
@@ -53,7 +58,8 @@ def pytest_sessionfinish(session, exitstatus):
     if own is None:
         return
     left = sorted(p for p in _entries(own) - cfg._mrc_before
-                  if p not in RUNTIME and not os.path.basename(p).startswith("pytest-of-"))
+                  if p not in RUNTIME and not os.path.basename(p).startswith("pytest-of-")
+                  and p != os.path.join(own, CACHES))
     if left and not os.environ.get("MRC_NO_LEFTOVER_CHECK"):
         print(f"\nleft behind by the tests ({len(left)}): {', '.join(left[:20])}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -64,10 +70,11 @@ def pytest_unconfigure(config):
     own = getattr(config, "_mrc_own_tmp", None)
     if own is None:
         return
-    env, tdir = config._mrc_saved_tmp
-    if env is None:
-        os.environ.pop("TMPDIR", None)
-    else:
-        os.environ["TMPDIR"] = env
+    env, tdir, cache = config._mrc_saved_tmp
+    for key, value in (("TMPDIR", env), ("TORCHINDUCTOR_CACHE_DIR", cache)):
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     tempfile.tempdir = tdir
     shutil.rmtree(own, ignore_errors=True)
