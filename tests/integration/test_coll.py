@@ -63,10 +63,14 @@ def test_a_coll_ranks_qps_show_in_ctl_list_and_in_a_metrics_scrape(four):
             ranks = [r for r in json.loads(ls.stdout) if " of 4, job " in (r.get("role") or "") and r.get("qps")]
         assert {r["role"].split(" of ")[0] for r in ranks} == {"rank 0", "rank 1", "rank 2", "rank 3"}, ranks
         assert all(r["endpoint"].endswith(f"-rank{r['role'].split()[1]}.sock") for r in ranks)
-        text = metrics.exposition(metrics.ContextCollector()).decode()
-        sent = [ln for ln in text.splitlines() if ln.startswith("mrc_qp_sent_packets_total{")
-                and 'role="rank 2 of 4, job ' in ln]
-        assert sent and sum(float(ln.rsplit(" ", 1)[1]) for ln in sent) > 0, text[:2000]
+        deadline, total, text = time.monotonic() + 30, 0.0, ""
+        while time.monotonic() < deadline and not total:   # the QPs are up before the first data goes
+            text = metrics.exposition(metrics.ContextCollector()).decode()
+            sent = [ln for ln in text.splitlines() if ln.startswith("mrc_qp_sent_packets_total{")
+                    and 'role="rank 2 of 4, job ' in ln]
+            total = sum(float(ln.rsplit(" ", 1)[1]) for ln in sent)
+            time.sleep(0.5)
+        assert sent and total > 0, text[:2000]
     finally:
         stop_group(p)
 
