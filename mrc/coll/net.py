@@ -44,6 +44,7 @@ from mrc.errors import ErrnoError, MrcError, UsageError
 from mrc.verbs import Context, QPAttr
 
 JOIN_TIMEOUT = 60.0      # seconds for every rank to join, and for a connect round
+CLOSE_WAIT_S = 5.0       # seconds a closing rank waits for the others to close (FabricNet._close_round)
 #: a QP's doubling retries: some 17 s of silence before it fails (7 x 2.1 ms, then 4.2 ms doubling 12
 #: times), the order of NCCL's over InfiniBand (NCCL_IB_TIMEOUT 20: 4.3 s a retry, 7 retries, ~30 s).
 #: The engine's default, 0.55 s, and the 4 s this was,
@@ -470,10 +471,33 @@ class FabricNet:
             pass
 
     # ------------------------------------------------------------ lifetime
+    def _close_round(self) -> None:
+        """Wait (at most CLOSE_WAIT_S) until every rank is closing: a rank's last writes to a peer complete
+        only when that peer acknowledges them, and a peer that finished its calls and destroyed its QPs at
+        once could leave them unacknowledged for good (its delayed ACK never sent): the sender's last call
+        then waited out its QP's retries (RETRY_EXC_ERR) or the call's timeout, at the end of a job. An
+        aborted job, or a rank that never comes, is not waited for."""
+        if self.abort_info is not None or self.comm is None or not self._threads or self.nranks == 1:
+            return
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        try:
+            if self.rank == 0:
+                for _ in range(self.nranks - 1):
+                    self._next(deadline, "closing")
+                for p in self.peers.values():
+                    p.send({"closed": True})
+            else:
+                self.peers[0].send({"closing": True})
+                self._next(deadline, "closed")
+        except (MrcError, OSError):
+            pass  # dead, aborted or late: the bye below still goes
+
     def close(self) -> None:
-        """Say bye, close the control plane, free the QPs, regions and context."""
+        """Wait for the other ranks to close, say bye, close the control plane, free the QPs, regions
+        and context."""
         if self._closing:
             return
+        self._close_round()
         self._closing = True
         with self._relay_lock:  # a relay under way goes out before the bye
             pass
