@@ -254,7 +254,8 @@ static int greet_and_hear(struct mrc_cm_listener *l, struct mrc_cm *cm, struct m
         cm->auth = 1;
         rc = check_proof(cm, "", "client");
         /* the answer is proven over the client's nonce too */
-        int n = rc ? 0 : hex_decode(json_str(&cm->msg, json_member(&cm->msg, 0, "nonce")), cm->challenge + cm->clen, 64);
+        const char *nonce = json_str(&cm->msg, json_member(&cm->msg, 0, "nonce"));
+        int n = rc ? 0 : hex_decode(nonce, cm->challenge + cm->clen, 64);
         if (rc == 0 && n < 16)
             rc = app_fail(EPROTO, "bad connection-setup message: the hello's nonce must be 16 to 64 bytes as hex");
         cm->clen += rc ? 0 : (size_t)n;

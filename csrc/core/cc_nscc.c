@@ -126,7 +126,10 @@ static void fixed_init(struct qp *q)
     memset(&q->ccs, 0, sizeof(q->ccs));
     q->ccs.cwnd = q->a.cc.max_cwnd;
 }
-static void fixed_ack(struct qp *q, uint64_t b, uint64_t r, int e, uint64_t n) { (void)q; (void)b; (void)r; (void)e; (void)n; }
+static void fixed_ack(struct qp *q, uint64_t b, uint64_t r, int e, uint64_t n)
+{
+    (void)q; (void)b; (void)r; (void)e; (void)n;
+}
 static void fixed_loss(struct qp *q, uint64_t n) { (void)q; (void)n; }
 
 static const struct cc_ops cc_fixed = {fixed_init, fixed_ack, fixed_loss};

@@ -88,8 +88,9 @@ struct tally {
 };
 
 /* cnt PSNs from lo were received (with a bitmap: those whose bit is set). */
-static inline __attribute__((always_inline)) void take_acks(struct mrc_ep *ep, struct qp *q, uint32_t lo, uint32_t cnt, const uint64_t *bitmap,
-                      uint32_t trig, uint64_t now, struct tally *t)
+static inline __attribute__((always_inline)) void take_acks(struct mrc_ep *ep, struct qp *q, uint32_t lo,
+                                                            uint32_t cnt, const uint64_t *bitmap, uint32_t trig,
+                                                            uint64_t now, struct tally *t)
 {
     for (uint32_t i = 0; i < cnt; i++) {
         uint32_t psn = psn_add(lo, i);

@@ -1,4 +1,5 @@
-/* ep.c: an endpoint's object tables (MRs, PDs, QPs, CQs, peers) and what is kept of its active QPs. Calls nothing but csrc/wire/ */
+/* ep.c: an endpoint's object tables (MRs, PDs, QPs, CQs, peers) and what is kept of its active QPs.
+ * Calls nothing but csrc/wire/ */
 #ifndef MRC_CORE_EP_H
 #define MRC_CORE_EP_H
 #include "core/types.h"

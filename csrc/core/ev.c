@@ -24,7 +24,10 @@
 
 static const char *const state_names[] = {"GOOD", "SKIP", "ASSUMED_BAD", "DENIED", "UNKNOWN"};
 
-const char *mrc_ev_state_name(uint32_t s) { return s < sizeof(state_names) / sizeof(state_names[0]) ? state_names[s] : NULL; }
+const char *mrc_ev_state_name(uint32_t s)
+{
+    return s < sizeof(state_names) / sizeof(state_names[0]) ? state_names[s] : NULL;
+}
 
 /* allowed[from][to]: the transitions of an EV of a QP. UNKNOWN (an entry
  * not populated yet, mrc_ctl.h) never occurs in a QP's set. */

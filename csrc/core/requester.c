@@ -205,7 +205,8 @@ static void tx_probes(struct mrc_ep *ep, struct qp *q, uint64_t now, struct txb 
                             .ev = e->ev, .t1 = now, .sec_mode = sec_mode(q)};
         uint8_t *out = b->buf + *b->used;
         int len = mrc_pkt_build(&p, NULL, out, b->buflen - *b->used);
-        if (len < 0 || (q->sec && sec_seal(q, out, (uint32_t)len, (uint32_t)len - MRC_TAG_LEN, ev_plane(e->ev), NULL) < 0))
+        if (len < 0
+            || (q->sec && sec_seal(q, out, (uint32_t)len, (uint32_t)len - MRC_TAG_LEN, ev_plane(e->ev), NULL) < 0))
             break;
         emit(ep, now, &b->d[b->n++], *b->used, len, e->ev, q, MRC_DSCP_CONTROL << 2, 0);
         *b->used += (uint32_t)len;

@@ -25,9 +25,17 @@
 enum { SACK_ABOVE_TRIG = 16, RESP_ACK_DELAY_NS = 100000 };
 
 static inline uint32_t widx(const struct qp *q, uint32_t psn) { return psn & (q->win - 1); }
-static inline int rbit(const struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); return (int)((q->rbits[i >> 6] >> (i & 63)) & 1); }
+static inline int rbit(const struct qp *q, uint32_t psn)
+{
+    uint32_t i = widx(q, psn);
+    return (int)((q->rbits[i >> 6] >> (i & 63)) & 1);
+}
 static inline void rset(struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); q->rbits[i >> 6] |= 1ull << (i & 63); }
-static inline void rclr(struct qp *q, uint32_t psn) { uint32_t i = widx(q, psn); q->rbits[i >> 6] &= ~(1ull << (i & 63)); }
+static inline void rclr(struct qp *q, uint32_t psn)
+{
+    uint32_t i = widx(q, psn);
+    q->rbits[i >> 6] &= ~(1ull << (i & 63));
+}
 /* The 64 received-bits from psn up, bit 0 psn's (the array wraps at win, a
  * power of two of at least 128): two words, not 64 single bits. */
 static inline uint64_t rbits64(const struct qp *q, uint32_t psn)
@@ -75,7 +83,8 @@ static void send_sack(struct mrc_ep *ep, struct qp *q, uint8_t port, uint32_t ec
         off = off - (int32_t)(MRC_PSN_MASK + 1); /* trig before cack: a duplicate */
     if (off > 0x7FFF || off < -0x8000)
         off = 0;
-    struct mrc_pkt p = {.opcode = MRC_OP_SACK, .pkey = q->pkey, .dqpn = q->dqpn, .sack_flags = (uint16_t)(flags | (ecn ? MRC_SETH_ECN : 0)),
+    struct mrc_pkt p = {.opcode = MRC_OP_SACK, .pkey = q->pkey, .dqpn = q->dqpn,
+                        .sack_flags = (uint16_t)(flags | (ecn ? MRC_SETH_ECN : 0)),
                         .ack_psn_offset = (int16_t)off, .ev = echo, .scid = (uint16_t)q->qpn, .dcid = (uint16_t)q->dqpn,
                         .cack_psn = cack, .mpr = (uint8_t)q->a.mpr, .sack_base_off = (int16_t)(o + 1), .bitmap = bm,
                         .ts_echo = ts, .ooo_cnt = (uint16_t)q->ooo, .rcv_bytes = q->rcv_bytes >> 8,

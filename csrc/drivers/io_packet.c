@@ -300,7 +300,8 @@ int mrc_ctx_populate(void *addr, uint64_t len)
     /* fault the pages in for writing now, as ibv_reg_mr pins them, so the
      * engine does not take a page fault on the first packet to each page */
     long pg = sysconf(_SC_PAGESIZE);
-    uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(pg - 1), e = ((uintptr_t)addr + len + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+    uintptr_t a = (uintptr_t)addr & ~(uintptr_t)(pg - 1);
+    uintptr_t e = ((uintptr_t)addr + len + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
     if (len == 0)
         return 0;
 #ifdef MADV_POPULATE_WRITE

@@ -71,7 +71,10 @@ struct mv_qp {
 /* base.c: the device, and what every file shares. Whether a context, or the context of an object, is ours. */
 extern struct ibv_device mv_device;
 int mv_is_ours(const struct ibv_context *c);
-static inline struct mv_ctx *mv_ctx(struct ibv_context *c) { return (struct mv_ctx *)((char *)c - offsetof(struct mv_ctx, v.context)); }
+static inline struct mv_ctx *mv_ctx(struct ibv_context *c)
+{
+    return (struct mv_ctx *)((char *)c - offsetof(struct mv_ctx, v.context));
+}
 
 /* The real libibverbs' call `name` at `version` (NULL when it has none). */
 void *mv_real(const char *name, const char *version);

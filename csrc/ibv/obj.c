@@ -49,7 +49,8 @@ static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t length, uint64_t
     if (access & IBV_ACCESS_MW_BIND)
         return mv_fail(EOPNOTSUPP, "MRC has no memory windows");
     /* remote read and atomic access are taken and grant nothing: MRC has no READ or atomics, which
-     * fail where they are posted (so a program that asks for them fails there, past connection setup) */    if (!length)
+     * fail where they are posted (so a program that asks for them fails there, past connection setup) */
+    if (!length)
         return mv_fail(EINVAL, "a region of 0 bytes");
     struct mv_mr *m = calloc(1, sizeof(*m));
     if (!m)

@@ -44,7 +44,8 @@ struct mrc_txdesc {
 struct mrc_ep;
 struct mrc_ep *mrc_ctx_ep(struct mrc_ctx *c);
 int mrc_ep_input(struct mrc_ep *ep, const uint8_t *pkt, uint32_t len, const struct mrc_meta *meta, uint64_t now_ns);
-int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now_ns, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d, uint32_t max);
+int mrc_ep_poll_tx(struct mrc_ep *ep, uint64_t now_ns, uint8_t *buf, uint32_t buflen, struct mrc_txdesc *d,
+                   uint32_t max);
 uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now_ns);
 /* Data packets in the clear leave with their ones'-complement sum
  * (mrc_txdesc.has_sum, .sum), taken in the pass that copies the payload:

@@ -39,7 +39,8 @@ struct mrc_fab_cfg {
     uint32_t cq_depth;
     uint64_t bucket_ns;      /* time series resolution */
     uint64_t seed;
-    uint32_t unpaced;        /* 0 or 1: NICs do not pace their ports (the engine fills an 8-frame NIC queue, any plane) */
+    uint32_t unpaced;        /* 0 or 1: NICs do not pace their ports (the engine fills an 8-frame NIC queue,
+                              * any plane) */
 };
 /* What the tests check the simulator with, set before its first run (mrc_fab_set_checks); none changes
  * what a run gives. */

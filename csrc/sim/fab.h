@@ -106,8 +106,14 @@ struct mrc_fab {
 };
 
 /* ------------------------------------------------------------ the address plan */
-static inline uint16_t usid(uint32_t kind, uint32_t plane, uint32_t idx) { return (uint16_t)(kind << 12 | plane << 8 | (idx & 0xFF)); }
-static inline uint32_t host_leaf(const struct mrc_fab *f, uint32_t h) { return (uint32_t)((uint64_t)h * f->c.leaves / f->c.hosts); }
+static inline uint16_t usid(uint32_t kind, uint32_t plane, uint32_t idx)
+{
+    return (uint16_t)(kind << 12 | plane << 8 | (idx & 0xFF));
+}
+static inline uint32_t host_leaf(const struct mrc_fab *f, uint32_t h)
+{
+    return (uint32_t)((uint64_t)h * f->c.leaves / f->c.hosts);
+}
 /* the first host under a leaf: the least h with host_leaf(h) == leaf */
 static inline uint32_t leaf_first(const struct mrc_fab *f, uint32_t leaf)
 {

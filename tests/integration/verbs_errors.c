@@ -50,7 +50,8 @@ int main(void)
         return 1;
     struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey};
     struct ibv_send_wr w = {.wr_id = 1, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_WRITE,
-                            .send_flags = IBV_SEND_SIGNALED, .wr = {.rdma = {.remote_addr = 0, .rkey = 1}}}, *bad = NULL;
+                            .send_flags = IBV_SEND_SIGNALED, .wr = {.rdma = {.remote_addr = 0, .rkey = 1}}};
+    struct ibv_send_wr *bad = NULL;
     SAY("post_in_reset", ibv_post_send(qp, &w, &bad));
     struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
     SAY("init", ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX));

@@ -78,6 +78,15 @@ def test_no_c_function_is_over_80_lines():
     assert not long, long
 
 
+def test_no_c_line_is_over_120_characters():
+    """The Python code's limit (ruff), for the C of the library, the examples and the tests too."""
+    root = CSRC.parent
+    paths = [*CSRC.rglob("*.[ch]"), *(root / "examples" / "c").glob("*.[ch]"), *(root / "tests").rglob("*.c")]
+    long = [f"{p.relative_to(root)}:{i}" for p in paths
+            for i, line in enumerate(p.read_text().splitlines(), 1) if len(line) > 120]
+    assert len(paths) > 40 and not long, long
+
+
 #: header -> the prefixes of the calls it may declare (its audience)
 AUDIENCE = {"mrc/mrc.h": ("mrc_ctx_", "mrc_pd_", "mrc_mr_", "mrc_cq_", "mrc_qp_", "mrc_post_", "mrc_poll_",
                           "mrc_ev_", "mrc_async_", "mrc_dp_version", "mrc_wc_", "mrc_event_", "mrc_drop_",
