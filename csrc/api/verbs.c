@@ -16,6 +16,7 @@
 #include "core/ep.h"
 #include "core/ev.h"
 #include "core/qp.h"
+#include "core/responder.h"
 #include "core/rings.h"
 #include "core/sec.h"
 #include "drivers/engine.h"
@@ -145,8 +146,13 @@ int mrc_qp_create(struct mrc_ctx *c, const struct mrc_qp_attr *attr, uint32_t *q
 int mrc_qp_destroy(struct mrc_ctx *c, uint32_t qpn)
 {
     ctx_lock(c);
+    struct qp *q = ep_qp(c->ep, qpn);
+    if (q)
+        resp_flush(c->ep, q); /* built into the control ring: it goes out after the QP */
     int rc = qp_destroy(c->ep, qpn);
     ctx_unlock(c);
+    if (q)
+        ctx_doorbell(c);
     return rc;
 }
 

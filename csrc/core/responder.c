@@ -260,6 +260,15 @@ void resp_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now)
 
 uint64_t resp_next_timer(const struct qp *q) { return q->ack_due_ns ? q->ack_due_ns : MRC_INF_NS; }
 
+/* The SACK that received data still waits for (RESP_ACK_DELAY_NS), queued now: a QP destroyed within that
+ * delay of its last data (a program that got all it needed and closes) would otherwise leave the sender's
+ * last writes unacknowledged for good, its retransmissions finding no QP (RETRY_EXC_ERR at the sender). */
+void resp_flush(struct mrc_ep *ep, struct qp *q)
+{
+    if (q->ack_due_ns)
+        send_sack(ep, q, q->last_rx_port, q->last_rx_ev, 0, q->last_rx_psn, 0, q->last_rx_ts);
+}
+
 /* A RELIABILITY_PROBE of one of the sender's EVs: a SACK with the PR flag,
  * back on the plane it came on, echoing the probed EV. */
 void resp_on_probe(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, const struct mrc_meta *m)

@@ -9,4 +9,5 @@ void resp_on_probe(struct mrc_ep *ep, struct qp *q, const struct mrc_pkt *p, con
 void resp_retry_completions(struct mrc_ep *ep, struct qp *q);
 void resp_on_timer(struct mrc_ep *ep, struct qp *q, uint64_t now);
 uint64_t resp_next_timer(const struct qp *q);
+void resp_flush(struct mrc_ep *ep, struct qp *q); /* the SACK still owed, queued before the QP goes */
 #endif
