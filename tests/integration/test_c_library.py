@@ -297,3 +297,43 @@ def test_a_c_program_serves_a_control_endpoint_and_can_opt_out(fabric, examples)
         assert not [r for r in _ctl_list() if r.get("role") == "pingpong (libmrc)"]
     finally:
         stop(off)
+
+
+def test_a_c_programs_control_endpoint_survives_hostile_clients(fabric, examples):
+    """Not JSON, JSON that is not a request, a line over 4 KiB, a client that says nothing: each gets
+    EINVAL or is hung up on; the endpoint and the program go on answering."""
+    server = start(fabric, "h1", examples / "pingpong", "--server")
+    try:
+        deadline, mine = time.monotonic() + 20, []
+        while time.monotonic() < deadline and not mine:
+            time.sleep(0.2)
+            mine = [r for r in _ctl_list() if r.get("role") == "pingpong (libmrc)"]
+        assert mine, _ctl_list()
+        path = mine[0]["endpoint"]
+
+        def ask(data: bytes, timeout: float = 5.0) -> bytes:
+            got = b""
+            with socket.socket(socket.AF_UNIX) as c:
+                c.settimeout(timeout)
+                c.connect(path)
+                try:
+                    c.sendall(data)
+                    while not got.endswith(b"\n"):
+                        more = c.recv(65536)
+                        if not more:
+                            break
+                        got += more
+                except (TimeoutError, BrokenPipeError, ConnectionResetError):
+                    pass
+            return got
+
+        for bad in (b"not json\n", b"[1, 2]\n", b'{"op": 7}\n', b'{"op": "ev_set", "qpn": 1}\n'):
+            ans = json.loads(ask(bad))
+            assert ans["ok"] is False and ans["errno"] in (22, 95), (bad, ans)
+        assert ask(b"x" * 5000) == b""            # a line that long is no request: hung up on
+        t0 = time.monotonic()
+        assert ask(b"", timeout=10) == b"" and time.monotonic() - t0 < 5   # silence: dropped after 2 s
+        assert json.loads(ask(b'{"op": "info"}\n'))["role"] == "pingpong (libmrc)"
+        assert server.poll() is None
+    finally:
+        stop(server)
