@@ -40,7 +40,9 @@ options each configuration then ran with (--skip tune: ring and pairwise).
 Then a training step (mrc train's emulator; bench/coll_mpi.py runs the same
 steps over MPI) in phases of --train-seconds, alternated --train-pairs times:
 without faults, then under a T1 reboot every 10 s and a link flap every 5 s
-(the machine's own drift falls on both); and mrc sim's ring
+(the machine's own drift falls on both). MRC's and the striped MPI's phases
+are longer where a short job without faults shows that their steps need it
+for --train-steps per condition. Then mrc sim's ring
 all-reduce and all-to-all at 256 and 1,024 NICs, with a T1 failed mid-run.
 
     python bench/coll_bench.py --json
@@ -57,6 +59,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import shutil
 import statistics
@@ -272,23 +275,49 @@ def tune_mpi(mpi: Mpi, a, configs: list[str], bound: float) -> dict:
     return out
 
 
-def run_train(t: Topology, a, transport: str, mpi: Mpi | None) -> dict | None:
-    plan = train.fault_plan(t, FAULTS, a.train_seconds, a.train_pairs)
+def run_train(t: Topology, a, transport: str, mpi: Mpi | None, seconds: float, pairs: int,
+              faults: bool = True) -> dict | None:
+    """One training job over ``transport``: ``pairs`` pairs of ``seconds`` phases, no faults then
+    FAULTS (none with ``faults`` False)."""
+    plan = train.fault_plan(t, FAULTS, seconds, pairs) if faults else []
     common = ["--model", str(a.model_bytes), "--bucket", str(a.bucket_bytes), "--compute-ms", str(a.compute_ms),
-              "--phase-seconds", str(a.train_seconds), "--pairs", str(a.train_pairs)]
+              "--phase-seconds", str(seconds), "--pairs", str(pairs)]
     if transport == "mrc":
         argv = ["train", *common, "--port-rate", a.rate, "--spin-us", "0", "--warmup", "2"]
-        rc, res, events, start = train.drive(t.name, plan, a.train_seconds, lambda out: launch.launch(
+        rc, res, events, start = train.drive(t.name, plan, seconds, lambda out: launch.launch(
             t.name, t.host_nodes(), t.mgmt_address(0), argv, out=out, err=_Capture(), timeout=1800))
     else:
         args = ["train", *common, "--warmup", "2"]
-        rc, res, events, start = train.drive(t.name, plan, a.train_seconds, lambda out: mpi.run(transport, args,
-                                                                                                 out=out)[0])
+        rc, res, events, start = train.drive(t.name, plan, seconds, lambda out: mpi.run(transport, args,
+                                                                                         out=out)[0])
     if res is None:
         log(f"train over {transport}: no result (exit {rc})")
         return None
     res["events"], res["start_ns"] = events, start
     return res
+
+
+# the compared pair gets phases long enough for --train-steps per condition; mpi_tcp (one plane,
+# about 4 s a step) keeps --train-seconds and states its steps
+CALIBRATED = ("mrc", "mpi_tcp_striped")
+CALIBRATION_S = 6.0    # seconds per phase of the calibration job (one pair, no faults)
+STEP_MARGIN = 1.25     # a fault phase's steps are slower, and a phase's first step starts late
+
+
+def phase_seconds(t: Topology, a, transport: str, mpi: Mpi | None) -> tuple[float, float | None]:
+    """Seconds per phase for ``transport``: --train-seconds, or longer where a short job without
+    faults shows that its steps need more for --train-steps per condition. Returns the seconds
+    and the calibration's median step (s), None where none ran."""
+    if not a.train_steps or transport not in CALIBRATED:
+        return a.train_seconds, None
+    r = run_train(t, a, transport, mpi, CALIBRATION_S, 1, faults=False)
+    if r is None or not r["no_fault"]["steps"]:
+        return a.train_seconds, None
+    step_s = r["no_fault"]["step_p50_ms"] / 1000
+    need = math.ceil(a.train_steps * step_s * STEP_MARGIN / a.train_pairs)
+    log(f"train over {transport}: a step takes {step_s:.3f} s without faults; "
+        f"{max(a.train_seconds, need):g} s per phase for {a.train_steps} steps per condition")
+    return float(max(a.train_seconds, need)), step_s
 
 
 def sim_collectives(a) -> dict:
@@ -361,8 +390,12 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--model", default="4M", help="train: gradient bytes (default 4M)")
     ap.add_argument("--bucket", default="1M", help="train: bucket bytes (default 1M)")
     ap.add_argument("--compute-ms", type=float, default=500.0, help="train: compute per step (default 500)")
-    ap.add_argument("--train-seconds", type=float, default=40.0, help="train: seconds per phase (default 40; "
-                                                                     "with 3 pairs, >= 100 steps per condition)")
+    ap.add_argument("--train-seconds", type=float, default=40.0, help="train: seconds per phase at least "
+                                                                     "(default 40)")
+    ap.add_argument("--train-steps", type=int, default=100,
+                    help="train: steps per condition (no faults, faults) for MRC and the striped MPI: a 12 s "
+                         "job without faults measures each one's step and lengthens its phases to fit "
+                         "(default 100; 0: --train-seconds as given)")
     ap.add_argument("--train-pairs", type=int, default=3, help="train: pairs of phases, no faults then faults, "
                                                                "alternated (default 3)")
     ap.add_argument("--sim-nics", default="256,1024", help="mrc sim's sizes (default 256,1024; empty: none)")
@@ -427,9 +460,9 @@ def _training(t: Topology, a, mpi, out: dict) -> None:
     """The training step over MRC and the MPI baselines, without faults and then under them."""
     tr_out = {}
     for tr in ["mrc"] + ([c for c in ("mpi_tcp_striped", "mpi_tcp") if mpi] if mpi else []):
-        log(f"train over {tr}: {a.train_pairs} x ({a.train_seconds:g} s without faults, then "
-            f"{a.train_seconds:g} s of {FAULTS})")
-        r = run_train(t, a, tr, mpi)
+        secs, cal_step_s = phase_seconds(t, a, tr, mpi)
+        log(f"train over {tr}: {a.train_pairs} x ({secs:g} s without faults, then {secs:g} s of {FAULTS})")
+        r = run_train(t, a, tr, mpi, secs, a.train_pairs)
         if r is None:
             continue
         nf, wf = r["no_fault"], r["with_faults"]
@@ -442,22 +475,25 @@ def _training(t: Topology, a, mpi, out: dict) -> None:
                       "no_fault_comm_p99_ms": nf["comm_p99_ms"],
                       "steps_per_s": wf["steps_per_s"], "no_fault_steps_per_s": nf["steps_per_s"],
                       "steps": [nf["steps"], wf["steps"]], "qp_errors": r["qp_errors"],
+                      "seconds_per_phase": secs, "calibration_step_s": cal_step_s,
                       "faults": FAULTS, "fault_events": len(r["events"]), "rows": r["rows"],
                       "events": r["fault_events"], "qp_counters": r.get("qp_counters")}
         log(f"  step p99 {nf['step_p99_ms']} -> {wf['step_p99_ms']} ms "
             f"({tr_out[tr]['p99_inflation']} x), collectives p99 {nf['comm_p99_ms']} -> "
             f"{wf['comm_p99_ms']} ms, {len(r['events'])} fault events")
     out["train"] = {**tr_out.get("mrc", {}), "transports": tr_out, "faults": FAULTS,
-                    "seconds_per_phase": a.train_seconds, "phase_pairs": a.train_pairs,
+                    "min_seconds_per_phase": a.train_seconds, "phase_pairs": a.train_pairs,
+                    "steps_wanted": a.train_steps,
                     "model_bytes": a.model_bytes,
                     "bucket_bytes": a.bucket_bytes, "compute_ms": a.compute_ms}
     if a.plot and tr_out:
         series = {tr: v["rows"] for tr, v in tr_out.items()}
         evs = [{"t_ns": int(e["t_s"] * 1e9), "op": e["op"]}
                for e in tr_out.get("mrc", {}).get("events", [])]
-        out["train"]["plot"] = train.plot({"series": series, "phase_s": a.train_seconds, "rows": []},
-                                          evs, 0, a.plot, "step time against time (MRC's run's faults "
-                                          "marked; every transport ran the same schedule)")
+        phase = tr_out.get("mrc", {}).get("seconds_per_phase", a.train_seconds)
+        out["train"]["plot"] = train.plot({"series": series, "phase_s": phase, "rows": []},
+                                          evs, 0, a.plot, "step time against time (MRC's faults and fault "
+                                          "phases marked; each transport ran the schedule over its own phases)")
 
 
 def main() -> int:

@@ -134,16 +134,24 @@ def coll(runs: list[dict]) -> tuple[list[str], list[list]]:
     if tr:
         lines += ["", f"Training steps (`mrc train`'s emulator: {fmt(get(r, 'train.compute_ms'))} ms of compute, "
                   f"{fmt(get(r, 'train.model_bytes'))} bytes of gradients in {fmt(get(r, 'train.bucket_bytes'))}"
-                  f"-byte buckets) in phases of {fmt(get(r, 'train.seconds_per_phase'))} s, "
-                  + (f"{get(r, 'train.phase_pairs')} pairs alternated " if get(r, "train.phase_pairs") else "")
-                  + f"without faults and under `{get(r, 'train.faults')}`. The collectives' time is the step's "
-                  "part after the compute.", ""]
-        rows = [[name, fmt(v.get("no_fault_step_p50_ms"), 0), fmt(v.get("step_p50_ms"), 0),
+                  "-byte buckets) in "
+                  + (f"{get(r, 'train.phase_pairs')} pairs of phases alternated, " if get(r, "train.phase_pairs")
+                     else "phases ")
+                  + f"without faults and under `{get(r, 'train.faults')}`"
+                  + (f"; a phase lasts at least {fmt(get(r, 'train.min_seconds_per_phase'))} s, and MRC's and the "
+                     f"striped MPI's are long enough for {get(r, 'train.steps_wanted')} steps per condition "
+                     "(a 12 s job without faults measured their step first)"
+                     if get(r, "train.steps_wanted") else "")
+                  + ". The collectives' time is the step's part after the compute.", ""]
+        rows = [[name, fmt(v.get("seconds_per_phase", get(r, "train.seconds_per_phase"))),
+                 " / ".join(str(x) for x in v.get("steps", [])) or "-",
+                 fmt(v.get("no_fault_step_p50_ms"), 0), fmt(v.get("step_p50_ms"), 0),
                  fmt(v.get("no_fault_step_p99_ms"), 0), fmt(v.get("step_p99_ms"), 0), fmt(v.get("p99_inflation")),
                  fmt(v.get("no_fault_comm_p99_ms"), 0), fmt(v.get("comm_p99_ms"), 0), fmt(v.get("qp_errors"))]
                 for name, v in tr.items()]
-        lines += table(["transport", "step p50 ms", "with faults", "step p99 ms", "with faults",
-                        "p99 inflation", "collectives p99 ms", "with faults", "QP errors"], rows)
+        lines += table(["transport", "phase s", "steps (no faults / faults)", "step p50 ms", "with faults",
+                        "step p99 ms", "with faults", "p99 inflation", "collectives p99 ms", "with faults",
+                        "QP errors"], rows)
     sim = {k: v for k, v in get(r, "sim", {}).items() if isinstance(v, dict)}
     if sim:
         lines += ["", "`mrc sim` (virtual time), the same ring and credits; a T1 failed a third of the way in:", ""]
