@@ -63,6 +63,11 @@ class ManualContext(Device):
         (poll_tx's ``sum``), as the engine asks for its UDP checksums."""
         lib.mrc_ep_want_tx_sums(self._ep(), int(on))
 
+    def set_gso(self, k: int) -> None:
+        """New full-size data packets of a QP go ``k`` in a row on one EV
+        (``mrc_ep_set_gso``: the engine then sends them as one kernel buffer)."""
+        check(lib.mrc_ep_set_gso(self._ep(), k), f"packets per buffer {k}")
+
     def next_timer(self, now_ns: int = 0) -> int | None:
         """When to call poll_tx again (None: not before something comes in)."""
         t = lib.mrc_ep_next_timer(self._ep(), now_ns)

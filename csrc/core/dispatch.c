@@ -392,6 +392,14 @@ int mrc_ep_check_times(struct mrc_ep *ep, uint64_t now)
  * pass of its own. */
 void mrc_ep_want_tx_sums(struct mrc_ep *ep, int on) { ep->tx_sums = (uint8_t)!!on; }
 
+int mrc_ep_set_gso(struct mrc_ep *ep, uint32_t k)
+{
+    if (k > MRC_GSO_MAX_K)
+        return -EINVAL;
+    ep->gso_k = (uint8_t)k;
+    return 0;
+}
+
 /* ------------------------------------------------------------ ports */
 /* The port of plane sends at most rate_bps (frames: the packet with its
  * Ethernet, IPv6 and UDP headers, as a qdisc counts them); 0: no limit. */

@@ -248,5 +248,32 @@ int ev_pick(struct mrc_ep *ep, struct qp *q, uint64_t now, uint32_t avoid_ev, ui
     return -EAGAIN;
 }
 
+/* A new data packet's EV with buffers of k packets (ep->gso_k, mrc_ep_set_gso):
+ * it takes the EV of the packet before it while that one's burst lasts (k in
+ * a row) and the EV is still GOOD on a ready port, else ev_pick's. So the
+ * rotation moves one step per k packets, and the I/O layer can hand the
+ * kernel the k as one buffer of one path. A packet shorter than the MTU
+ * (full 0: a message's last) may end a burst, never start one; a paced
+ * port's packets go one EV turn each. */
+int ev_pick_burst(struct mrc_ep *ep, struct qp *q, uint64_t now, int full, uint32_t *out)
+{
+    if (q->burst_left) {
+        const struct ev_entry *e = ev_find(q, q->burst_ev);
+        uint32_t port = 1u << ev_plane(q->burst_ev);
+        if (e && e->state == MRC_EV_GOOD && (qp_usable_ports(ep, q) & ep_ports_ready(ep, now) & port)) {
+            q->burst_left = full ? q->burst_left - 1 : 0;
+            *out = q->burst_ev;
+            return 0;
+        }
+    }
+    int rc = ev_pick(ep, q, now, UINT32_MAX, out);
+    /* a paced port sends one packet per turn of its pacer: no burst there (its pacing counts
+     * packets one by one) */
+    q->burst_left = rc == 0 && full && ep->gso_k > 1 && !(ep->port_paced & (1u << ev_plane(*out)))
+                        ? (uint8_t)(ep->gso_k - 1) : 0;
+    q->burst_ev = *out;
+    return rc;
+}
+
 /* When a rotation that waits (ev_pick) may go on; MRC_INF_NS: it does not wait. */
 uint64_t ev_held_until(const struct qp *q) { return q->held_ns ? q->held_ns : MRC_INF_NS; }

@@ -249,7 +249,8 @@ static void tx_new_data(struct mrc_ep *ep, struct qp *q, uint64_t now, struct tx
     while (b->n < b->max && (next = next_data_len(q)) >= 0) {
         struct wqe *w = &q->sq[q->sq_cur];
         uint32_t len = (uint32_t)next, ev;
-        if (*b->used + ROOM_HDR + len > b->buflen || !cwnd_allows(q, len) || ev_pick(ep, q, now, UINT32_MAX, &ev) < 0)
+        if (*b->used + ROOM_HDR + len > b->buflen || !cwnd_allows(q, len) ||
+            ev_pick_burst(ep, q, now, len == q->a.mtu, &ev) < 0)
             break;
         int ackreq;
         struct pent *pe = new_packet(q, w, len, ev, now, &ackreq);

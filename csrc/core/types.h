@@ -192,6 +192,8 @@ struct qp {
     uint64_t last_tx_ns;     /* the latest data packet sent (new or again) */
     uint64_t last_ack_ns;    /* the latest SACK that acknowledged something */
     uint8_t tlp_out;         /* a tail loss probe is out: no other until a SACK acknowledges something */
+    uint8_t burst_left;      /* packets that may still take burst_ev (ev_pick_burst: buffers of k packets) */
+    uint32_t burst_ev;
     /* EVs */
     struct ev_entry *evs;
     uint32_t nevs;
@@ -269,6 +271,7 @@ struct mrc_ep {
     uint64_t cq_live;        /* bit n: CQ n exists */
     uint32_t data_first;     /* poll_tx sends data before control packets */
     uint8_t tx_sums;         /* data packets leave with their ones'-complement sum (mrc_txdesc.sum) */
+    uint8_t gso_k;           /* new full-size data packets go k in a row on one EV (mrc_ep_set_gso; 0, 1: one) */
     uint64_t cq_dirty;       /* bit n: completions were added to CQ n (the engine signals and clears) */
     uint32_t cq_waiters;     /* QPs whose completions wait for room in a CQ */
     uint32_t cq_polls;       /* bumped by every poll that took completions (the application's side) */

@@ -51,6 +51,14 @@ uint64_t mrc_ep_next_timer(struct mrc_ep *ep, uint64_t now_ns);
  * (mrc_txdesc.has_sum, .sum), taken in the pass that copies the payload:
  * for an I/O side that wraps them in UDP (the engine asks for it). */
 void mrc_ep_want_tx_sums(struct mrc_ep *ep, int on);
+/* New full-size data packets of a QP go k in a row on one EV (0 or 1: each
+ * on the rotation's next), so that the I/O side can send them as one buffer
+ * (mrc_ctx_set_gso). -EINVAL beyond MRC_GSO_MAX_K. */
+enum {
+    MRC_GSO_MAX_K = 8,
+    MRC_GSO_MAX_BYTES = 65000, /* a buffer's UDP payload at most (the UDP length field, with room) */
+};
+int mrc_ep_set_gso(struct mrc_ep *ep, uint32_t k);
 int mrc_ep_check_times(struct mrc_ep *ep, uint64_t now_ns); /* tests: QPs whose kept times are late now (0) */
 /* A local port (plane) went down or up (the engine calls it when carrier or
  * the admin state changes). */
