@@ -54,6 +54,19 @@ def container(usids: list[int]) -> str:
     return str(ipaddress.IPv6Address(value))
 
 
+def final(address: str) -> str:
+    """The destination a container leaves at its last hop, after every shift (F3216):
+    the 32-bit block, the container's last non-zero uSID, zeros. The address a
+    packet's UDP checksum is over (protocol.md section 2).
+
+    >>> final('fc00:0:1000:2001:1001:b002::')
+    'fc00:0:b002::'
+    """
+    words = [(int(ipaddress.IPv6Address(address)) >> (16 * (7 - i))) & 0xFFFF for i in range(8)]
+    last = next((w for w in reversed(words[2:]) if w), 0)
+    return str(ipaddress.IPv6Address((words[0] << 112) | (words[1] << 96) | (last << 80)))
+
+
 def usid_prefix(u: int) -> str:
     """The /48 that a uSID owns as the first uSID after the block."""
     return f"{BLOCK}:{u:x}::/48"

@@ -191,15 +191,29 @@ class EngineThread:
         with self._dev.waiting_call() as h:
             return check(lib.mrc_ctx_ep_batch_send_wait(h, req, n, timeout_ns, out), "probe")
 
-    def blast(self, peer: int, payload: int, seconds: float, source: bytearray | None = None) -> int:
+    def blast(self, peer: int, payload: int, seconds: float, source: bytearray | None = None,
+              burst: int = 1) -> int:
         """Benchmark support, the raw ceiling: pre-built packets to ``peer`` over
         every plane and path for ``seconds``, from this thread (the engine
         thread must not have been started). With ``source``, each payload is
         copied from it (walked in turn) with its ICRC and sum first, as the
-        engine builds a packet. Returns packets sent."""
+        engine builds a packet. ``burst`` packets in a row take one EV (with
+        :meth:`set_gso`'s k, k of them to a kernel buffer). Returns packets sent."""
         src = ffi.from_buffer(source) if source is not None else ffi.NULL
         return check(lib.mrc_bench_blast_from(self._dev.handle(), peer, payload, int(seconds * 1e9), src,
-                                              len(source) if source is not None else 0), "raw blast")
+                                              len(source) if source is not None else 0, burst), "raw blast")
+
+    def set_gso(self, k: int) -> None:
+        """Send up to ``k`` (2-8) packets of one path per kernel buffer through a UDP
+        socket (``mrc_ctx_set_gso``: each port needs the fabric's host_gso
+        egress program); 1, the default, one per buffer through the raw socket."""
+        check(lib.mrc_ctx_set_gso(self._dev.handle(), k), f"packets per buffer {k}")
+
+    def port_gso(self, port: int) -> tuple[int, int]:
+        """Buffers of more than one packet port ``port`` sent and took."""
+        tx, rx = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        check(lib.mrc_ctx_port_gso(self._dev.handle(), port, tx, rx), "buffer counts")
+        return tx[0], rx[0]
 
 
 class Context(Device):
@@ -211,11 +225,15 @@ class Context(Device):
     ``start=False`` leaves the engine thread stopped (the raw-ceiling
     benchmark sends from the calling thread instead). ``port_rate_bps``:
     each port sends at most that (:meth:`EngineThread.set_port_rate`; for
-    ports behind a slower link or a rate-limiting qdisc)."""
+    ports behind a slower link or a rate-limiting qdisc). ``packets_per_buffer``:
+    new data goes k packets of one path to a kernel buffer (:meth:`EngineThread.set_gso`;
+    0: as many as fit in 64 KiB; 1, the default: one per buffer); it needs the
+    fabric's egress program on every port (mrc.fabric.gsobpf) and no queue
+    that must see single packets on the way."""
 
     def __init__(self, ports: list[Port] | None = None, *, resolver: PathResolver | None = None,
                  max_qps: int = 1024, cq_depth: int = 65536, start: bool = True, spin_us: float = 200.0,
-                 port_rate_bps: int = 0) -> None:
+                 port_rate_bps: int = 0, packets_per_buffer: int = 1) -> None:
         self.resolver = resolver if resolver is not None else from_environment()
         if ports is None:
             named = self.resolver.local_ports()
@@ -255,8 +273,16 @@ class Context(Device):
         self.engine.set_spin(spin_us)
         if port_rate_bps:
             self.engine.set_port_rate(port_rate_bps)
+        #: packets of one path per kernel buffer (1: one packet per buffer)
+        self.packets_per_buffer = packets_per_buffer or self.buffer_packets_max()
+        if self.packets_per_buffer > 1:
+            self.engine.set_gso(self.packets_per_buffer)
         if start:
             self.engine.start()
+
+    def buffer_packets_max(self) -> int:
+        """The most full-size packets of this context that fit in one 64 KiB kernel buffer."""
+        return max(1, min(lib.MRC_GSO_MAX_K, lib.MRC_GSO_MAX_BYTES // (self.payload_size + HEADER_ROOM)))
 
     def reg_mr(self, buf, remote_write: bool = False, pd: ProtectionDomain | None = None) -> MemoryRegion:
         """Register ``buf``; a remote-writable one is faulted in now, as a NIC pins it."""

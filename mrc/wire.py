@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import struct
 
+from mrc import usid
 from mrc._dp import ffi, lib
 
 _names = [n for n in dir(lib) if n.startswith("MRC_") and isinstance(getattr(lib, n), int)]
@@ -106,6 +107,32 @@ def udp6_checksum(src: str, dst: str, seg: bytes) -> int:
     while s >> 16:
         s = (s & 0xFFFF) + (s >> 16)
     return (~s & 0xFFFF) or 0xFFFF
+
+
+def cut_buffer(frame: bytes) -> list[bytes]:
+    """An Ethernet frame cut as the kernel cuts a buffer of k MRC packets
+    (UDP_SEGMENT: docs/engine.md, "Buffers of k packets"). Such a buffer
+    carries its segments' UDP length, shorter than its UDP payload: each
+    segment of that many bytes (the last may be shorter) becomes a frame with
+    the same Ethernet, IPv6 and UDP headers, its own lengths and its UDP
+    checksum over the final destination. Any other frame comes back alone."""
+    eth, ip = 14, 14 + 40
+    if len(frame) < ip + 8 or frame[12:14] != b"\x86\xdd" or frame[eth + 6] != 17:
+        return [frame]
+    ulen = struct.unpack_from("!H", frame, ip + 4)[0]
+    payload = frame[ip + 8:]
+    seg = ulen - 8
+    if seg <= 0 or seg >= len(payload):
+        return [frame]
+    src = socket.inet_ntop(socket.AF_INET6, frame[eth + 8:eth + 24])
+    dst = usid.final(socket.inet_ntop(socket.AF_INET6, frame[eth + 24:eth + 40]))
+    out = []
+    for off in range(0, len(payload), seg):
+        chunk = payload[off:off + seg]
+        udp = frame[ip:ip + 4] + struct.pack("!HH", 8 + len(chunk), 0) + chunk
+        udp = udp[:6] + struct.pack("!H", udp6_checksum(src, dst, udp)) + udp[8:]
+        out.append(frame[:eth + 4] + struct.pack("!H", 8 + len(chunk)) + frame[eth + 6:ip] + udp)
+    return out
 
 
 PKT_FIELDS = [name for name, _ in ffi.typeof("struct mrc_pkt").fields]

@@ -20,6 +20,8 @@
 #include "core/rings.h"
 #include "core/sec.h"
 #include "drivers/engine.h"
+#include "drivers/io_gso.h"
+#include "drivers/io_tx.h"
 #include "drivers/io_packet.h"
 
 const char *mrc_dp_version(void) { return "mrc-dp 0.1.0 wire v1"; }
@@ -56,6 +58,34 @@ int mrc_ctx_set_port_rate(struct mrc_ctx *c, uint32_t plane, uint64_t rate_bps)
     int rc = mrc_ep_set_port_rate(c->ep, plane, rate_bps);
     ctx_unlock(c);
     return rc;
+}
+
+int mrc_ctx_set_gso(struct mrc_ctx *c, uint32_t k)
+{
+    if (!c->io)
+        return -EOPNOTSUPP;
+    ctx_lock(c);
+    int rc = mrc_ep_set_gso(c->ep, k);
+    if (!rc) {
+        io_flush_tx(c->io);
+        rc = io_gso_open(c->io, k);
+    }
+    ctx_unlock(c);
+    return rc;
+}
+
+int mrc_ctx_port_gso(struct mrc_ctx *c, uint32_t port, uint64_t *tx_buffers, uint64_t *rx_buffers)
+{
+    if (!c->io)
+        return -EOPNOTSUPP;
+    ctx_lock(c);
+    struct io_port *p = io_port(c->io, port);
+    if (p) {
+        *tx_buffers = p->gso_tx_buffers;
+        *rx_buffers = p->gso_rx_buffers;
+    }
+    ctx_unlock(c);
+    return p ? 0 : -EINVAL;
 }
 
 /* ------------------------------------------------------------ protection domains and regions */

@@ -18,14 +18,16 @@
 /* The blaster, and with src the copying blaster: each packet's payload
  * copied from src (walking span bytes in turn, as a sender walks a region)
  * into a batch buffer with its ICRC and sum in one pass (what the engine
- * does per byte sent and nothing else). */
+ * does per byte sent and nothing else). burst packets in a row take the same
+ * EV (a port's buffers of k packets: mrc_ctx_set_gso), 1 a new EV each. */
 int64_t mrc_bench_blast_from(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns,
-                             const uint8_t *src, uint64_t span)
+                             const uint8_t *src, uint64_t span, uint32_t burst)
 {
     struct io *io = engine_idle_io(c);
     if (!io)
         return -EBUSY;
-    if (peer >= io_npeers(io) || payload + 64 > IO_FRAME - IO_HDRS || (src && span < payload))
+    if (peer >= io_npeers(io) || payload + 64 > IO_FRAME - IO_HDRS || (src && span < payload) || !burst ||
+        burst > IO_BATCH)
         return -EINVAL;
     /* one data packet (WRITE_ONLY to QP 0, which nobody owns), built once */
     uint8_t *pkt = calloc(1, IO_FRAME), *zeros = calloc(1, IO_FRAME);
@@ -53,7 +55,7 @@ int64_t mrc_bench_blast_from(struct mrc_ctx *c, uint16_t peer, uint32_t payload,
     uint32_t n = io_nports(io), k = 0;
     while (mrc_ctx_now_ns() < end) {
         for (int i = 0; i < IO_BATCH; i++, k++) {
-            uint32_t plane = io_port(io, k % n)->cfg.plane, entropy = (k / n) & 0xFF;
+            uint32_t b = k / burst, plane = io_port(io, b % n)->cfg.plane, entropy = (b / n) & 0xFF;
             const uint8_t *out = pkt;
             if (src) { /* the header as built, the payload from the region, as build_data does */
                 uint8_t *b = batch + (size_t)i * IO_FRAME;

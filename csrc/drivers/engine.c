@@ -356,7 +356,7 @@ static void *engine_main(void *arg)
     struct mrc_ctx *c = arg;
     __atomic_store_n(&c->tid, (int32_t)gettid(), __ATOMIC_RELEASE);
     pthread_setname_np(pthread_self(), "mrc-engine"); /* top, perf: whose CPU it is */
-    struct pollfd pf[MRC_MAX_PORTS + 2];
+    struct pollfd pf[2 * MRC_MAX_PORTS + 2]; /* each port's raw and buffer sockets (io_pollfds) */
     uint32_t np = io_pollfds(c->io, pf);
     pf[np] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
     pf[np + 1] = (struct pollfd){.fd = c->lw.fd, .events = POLLIN}; /* fd -1: ignored */

@@ -3,6 +3,7 @@
  * else includes it (io_packet.h and io_tx.h are their calls). */
 #ifndef MRC_IO_INT_H
 #define MRC_IO_INT_H
+#include <netinet/in.h>
 #include <sys/socket.h>
 
 #include "drivers/io_types.h"
@@ -22,6 +23,28 @@ struct txq {
     uint8_t port[IO_BATCH];
 };
 
+/* The UDP_SEGMENT path (io_gso.c): one UDP socket for every port, each
+ * message k packets of one path (an iovec each, where the core built them),
+ * with its source and port (IPV6_PKTINFO), traffic class, EV (SO_MARK, for
+ * the port's egress program) and segment size as control messages. */
+struct gso_msg {
+    uint32_t first, count, bytes, seg; /* its iovecs are iov[first .. first + count) */
+    uint32_t ev, path;
+    uint16_t peer;
+    uint8_t port, tclass, open;        /* open: a packet of seg bytes may still join */
+};
+
+struct gsoq {
+    int fd; /* -1: off */
+    uint32_t k;
+    uint32_t n, pkts;
+    struct gso_msg m[IO_BATCH];
+    struct mmsghdr msg[IO_BATCH];
+    struct iovec iov[IO_BATCH];
+    struct sockaddr_in6 dst[IO_BATCH];
+    uint8_t ctl[IO_BATCH][128];
+};
+
 struct io {
     struct io_port ports[MRC_MAX_PORTS];
     uint32_t nports;
@@ -32,7 +55,9 @@ struct io {
                                   * per-packet lookups need not test this */
     uint32_t npeers;             /* one past the highest slot in use */
     struct txq tx;
+    struct gsoq gso;
 };
+
 
 /* A socket's buffers as large as the kernel allows (root may go past its
  * limits): bursts of a batch must not find them full. */

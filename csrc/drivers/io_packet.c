@@ -9,36 +9,19 @@
  * io_queue_tx/io_flush_tx on a context whose thread never started (io.h). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <linux/filter.h>
 #include <linux/if_ether.h>
 #include <net/if.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "drivers/io_gso.h"
 #include "drivers/io_int.h"
 #include "drivers/io_packet.h"
+#include "drivers/io_rx.h"
 #include "drivers/io_tx.h"
 
 enum { RX_FRAME = 10240, RX_BLOCK = 4 * RX_FRAME, RX_FRAMES = 512 };
-
-/* Classic BPF: IPv6, next header UDP, destination port 4791. */
-static int attach_filter(int fd)
-{
-    struct sock_filter code[] = {
-        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, 12),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ETH_P_IPV6, 0, 5),
-        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, MRC_ETH_HLEN + 6),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 17, 0, 3),
-        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, MRC_ETH_HLEN + MRC_IPV6_HLEN + 2),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MRC_UDP_PORT, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, 0xFFFF),
-        BPF_STMT(BPF_RET | BPF_K, 0),
-    };
-    struct sock_fprog prog = {.len = sizeof(code) / sizeof(code[0]), .filter = code};
-    return setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof(prog));
-}
-
 
 static int open_port(struct io_port *p)
 {
@@ -46,7 +29,7 @@ static int open_port(struct io_port *p)
     if (fd < 0)
         return -errno;
     int one = 1;
-    if (attach_filter(fd) < 0 || setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0) {
+    if (io_attach_filter(fd, 0) < 0 || setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof(one)) < 0) {
         int e = errno;
         close(fd);
         return -e;
@@ -95,8 +78,9 @@ int io_open(const struct mrc_port_cfg *ports, uint32_t nports, struct io **out)
     for (int i = 0; i < MRC_MAX_PLANES; i++)
         io->plane_port[i] = -1;
     for (uint32_t i = 0; i < MRC_MAX_PORTS; i++)
-        io->ports[i].fd = -1;
-    io->tx.fd = -1;
+        io->ports[i].fd = io->ports[i].gfd = -1;
+    io->tx.fd = io->gso.fd = -1;
+    io->gso.k = 1;
     int rc = 0;
     io->peers = calloc(MRC_MAX_PEERS, sizeof(*io->peers));
     if (!io->peers)
@@ -113,6 +97,8 @@ int io_open(const struct mrc_port_cfg *ports, uint32_t nports, struct io **out)
     }
     if (!rc)
         rc = io_tx_open(io);
+    if (!rc)
+        rc = io_gso_open(io, 1); /* the receive side of buffers of k packets */
     if (rc < 0) {
         io_close(io);
         return rc;
@@ -132,6 +118,7 @@ void io_close(struct io *io)
             munmap(io->ports[i].ring, io->ports[i].ring_len);
     }
     io_tx_close(io);
+    io_gso_close(io);
     free(io->peers);
     free(io);
 }
@@ -146,9 +133,11 @@ struct io_port *io_plane_port(struct io *io, uint32_t plane)
 
 uint32_t io_pollfds(struct io *io, struct pollfd *pf)
 {
-    for (uint32_t i = 0; i < io->nports; i++)
-        pf[i] = (struct pollfd){.fd = io->ports[i].fd, .events = POLLIN};
-    return io->nports;
+    for (uint32_t i = 0; i < io->nports; i++) {
+        pf[2 * i] = (struct pollfd){.fd = io->ports[i].fd, .events = POLLIN};
+        pf[2 * i + 1] = (struct pollfd){.fd = io->ports[i].gfd, .events = POLLIN}; /* -1: ignored */
+    }
+    return 2 * io->nports;
 }
 
 /* ------------------------------------------------------------------ peers */
@@ -208,43 +197,17 @@ int io_has_path(const struct io *io, uint16_t peer, uint32_t plane)
 }
 
 /* ------------------------------------------------------------------ rx */
-static int peer_of(const struct io *io, const uint8_t *src, uint32_t plane)
-{
-    for (uint32_t i = 0; i < io->npeers; i++)
-        if (io->peers[i].plane[plane].npaths && !memcmp(io->peers[i].plane[plane].final_addr, src, 16))
-            return (int)i;
-    return -1;
-}
-
 /* One received frame: unwrap Ethernet/IPv6/UDP and hand MRC to the core. */
 static void rx_frame(struct io *io, struct io_port *p, struct mrc_ep *ep, const uint8_t *f, uint32_t len,
                      uint64_t now)
 {
-    if (len < IO_HDRS + MRC_BTH_LEN) {
-        p->st.rx_foreign++;
+    struct mrc_meta m;
+    int ulen = io_rx_head(io, p, f, len, &m);
+    if (ulen < 0)
         return;
-    }
-    const uint8_t *ip = f + MRC_ETH_HLEN, *udp = ip + MRC_IPV6_HLEN;
-    uint32_t w0 = get32(ip);
-    uint8_t tclass = (uint8_t)(w0 >> 20);
-    uint32_t ulen = get16(udp + 4);
-    if (ulen < MRC_UDP_HLEN || ulen > len - MRC_ETH_HLEN - MRC_IPV6_HLEN) {
-        p->st.rx_foreign++;
-        return;
-    }
-    /* for this port (its MAC and address: not a frame the NIC saw pass, nor
-     * one for another address of the host) and from a peer of ours */
-    int peer = memcmp(f, p->cfg.src_mac, 6) || memcmp(ip + 24, p->cfg.src_addr, 16) ? -1
-                                                                                    : peer_of(io, ip + 8, p->cfg.plane);
-    if (peer < 0) {
-        p->st.rx_foreign++;
-        return;
-    }
-    struct mrc_meta m = {.ev = ev_from_wire(w0, get16(udp)), .peer = (uint16_t)peer, .port = (uint8_t)p->cfg.plane,
-                         .ecn_ce = (tclass & 3) == MRC_ECN_CE, .trimmed = (tclass >> 2) == MRC_DSCP_TRIMMED};
     p->st.rx_packets++;
     p->st.rx_bytes += len;
-    mrc_ep_input(ep, udp + MRC_UDP_HLEN, ulen - MRC_UDP_HLEN, &m, now);
+    mrc_ep_input(ep, f + IO_HDRS, (uint32_t)ulen - MRC_UDP_HLEN, &m, now);
 }
 
 /* Take up to max frames from the port's receive ring (no system call). */
@@ -274,8 +237,12 @@ static int rx_port(struct io *io, struct io_port *p, struct mrc_ep *ep, uint64_t
 int io_rx_round(struct io *io, struct mrc_ep *ep, uint64_t now)
 {
     int got = 0;
-    for (uint32_t i = 0; i < io->nports; i++)
-        got += rx_port(io, &io->ports[i], ep, now, IO_RX_ROUND);
+    for (uint32_t i = 0; i < io->nports; i++) {
+        struct io_port *p = &io->ports[i];
+        got += rx_port(io, p, ep, now, IO_RX_ROUND);
+        if (p->gfd >= 0)
+            got += io_gso_rx_port(io, p, ep, now, 1); /* a buffer is up to GSO_MAX_K frames' worth */
+    }
     return got;
 }
 
@@ -288,6 +255,9 @@ int io_port_stats(struct io *io, uint32_t port, struct mrc_port_stats *st)
     socklen_t kl = sizeof(ks);
     /* the kernel's counters reset on every read: add them up here */
     if (p->fd >= 0 && getsockopt(p->fd, SOL_PACKET, PACKET_STATISTICS, &ks, &kl) == 0)
+        p->st.rx_ring_drops += ks.tp_drops;
+    kl = sizeof(ks);
+    if (p->gfd >= 0 && getsockopt(p->gfd, SOL_PACKET, PACKET_STATISTICS, &ks, &kl) == 0)
         p->st.rx_ring_drops += ks.tp_drops;
     *st = p->st;
     return 0;

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "drivers/io_gso.h"
 #include "drivers/io_int.h"
 #include "drivers/io_tx.h"
 
@@ -87,6 +88,8 @@ static void frame_headers(uint8_t *f, const struct io_port *p, const struct mrc_
 void io_flush_tx(struct io *io)
 {
     struct txq *t = &io->tx;
+    if (io->gso.n)
+        io_gso_flush(io);
     uint32_t off = 0;
     while (off < t->n) {
         int n = sendmmsg(t->fd, t->msg + off, t->n - off, 0);
@@ -130,6 +133,10 @@ void io_queue_tx(struct io *io, const struct mrc_txdesc *d, const uint8_t *pkt)
     }
     struct io_port *p = &io->ports[pi];
     const struct mrc_peer_plane *pp = &io->peers[d->peer].plane[plane];
+    if (io->gso.k >= 2) {
+        io_gso_queue(io, p, pp, d, pkt);
+        return;
+    }
     struct txq *t = &io->tx;
     frame_headers(t->hdr[t->n], p, pp, d, pkt);
     t->iov[t->n][1] = (struct iovec){(void *)pkt, d->len};

@@ -28,5 +28,12 @@ struct io_port {
     /* the port is up for MRC when the controller enables it (admin) and the
      * link has carrier (the kernel's IFF_UP and IFF_RUNNING) */
     uint8_t admin_down, carrier_down;
+    /* rx of buffers of k packets (io_gso.c): a second AF_PACKET socket whose
+     * ring frames hold 64 KiB, with each buffer's virtio-net header */
+    int gfd;
+    uint8_t *gring;
+    size_t gring_len;
+    uint32_t ghead;
+    uint64_t gso_tx_buffers, gso_rx_buffers; /* buffers of more than one packet sent, taken */
 };
 #endif

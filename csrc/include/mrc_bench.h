@@ -15,9 +15,11 @@
  * started). Returns packets sent or -errno. With src, the copying blaster:
  * each payload copied from src (span bytes walked in turn) with its ICRC
  * and UDP sum in one pass before it goes, as the engine builds a data
- * packet; src NULL sends one packet, built once, again and again. */
+ * packet; src NULL sends one packet, built once, again and again. burst
+ * packets in a row take the same EV (1-64; with mrc_ctx_set_gso's k, they
+ * leave k to a kernel buffer). */
 int64_t mrc_bench_blast_from(struct mrc_ctx *c, uint16_t peer, uint32_t payload, uint64_t duration_ns,
-                             const uint8_t *src, uint64_t span);
+                             const uint8_t *src, uint64_t span, uint32_t burst);
 /* (csrc/bench/verify.c) The bytes of got[0, n) that differ from want. */
 uint64_t mrc_bench_check(const uint8_t *want, const uint8_t *got, uint64_t n);
 /* (csrc/bench/udpping.c) The kernel's UDP round trip: n pings of size bytes

@@ -12,7 +12,7 @@ import socket
 from contextlib import suppress
 
 from mrc.errors import FabricError
-from mrc.fabric import nl, ns, srv6bpf
+from mrc.fabric import gsobpf, nl, ns, srv6bpf
 from mrc.fabric.plan import Op
 from mrc.fabric.topology import Link, Topology
 
@@ -42,6 +42,7 @@ class Executor:
         self._idx: dict[tuple[str, str], int] = {}
         self.srv6_bpf = False  # a kernel without SRv6 refused a seg6local or seg6 route: tc BPF instead
         self._segs: dict[tuple[str, str], int] = {}  # a host port -> its encap program's segs map
+        self.gso_missing: str | None = None  # why the host ports have no host_gso program
 
     def ipr(self, node: str):
         """pyroute2's IPRoute inside ``node``'s namespace (one per node)."""
@@ -156,6 +157,15 @@ class Executor:
     def op_nft(self, node: str, script: str) -> None:
         """Load an nftables script."""
         nft(self.t, node, script)
+
+    def op_gso(self, node: str, ifname: str) -> None:
+        """A host port's egress program for MRC's buffers of k packets (mrc.fabric.gsobpf). Where
+        it cannot be built (no clang), the fabric works without it: its contexts send one packet
+        per buffer."""
+        try:
+            gsobpf.attach(self.t, node, ifname)
+        except FabricError as e:
+            self.gso_missing = str(e)
 
     def op_end(self, node: str, prefix: str, ifname: str) -> None:
         """A switch's End with NEXT-C-SID for its uSID (tc BPF on a kernel without SRv6)."""

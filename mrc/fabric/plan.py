@@ -166,6 +166,8 @@ def link_config(t: Topology, link) -> list[Op]:
         h = t.host_index(link.a_node)
         ops.append(Op("addr", link.a_node,
                       {"ifname": link.a_if, "address": t.port_address(h, link.plane), "prefixlen": 128}, ln))
+        # MRC's buffers of k packets leave through the port's egress program (mrc.fabric.gsobpf)
+        ops.append(Op("gso", link.a_node, {"ifname": link.a_if}, ln))
     ops += [
         Op("up", link.a_node, {"ifname": link.a_if}, ln),
         Op("up", link.b_node, {"ifname": link.b_if}, ln),

@@ -118,17 +118,20 @@ def decode(path: str, resolver: PathResolver | None = None) -> dict:
     """Summarise a capture: totals, and per QP (sender host -> receiver host and
     destination QP) packets, bytes, retransmissions, EVs, planes, SACK and
     NACK counts, reordering, ICRC failures. Keys of the result: ``packets``,
-    ``malformed``, ``truncated``, ``icrc_failures``, ``planes``, ``qps``.
+    ``buffers`` (buffers of k packets captured whole, before the kernel cut
+    them: each counts as its k packets), ``malformed``, ``truncated``,
+    ``icrc_failures``, ``planes``, ``qps``.
     Hosts are named by the resolver's topology (else shown as addresses);
     the plane is the EV's, as this implementation's senders lay EVs out."""
     try:
         from scapy.utils import PcapReader
 
-        from mrc import dissect as d
+        from mrc import dissect  # noqa: F401 (its layers, bound to UDP 4791, dissect what follows)
     except ImportError as e:
         raise MrcError(f"mrc decode needs scapy: pip install 'mrc[dissect]' ({e})") from None
     from scapy.layers.inet import UDP
     from scapy.layers.inet6 import IPv6
+    from scapy.layers.l2 import Ether
 
     resolver = resolver or PathResolver()
 
@@ -147,48 +150,62 @@ def decode(path: str, resolver: PathResolver | None = None) -> dict:
     except (OSError, ValueError, Scapy_Exception) as e:
         raise UsageError(f"cannot read {path}: {e.strerror if isinstance(e, OSError) else e}") from None
     with reader:
-        for pkt in reader:
-            if UDP not in pkt or pkt[UDP].dport != wire.UDP_PORT or IPv6 not in pkt:
+        for captured in reader:
+            if UDP not in captured or captured[UDP].dport != wire.UDP_PORT or IPv6 not in captured:
                 totals["other"] += 1
                 continue
-            totals["packets"] += 1
-            wirelen = getattr(pkt, "wirelen", None) or len(pkt)
-            if wirelen > len(pkt):
-                totals["truncated"] += 1  # snaplen cut it: the headers may be there, the ICRC is not
-                continue
-            if d.BTH not in pkt:
-                malformed["short"] += 1
-                continue
-            why = malformed_reason(pkt)
-            if why:
-                malformed[why] += 1
-                continue
-            b, ip = pkt[d.BTH], pkt[IPv6]
-            ev = d.ev_of(pkt)
-            key = f"{host(ip.src)}->{host(ip.dst)} qp {b.dest_qp}"
-            q = qps.get(key) or qps.setdefault(key, QPSummary(key))
-            q.packets += 1
-            q.bytes += len(bytes(pkt[UDP].payload))
-            plane = wire.ev_plane(ev)
-            q.evs[ev] += 1
-            q.planes[plane] += 1
-            planes[plane] += 1
-            ok = d.icrc_ok(pkt)
-            if ok is False:
-                q.icrc_failures += 1
-                totals["icrc_failures"] += 1
-            _tally(q, b, d)
-    return {"file": path, "packets": totals["packets"], "malformed": sum(malformed.values()),
+            wirelen = getattr(captured, "wirelen", None) or len(captured)
+            frames = wire.cut_buffer(bytes(captured)) if wirelen <= len(captured) else [bytes(captured)]
+            totals["buffers"] += len(frames) > 1  # a buffer of k packets, captured whole
+            for pkt in (captured,) if len(frames) == 1 else map(Ether, frames):
+                _one(pkt, wirelen if len(frames) == 1 else len(pkt), qps, totals, planes, malformed, host)
+    return {"file": path, "packets": totals["packets"], "buffers": totals["buffers"],
+            "malformed": sum(malformed.values()),
             "malformed_reasons": dict(malformed), "truncated": totals["truncated"],
             "icrc_failures": totals["icrc_failures"], "other_packets": totals["other"],
             "planes": {str(k): v for k, v in sorted(planes.items())},
             "qps": [q.as_dict() for q in sorted(qps.values(), key=lambda q: -q.packets)]}
 
 
+def _one(pkt, wirelen: int, qps: dict, totals, planes, malformed, host) -> None:
+    """Count one MRC packet of a capture into decode's tallies."""
+    from scapy.layers.inet import UDP
+    from scapy.layers.inet6 import IPv6
+
+    from mrc import dissect as d
+
+    totals["packets"] += 1
+    if wirelen > len(pkt):
+        totals["truncated"] += 1  # snaplen cut it: the headers may be there, the ICRC is not
+        return
+    if d.BTH not in pkt:
+        malformed["short"] += 1
+        return
+    why = malformed_reason(pkt)
+    if why:
+        malformed[why] += 1
+        return
+    b, ip = pkt[d.BTH], pkt[IPv6]
+    ev = d.ev_of(pkt)
+    key = f"{host(ip.src)}->{host(ip.dst)} qp {b.dest_qp}"
+    q = qps.get(key) or qps.setdefault(key, QPSummary(key))
+    q.packets += 1
+    q.bytes += len(bytes(pkt[UDP].payload))
+    plane = wire.ev_plane(ev)
+    q.evs[ev] += 1
+    q.planes[plane] += 1
+    planes[plane] += 1
+    if d.icrc_ok(pkt) is False:
+        q.icrc_failures += 1
+        totals["icrc_failures"] += 1
+    _tally(q, b, d)
+
+
 def decode_text(r: dict) -> str:
     """A decode result as text, QP by QP."""
     out = [f"{r['file']}: {r['packets']} MRC packets, {r['malformed']} malformed, {r['truncated']} truncated, "
-           f"{r['icrc_failures']} ICRC failures",
+           f"{r['icrc_failures']} ICRC failures"
+           + (f" ({r['buffers']} buffers of several packets, captured whole, cut)" if r.get("buffers") else ""),
            "packets per plane: " + "  ".join(f"p{k}:{v}" for k, v in r["planes"].items())]
     for q in r["qps"]:
         nacks = ", ".join(f"{k} {v}" for k, v in q["nacks"].items()) or "none"

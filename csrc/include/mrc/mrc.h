@@ -391,6 +391,15 @@ int mrc_ctx_start(struct mrc_ctx *c);
 void mrc_ctx_set_spin(struct mrc_ctx *c, uint64_t ns);
 /* mrc_ep_set_port_rate for a context's port, under its lock. */
 int mrc_ctx_set_port_rate(struct mrc_ctx *c, uint32_t plane, uint64_t rate_bps);
+/* Send up to k (2-8) packets of one path and size per kernel buffer: a UDP
+ * socket with UDP_SEGMENT, which needs each port's egress program
+ * (csrc/bpf/host_gso.bpf.c; mrc fabric puts it on every host port). 1, the
+ * default: one packet per buffer through the raw socket. Every context takes
+ * such buffers whatever its own k. -EINVAL beyond 8, -EOPNOTSUPP for a
+ * context without ports. docs/engine.md, "Buffers of k packets". */
+int mrc_ctx_set_gso(struct mrc_ctx *c, uint32_t k);
+/* Buffers of more than one packet a port sent and took. */
+int mrc_ctx_port_gso(struct mrc_ctx *c, uint32_t port, uint64_t *tx_buffers, uint64_t *rx_buffers);
 /* Progress the NIC once from the calling thread (receive, complete, send)
  * unless the engine thread is doing so right now: a thread that waits for a
  * completion calls it instead of yielding. Returns how much work it did,

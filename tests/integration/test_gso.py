@@ -1,0 +1,156 @@
+"""Root tests: MRC's buffers of k packets on a real fabric (mrc_ctx_set_gso,
+drivers/io_gso.c, csrc/bpf/host_gso.bpf.c). What leaves a host as one buffer
+is, wherever it is cut, the same packets the raw socket sends one at a time:
+captured whole at the leaf and cut by hand (mrc.wire.cut_buffer), and cut by
+the kernel at the host's port, the frames equal those of the same blast sent
+one packet per buffer, byte for byte but for a cut segment's checksum, which
+the kernel leaves partial (its seed is checked instead). A QP's transfer with
+k = 7 arrives whole and in buffers, and `mrc decode` counts k packets for a
+buffer captured whole."""
+import os
+import socket
+import struct
+import time
+
+import pytest
+
+from mrc import usid, wire
+from mrc.fabric import apply, gsobpf, ns
+from mrc.fabric.pair import host_context, qp_pair
+from mrc.fabric.topology import Topology
+from mrc.tools.perf import stream
+from mrc.verbs import RemoteInfo
+from tests.integration.conftest import unique_name
+
+pytestmark = pytest.mark.root
+
+K = 7
+FRAMES = 28  # what each capture keeps: 4 buffers' worth
+
+
+@pytest.fixture(scope="module")
+def gso_fabric():
+    t = Topology(planes=2, spines=1, leaves=1, hosts=2, name=unique_name("g"))
+    apply.up(t)
+    try:
+        yield t
+    finally:
+        apply.down(t.name)
+    assert not apply.project_namespaces(ns.list_netns(), t.name)
+
+
+def leaf_port(t: Topology, host: str, plane: int):
+    """The leaf and its interface on the link from ``host``'s port on ``plane``."""
+    link = next(lk for lk in t.links() if lk.a_node == host and lk.plane == plane)
+    return link.b_node, link.b_if
+
+
+def blast_and_capture(t: Topology, k: int, segs: int | None = None) -> list[bytes]:
+    """Blast from h0 to h1 in bursts of K packets per EV, k to a kernel buffer, and capture
+    what reaches plane 0's leaf from h0 (the first frames). ``segs``: h0's port p0 cuts its
+    buffers into that many packets at most (gso_max_segs), as a NIC would."""
+    node, ifname = leaf_port(t, "h0", 0)
+    if segs is not None:
+        ns.command(t.ns("h0"), ["ip", "link", "set", "dev", "p0", "gso_max_segs", str(segs)], check=True)
+    # every frame as it arrives (ETH_P_ALL: before the leaf's own tc programs touch it)
+    cap = ns.run_in(t.ns(node), lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)))
+    h0 = socket.inet_pton(socket.AF_INET6, t.port_address(0, 0))
+    try:
+        cap.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 20)
+        cap.bind((ifname, 3))
+        ca = host_context(t, 0, start=False, packets_per_buffer=k)
+        cb = host_context(t, 1)
+        try:
+            def info(c, h):
+                return RemoteInfo(qpn=0, ports={p.plane: p.address for p in c.ports}, topology=t.name,
+                                  host=t.host(h))
+            peer = ca.peer_index(info(cb, 1))
+            cb.peer_index(info(ca, 0))
+            ca.engine.blast(peer, 8192, 0.02, None, burst=K)
+        finally:
+            ca.close()
+            cb.close()
+        cap.settimeout(2)
+        frames: list[bytes] = []
+        while sum(len(wire.cut_buffer(f)) for f in frames) < FRAMES:
+            f = cap.recv(1 << 17)
+            if len(f) > 62 and f[20] == 17 and f[22:38] == h0 and struct.unpack_from("!H", f, 56)[0] == wire.UDP_PORT:
+                frames.append(f)
+        return frames
+    finally:
+        cap.close()
+        if segs is not None:
+            ns.command(t.ns("h0"), ["ip", "link", "set", "dev", "p0", "gso_max_segs", "65535"], check=True)
+
+
+def cut(frames: list[bytes]) -> list[bytes]:
+    return [x for f in frames for x in wire.cut_buffer(f)][:FRAMES]
+
+
+def without_checksum(f: bytes) -> bytes:
+    return f[:60] + b"\0\0" + f[62:]
+
+
+def test_every_host_port_has_the_egress_program(gso_fabric):
+    t = gso_fabric
+    for h in t.host_nodes():
+        assert gsobpf.ready(t, h, [f"p{p}" for p in range(t.planes)])
+
+
+def test_a_buffer_captured_whole_and_cut_by_hand_is_the_packets_sent_one_at_a_time(gso_fabric):
+    t = gso_fabric
+    one = blast_and_capture(t, 1)
+    whole = blast_and_capture(t, K)
+    assert all(len(wire.cut_buffer(f)) == 1 for f in one)
+    assert len(wire.cut_buffer(whole[0])) == K and len(whole[0]) > 7 * 8192  # one buffer of K packets
+    assert cut(whole) == one[:FRAMES]  # every byte: headers, EV fields, lengths, checksums, MRC
+    for f in one[:FRAMES]:  # and each is a valid MRC packet with its checksum over the final address
+        src = socket.inet_ntop(socket.AF_INET6, f[22:38])
+        dst = usid.final(socket.inet_ntop(socket.AF_INET6, f[38:54]))
+        assert struct.unpack_from("!H", f, 60)[0] == wire.udp6_checksum(src, dst, f[54:])
+        assert wire.parse(f[62:])["icrc_ok"]
+    fixed = gsobpf.counters(t, "h0", "p0")
+    assert fixed["fixed"] > 0 and fixed["dropped"] == 0
+
+
+def test_a_buffer_cut_by_the_kernel_is_the_packets_sent_one_at_a_time(gso_fabric):
+    t = gso_fabric
+    one = blast_and_capture(t, 1)
+    kernel = blast_and_capture(t, K, segs=1)[:FRAMES]
+    assert [without_checksum(f) for f in kernel] == [without_checksum(f) for f in one[:FRAMES]]
+    for f in kernel:  # the kernel leaves each segment's checksum partial: its seed, over the final address
+        src = socket.inet_pton(socket.AF_INET6, socket.inet_ntop(socket.AF_INET6, f[22:38]))
+        dst = socket.inet_pton(socket.AF_INET6, usid.final(socket.inet_ntop(socket.AF_INET6, f[38:54])))
+        words = src + dst + struct.pack("!I3xB", len(f) - 54, 17)
+        s = sum(struct.unpack("!20H", words))
+        while s >> 16:
+            s = (s & 0xFFFF) + (s >> 16)
+        assert struct.unpack_from("!H", f, 60)[0] == s
+
+
+def test_a_transfer_in_buffers_of_k_arrives_whole(gso_fabric):
+    t = gso_fabric
+    with qp_pair(t, 0, 1, 16 << 20, packets_per_buffer=K) as p:
+        r = stream(p.ca, p.qa, p.ms, p.remote, 64 << 20, msg=1 << 20, depth=16, window=16 << 20)
+        assert p.verify(16 << 20) and r["gbps"] > 0
+        sent = sum(p.ca.engine.port_gso(i)[0] for i in range(t.planes))
+        taken = sum(p.cb.engine.port_gso(i)[1] for i in range(t.planes))
+        assert sent > 0 and taken > 0 and taken <= sent
+
+
+def test_decode_counts_k_packets_for_a_buffer_captured_whole(gso_fabric, tmp_path):
+    pytest.importorskip("scapy")
+    from mrc.tools.decode import decode
+
+    t = gso_fabric
+    whole = blast_and_capture(t, K)
+    path = os.path.join(tmp_path, "whole.pcap")
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 1 << 18, 1))
+        for fr in whole:
+            now = time.time()
+            f.write(struct.pack("<IIII", int(now), int(now % 1 * 1e6), len(fr), len(fr)) + fr)
+    r = decode(path)
+    assert r["packets"] == sum(len(wire.cut_buffer(fr)) for fr in whole) > len(whole)
+    assert r["buffers"] == sum(1 for fr in whole if len(wire.cut_buffer(fr)) > 1)
+    assert r["malformed"] == 0 and r["icrc_failures"] == 0
