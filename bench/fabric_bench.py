@@ -4,8 +4,13 @@
       size over the same planes and paths with no protocol; and the copying
       blaster, which first copies each payload from a 64 MiB region with its
       ICRC and checksum in one pass, as MRC must (no protocol either);
+      and the same blaster with k packets of a path to a kernel buffer
+      (raw_buffers_gbps: UDP_SEGMENT, docs/engine.md "Buffers of k packets");
   (b) `mrc perf`-style: one MRC QP over all planes (1 MiB WRITEs; the payload
-      size is the largest the ports' MTU carries: 8 KiB on the fabric);
+      size is the largest the ports' MTU carries: 8 KiB on the fabric), k
+      packets of a path to a kernel buffer (--packets-per-buffer; default:
+      as many as fit in 64 KiB, 7, where the hosts' ports have the fabric's
+      host_gso program);
   (c) kernel TCP, one stream over one plane, sending from and receiving into
       64 MiB buffers as MRC does (and, for comparison, tcp_hot_gbps: the same
       1 MiB buffer at each end every time, always in cache);
@@ -54,14 +59,15 @@ import os
 import sys
 import time
 
-from mrc.fabric import apply
+from mrc.errors import UsageError
+from mrc.fabric import apply, gsobpf
 from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup, stream_gbps
 from mrc.fabric.faults import FaultScheduler
 from mrc.fabric.pair import host_context, qp_pair
 from mrc.fabric.topology import Topology
 from mrc.signals import exit_cleanly_on_sigterm
 from mrc.tools.perf import stream
-from mrc.units import median_spread
+from mrc.units import bounded, median_spread
 from mrc.verbs import RemoteInfo
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -78,11 +84,12 @@ def _info(t: Topology, ctx, host: int) -> RemoteInfo:
     return RemoteInfo(qpn=0, ports={p.plane: p.address for p in ctx.ports}, topology=t.name, host=t.host(host))
 
 
-def raw_ceiling(t, src, dst, seconds, payload, source=None):
-    """The blaster's rate in Gb/s, the bytes that arrived (whole frames) and
-    the CPU of its two threads (the sender's, this one, and the receiving
-    context's engine thread); with ``source``, the copying blaster's."""
-    ca = host_context(t, src, start=False)  # the blaster sends from this thread
+def raw_ceiling(t, src, dst, seconds, payload, source=None, k=1):
+    """The blaster's rate in Gb/s, the bytes that arrived (as packets: headers
+    and payload) and the CPU of its two threads (the sender's, this one, and
+    the receiving context's engine thread); with ``source``, the copying
+    blaster's; with ``k`` > 1, k packets of a path to a kernel buffer."""
+    ca = host_context(t, src, start=False, packets_per_buffer=k)  # the blaster sends from this thread
     cb = host_context(t, dst)  # counts what arrives
     try:
         peer = ca.peer_index(_info(t, cb, dst))
@@ -93,7 +100,7 @@ def raw_ceiling(t, src, dst, seconds, payload, source=None):
         th.engine("receiver", cb)
         th.start()
         t0 = time.perf_counter()
-        ca.engine.blast(peer, payload, seconds, source)
+        ca.engine.blast(peer, payload, seconds, source, burst=ca.packets_per_buffer)
         time.sleep(0.2)  # let the last packets arrive
         got = sum(p["rx_bytes"] for p in cb.port_stats()) - before
         use = th.stop()
@@ -103,13 +110,14 @@ def raw_ceiling(t, src, dst, seconds, payload, source=None):
         cb.close()
 
 
-def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut", security="off"):
+def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut", security="off", k=1):
     """One QP's rate (and longest stall); with ``cut``, that link fails half
-    way through: taken down (``cut``) or black-holed by nftables (``blackhole``)."""
+    way through: taken down (``cut``) or black-holed by nftables (``blackhole``).
+    ``k``: packets of a path per kernel buffer."""
     window = REGION
     faults = FaultScheduler(t.name) if cut else None  # started before the transfer
     try:
-        with qp_pair(t, src, dst, window, security=security) as p:
+        with qp_pair(t, src, dst, window, security=security, packets_per_buffer=k) as p:
             # size the transfer for about `seconds` at 5 Gb/s
             total = int(seconds * 5e9 / 8) // (1 << 20) * (1 << 20)
 
@@ -127,6 +135,7 @@ def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut", security="
             r["cpu"] = th.stop()
             r["verified"] = p.verify()  # every slot was written last from the same source bytes
             r["payload"] = p.qa.attr_mtu
+            r["packets_per_buffer"] = p.ca.packets_per_buffer
             return r
     finally:
         if faults:
@@ -189,6 +198,71 @@ def security_pairs(t, src, dst, a, log) -> int:
     return 0
 
 
+def buffer_packets(t, src, dst, want: int) -> int:
+    """``--packets-per-buffer`` as the contexts take it (mrc.fabric.gsobpf.packets_per_buffer):
+    0 is the most that fit in 64 KiB; anything but 1 needs the fabric's host_gso program on both
+    hosts' ports."""
+    k = gsobpf.packets_per_buffer(t, [t.host(src), t.host(dst)], want)
+    if want > 1 and k == 1:
+        raise UsageError(f"--packets-per-buffer {want} needs the host_gso program on every host port "
+                         "(mrc.fabric.gsobpf; it needs clang: bash tools/setup.sh installs it)")
+    return k
+
+
+def measure(t, src, dst, a, log) -> dict:
+    """Every rate of the run, in its order (the module's text), with MRC and the second raw
+    ceiling at ``--packets-per-buffer``."""
+    k = buffer_packets(t, src, dst, a.packets_per_buffer)
+    log("kernel TCP, one stream over plane 0, GSO super-packets through the switches ...")
+    tcp_super = stream_gbps(t, src, dst, a.seconds)
+    nif = apply.wire_sized(t)
+    log(f"  {tcp_super:.2f} Gb/s\nswitches now forward wire-size packets ({nif} interfaces)\n"
+        "mrc, one QP over all planes ...")
+    m = mrc_rate(t, src, dst, a.seconds, k=k)
+    payload, k = m["payload"], m["packets_per_buffer"]
+    log(f"  {m['gbps']:.2f} Gb/s ({payload} B packets)\nraw ceiling, same packets ...")
+    raw, raw_bytes, raw_cpu = raw_ceiling(t, src, dst, a.seconds, payload)
+    log(f"  {raw:.2f} Gb/s\nraw ceiling, {k} packets to a kernel buffer ...")
+    raw_k = raw_ceiling(t, src, dst, a.seconds, payload, k=k)[0] if k > 1 else raw
+    log(f"  {raw_k:.2f} Gb/s\nthe copying blaster: each payload copied from a 64 MiB region first ...")
+    copy, copy_bytes, copy_cpu = raw_ceiling(t, src, dst, a.seconds, payload,
+                                             bytearray(os.urandom(1 << 20)) * (REGION >> 20))
+    log(f"  {copy:.2f} Gb/s\nmrc, 64 KiB writes, no fault ...")
+    small = mrc_rate(t, src, dst, a.seconds / 2, msg=64 << 10, k=k)
+    log(f"  {small['gbps']:.2f} Gb/s\nkernel TCP, one stream over plane 0 ...")
+    tcp_use: dict = {}
+    tcp = stream_gbps(t, src, dst, a.seconds, clock=cpu.own_cpu, readings=tcp_use, region=REGION)
+    log(f"  {tcp:.2f} Gb/s\nkernel TCP, the same 1 MiB buffer at each end every time ...")
+    tcp_hot = stream_gbps(t, src, dst, a.seconds)
+    log(f"  {tcp_hot:.2f} Gb/s\nthe machine's floor: a packet copied and checksummed ...")
+    floor = cpu.minimum(payload)
+    log(f"  {floor['fused_cycles_per_byte']} cycles per byte in one pass\nMPTCP, one subflow per plane ...")
+    mptcp_setup(t, src)
+    mptcp_setup(t, dst)
+    mp = stream_gbps(t, src, dst, a.seconds, proto=IPPROTO_MPTCP, region=REGION)
+    log(f"  {mp:.2f} Gb/s\nmrc with a T0-T1 link cut mid-transfer ...")
+    link = f"{t.leaf(2, t.host_leaf(src))}-{t.spine(2, 1)}"
+    cut = mrc_rate(t, src, dst, a.seconds / 2, cut=link, msg=64 << 10, k=k)
+    log(f"  longest stall {cut['max_stall_after_event_ms']} ms\nmrc with the same link black-holed (nftables) ...")
+    hole = mrc_rate(t, src, dst, a.seconds / 2, cut=link, msg=64 << 10, mode="blackhole", k=k)
+    return {"payload": payload, "packets_per_buffer": k, "raw_gbps": round(raw, 3),
+            "raw_buffers_gbps": round(raw_k, 3), "ratio_raw_buffers": round(m["gbps"] / raw_k, 3),
+            "mrc_gbps": m["gbps"], "tcp_gbps": round(tcp, 3),
+            "mptcp_gbps": round(mp, 3), "ratio_raw": round(m["gbps"] / raw, 3),
+            "ratio_mptcp": round(m["gbps"] / mp, 3), "ratio_tcp": round(m["gbps"] / tcp, 3),
+            "copy_gbps": round(copy, 3), "ratio_copy": round(m["gbps"] / copy, 3),
+            "tcp_hot_gbps": round(tcp_hot, 3), "ratio_tcp_hot": round(m["gbps"] / tcp_hot, 3),
+            "data_verified": m["verified"] and small["verified"], "qp_errors": 0,
+            "tcp_superpacket_gbps": round(tcp_super, 3), "ratio_tcp_superpacket": round(m["gbps"] / tcp_super, 3),
+            "srv6": apply.srv6(t.name), "routing": a.routing, "bfd_ms": a.bfd_ms,
+            "stall_ms": cut["max_stall_after_event_ms"], "stall_ms_whole_run": cut["max_stall_ms"],
+            "stall_ms_no_fault": small["max_stall_ms"], "stall_ms_blackhole": hole["max_stall_after_event_ms"],
+            "stall_msg_bytes": 64 << 10,
+            **cpu_per_byte(m, (raw_bytes, raw_cpu), (copy_bytes, copy_cpu), tcp_use, floor),
+            "targets": {"ratio_raw": 0.8, "ratio_raw_buffers": 0.8, "ratio_mptcp": 2.0, "ratio_tcp": 1.2,
+                        "stall_ms": 1.0, "cpu_vs_min": 1.5}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print JSON only")
@@ -197,6 +271,10 @@ def main() -> int:
 
     ap.add_argument("--security-pairs", type=int, default=0, metavar="N",
                     help="measure security off against auth and encrypt, N rounds (alternated) instead")
+    ap.add_argument("--packets-per-buffer", type=bounded(int, 0, 8), default=0, metavar="K",
+                    help="MRC's packets of one path per kernel buffer (UDP_SEGMENT; 1: one each, through the raw "
+                         "socket; default 0: as many as fit in 64 KiB, where every host port has the fabric's "
+                         "host_gso program)")
     fabric_args.add_routing(ap)
     store.add_argument(ap)
     a = ap.parse_args()
@@ -212,49 +290,7 @@ def main() -> int:
             return security_pairs(t, src, dst, a, log)
         if apply.srv6(t.name) != "kernel":
             log("this kernel has no SRv6: the fabric's End, encap and End.DT6 run in tc BPF (mrc.fabric.srv6bpf)")
-        log("kernel TCP, one stream over plane 0, GSO super-packets through the switches ...")
-        tcp_super = stream_gbps(t, src, dst, a.seconds)
-        nif = apply.wire_sized(t)
-        log(f"  {tcp_super:.2f} Gb/s\nswitches now forward wire-size packets ({nif} interfaces)\n"
-            "mrc, one QP over all planes ...")
-        m = mrc_rate(t, src, dst, a.seconds)
-        payload = m["payload"]
-        log(f"  {m['gbps']:.2f} Gb/s ({payload} B packets)\nraw ceiling, same packets ...")
-        raw, raw_bytes, raw_cpu = raw_ceiling(t, src, dst, a.seconds, payload)
-        log(f"  {raw:.2f} Gb/s\nthe copying blaster: each payload copied from a 64 MiB region first ...")
-        copy, copy_bytes, copy_cpu = raw_ceiling(t, src, dst, a.seconds, payload,
-                                                 bytearray(os.urandom(1 << 20)) * (REGION >> 20))
-        log(f"  {copy:.2f} Gb/s\nmrc, 64 KiB writes, no fault ...")
-        small = mrc_rate(t, src, dst, a.seconds / 2, msg=64 << 10)
-        log(f"  {small['gbps']:.2f} Gb/s\nkernel TCP, one stream over plane 0 ...")
-        tcp_use: dict = {}
-        tcp = stream_gbps(t, src, dst, a.seconds, clock=cpu.own_cpu, readings=tcp_use, region=REGION)
-        log(f"  {tcp:.2f} Gb/s\nkernel TCP, the same 1 MiB buffer at each end every time ...")
-        tcp_hot = stream_gbps(t, src, dst, a.seconds)
-        log(f"  {tcp_hot:.2f} Gb/s\nthe machine's floor: a packet copied and checksummed ...")
-        floor = cpu.minimum(payload)
-        log(f"  {floor['fused_cycles_per_byte']} cycles per byte in one pass\nMPTCP, one subflow per plane ...")
-        mptcp_setup(t, src)
-        mptcp_setup(t, dst)
-        mp = stream_gbps(t, src, dst, a.seconds, proto=IPPROTO_MPTCP, region=REGION)
-        log(f"  {mp:.2f} Gb/s\nmrc with a T0-T1 link cut mid-transfer ...")
-        link = f"{t.leaf(2, t.host_leaf(src))}-{t.spine(2, 1)}"
-        cut = mrc_rate(t, src, dst, a.seconds / 2, cut=link, msg=64 << 10)
-        log(f"  longest stall {cut['max_stall_after_event_ms']} ms\nmrc with the same link black-holed (nftables) ...")
-        hole = mrc_rate(t, src, dst, a.seconds / 2, cut=link, msg=64 << 10, mode="blackhole")
-        res = {"payload": payload, "raw_gbps": round(raw, 3), "mrc_gbps": m["gbps"], "tcp_gbps": round(tcp, 3),
-               "mptcp_gbps": round(mp, 3), "ratio_raw": round(m["gbps"] / raw, 3),
-               "ratio_mptcp": round(m["gbps"] / mp, 3), "ratio_tcp": round(m["gbps"] / tcp, 3),
-               "copy_gbps": round(copy, 3), "ratio_copy": round(m["gbps"] / copy, 3),
-               "tcp_hot_gbps": round(tcp_hot, 3), "ratio_tcp_hot": round(m["gbps"] / tcp_hot, 3),
-               "data_verified": m["verified"] and small["verified"], "qp_errors": 0,
-               "tcp_superpacket_gbps": round(tcp_super, 3), "ratio_tcp_superpacket": round(m["gbps"] / tcp_super, 3),
-               "srv6": apply.srv6(t.name), "routing": a.routing, "bfd_ms": a.bfd_ms,
-               "stall_ms": cut["max_stall_after_event_ms"], "stall_ms_whole_run": cut["max_stall_ms"],
-               "stall_ms_no_fault": small["max_stall_ms"], "stall_ms_blackhole": hole["max_stall_after_event_ms"],
-               "stall_msg_bytes": 64 << 10,
-               **cpu_per_byte(m, (raw_bytes, raw_cpu), (copy_bytes, copy_cpu), tcp_use, floor),
-               "targets": {"ratio_raw": 0.8, "ratio_mptcp": 1.3, "ratio_tcp": 1.0, "stall_ms": 1.0, "cpu_vs_min": 1.5}}
+        res = measure(t, src, dst, a, log)
         if a.save:
             store.save("fabric_bench", res, a.save, srv6=res["srv6"])
         print(json.dumps(res, indent=1) if a.json else "\n".join(f"{k:20} {v}" for k, v in res.items()))
