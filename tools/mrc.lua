@@ -148,7 +148,7 @@ local function ext_len(op, flags)
     return ({ [0xDC] = 36, [0xDD] = 20, [0xDE] = 16, [0xD8] = 16, [0xD9] = 36 })[op]
 end
 
-function mrc.dissector(tvb, pinfo, tree)
+local function dissect_one(tvb, pinfo, tree)
     local len = tvb:len()
     if len < 12 then return 0 end
     pinfo.cols.protocol = "MRC"
@@ -257,4 +257,28 @@ function mrc.dissector(tvb, pinfo, tree)
     return len
 end
 
+mrc.dissector = dissect_one
 DissectorTable.get("udp.port"):add(4791, mrc) -- takes the port from the RoCEv2 (InfiniBand) dissector
+
+-- A buffer of k packets captured whole, before the kernel cut it (docs/engine.md, "Buffers of
+-- k packets"): its UDP length is its segments' and shorter than its payload. UDP hands the MRC
+-- dissector the first segment; this one dissects the others, each as the packet it becomes.
+local mrc_buffer = Proto("mrc_buffer", "MRC buffer of k packets")
+local udp_length = Field.new("udp.length")
+local udp_dstport = Field.new("udp.dstport")
+local ip_plen = Field.new("ipv6.plen")
+function mrc_buffer.dissector(tvb, pinfo, tree)
+    local ul, dp, pl = udp_length(), udp_dstport(), ip_plen()
+    if ul == nil or dp == nil or pl == nil or dp.value ~= 4791 then return end
+    local seg, total = ul.value - 8, pl.value - 8
+    if seg <= 0 or seg >= total then return end
+    local start, k = ul.offset + 4, 1 -- udp.length is 4 bytes before the UDP payload
+    for off = seg, total - 1, seg do
+        local n = math.min(seg, total - off)
+        if start + off + n > tvb:len() then break end
+        dissect_one(tvb:range(start + off, n):tvb("MRC packet " .. (k + 1)), pinfo, tree)
+        k = k + 1
+    end
+    pinfo.cols.info = string.format("buffer of %d MRC packets of %d bytes", k, seg)
+end
+register_postdissector(mrc_buffer, true)

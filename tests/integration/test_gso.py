@@ -8,8 +8,10 @@ the kernel leaves partial (its seed is checked instead). A QP's transfer with
 k = 7 arrives whole and in buffers, and `mrc decode` counts k packets for a
 buffer captured whole."""
 import os
+import shutil
 import socket
 import struct
+import subprocess
 import time
 
 import pytest
@@ -138,19 +140,39 @@ def test_a_transfer_in_buffers_of_k_arrives_whole(gso_fabric):
         assert sent > 0 and taken > 0 and taken <= sent
 
 
+def write_pcap(path: str, frames: list[bytes]) -> str:
+    """A classic pcap of Ethernet frames, whole."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 1 << 18, 1))
+        for fr in frames:
+            now = time.time()
+            f.write(struct.pack("<IIII", int(now), int(now % 1 * 1e6), len(fr), len(fr)) + fr)
+    return path
+
+
 def test_decode_counts_k_packets_for_a_buffer_captured_whole(gso_fabric, tmp_path):
     pytest.importorskip("scapy")
     from mrc.tools.decode import decode
 
     t = gso_fabric
     whole = blast_and_capture(t, K)
-    path = os.path.join(tmp_path, "whole.pcap")
-    with open(path, "wb") as f:
-        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 1 << 18, 1))
-        for fr in whole:
-            now = time.time()
-            f.write(struct.pack("<IIII", int(now), int(now % 1 * 1e6), len(fr), len(fr)) + fr)
+    path = write_pcap(os.path.join(tmp_path, "whole.pcap"), whole)
     r = decode(path)
     assert r["packets"] == sum(len(wire.cut_buffer(fr)) for fr in whole) > len(whole)
     assert r["buffers"] == sum(1 for fr in whole if len(wire.cut_buffer(fr)) > 1)
     assert r["malformed"] == 0 and r["icrc_failures"] == 0
+
+
+@pytest.mark.skipif(not shutil.which("tshark"), reason="tshark is not installed")
+def test_the_lua_dissector_shows_k_packets_for_a_buffer_captured_whole(gso_fabric, tmp_path):
+    whole = blast_and_capture(gso_fabric, K)
+    path = write_pcap(os.path.join(tmp_path, "whole.pcap"), whole[:2])
+    lua = os.path.join(os.path.dirname(__file__), "..", "..", "tools", "mrc.lua")
+    out = subprocess.run(["tshark", "-X", f"lua_script:{lua}", "-r", path, "-Y", "mrc", "-T", "fields",
+                          "-e", "mrc.psn", "-e", "mrc.icrc_ok", "-e", "_ws.col.Info"],
+                         capture_output=True, text=True, timeout=120)
+    rows = [ln.split("\t") for ln in out.stdout.splitlines() if ln.strip()]
+    assert len(rows) == 2, out.stdout + out.stderr
+    for psns, oks, info in rows:
+        assert len(psns.split(",")) == K and oks.split(",") == ["1"] * K, (psns, oks)
+        assert info.startswith(f"buffer of {K} MRC packets")
