@@ -222,9 +222,10 @@ def test_decode_cli_json_and_exit_code(sample_pcap, tmp_path):
     assert {"packets", "malformed", "qps", "planes"} <= set(r)
     assert {q["qp"] for q in r["qps"]} == {"h0->h1 qp 5", "h1->h0 qp 6"}  # hosts named by the topology file
     # without a topology the hosts are their addresses
+    # (and no running fabric to take names from: a state directory of none)
+    alone = {**{k: v for k, v in os.environ.items() if k != "MRC_TOPOLOGY"}, "MRC_STATE_DIR": str(tmp_path)}
     plain = json.loads(subprocess.run([sys.executable, "-m", "mrc", "decode", path, "--json"], capture_output=True,
-                                      text=True, env={k: v for k, v in os.environ.items() if k != "MRC_TOPOLOGY"}
-                                      ).stdout)
+                                      text=True, env=alone).stdout)
     assert f"{SMALL.port_address(0, 0)}->" in " ".join(q["qp"] for q in plain["qps"])
     bad = subprocess.run([sys.executable, "-m", "mrc", "decode", "/nonexistent.pcap"], capture_output=True, text=True)
     assert bad.returncode == 2 and "cannot read" in bad.stderr and "Traceback" not in bad.stderr
