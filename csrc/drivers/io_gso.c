@@ -215,7 +215,7 @@ void io_gso_queue(struct io *io, struct io_port *p, const struct mrc_peer_plane 
         m = &g->m[g->n++];
         *m = (struct gso_msg){.first = g->pkts, .count = 1, .bytes = d->len, .seg = d->len, .ev = d->ev,
                               .path = path, .peer = d->peer, .port = (uint8_t)port, .tclass = d->tclass,
-                              .open = d->len >= GSO_MIN_PKT && !(d->ev & MRC_GSO_MARK)};
+                              .open = d->len >= GSO_MIN_PKT};
     }
     g->iov[g->pkts++] = (struct iovec){(void *)pkt, d->len};
     if (g->pkts == IO_BATCH)

@@ -133,7 +133,7 @@ void io_queue_tx(struct io *io, const struct mrc_txdesc *d, const uint8_t *pkt)
     }
     struct io_port *p = &io->ports[pi];
     const struct mrc_peer_plane *pp = &io->peers[d->peer].plane[plane];
-    if (io->gso.k >= 2) {
+    if (io->gso.k >= 2 && !(d->ev & MRC_GSO_MARK)) { /* (an EV with the mark's bit cannot ride in the mark) */
         io_gso_queue(io, p, pp, d, pkt);
         return;
     }

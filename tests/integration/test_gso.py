@@ -17,12 +17,12 @@ import time
 import pytest
 
 from mrc import usid, wire
-from mrc.fabric import apply, gsobpf, ns
+from mrc.fabric import gsobpf, ns
 from mrc.fabric.pair import host_context, qp_pair
 from mrc.fabric.topology import Topology
 from mrc.tools.perf import stream
 from mrc.verbs import RemoteInfo
-from tests.integration.conftest import unique_name
+from tests.integration.conftest import _built, unique_name
 
 pytestmark = pytest.mark.root
 
@@ -32,13 +32,8 @@ FRAMES = 28  # what each capture keeps: 4 buffers' worth
 
 @pytest.fixture(scope="module")
 def gso_fabric():
-    t = Topology(planes=2, spines=1, leaves=1, hosts=2, name=unique_name("g"))
-    apply.up(t)
-    try:
-        yield t
-    finally:
-        apply.down(t.name)
-    assert not apply.project_namespaces(ns.list_netns(), t.name)
+    """2 planes, 1 spine, 1 leaf, 2 hosts: every capture below sees a whole plane's traffic."""
+    yield from _built(Topology(planes=2, spines=1, leaves=1, hosts=2, name=unique_name("g")))
 
 
 def leaf_port(t: Topology, host: str, plane: int):
