@@ -169,6 +169,7 @@ class EngineThread:
         for i, p in enumerate(self.ports):
             check(lib.mrc_ctx_port_stats(self._dev.handle(), i, st), "port stats")
             d = {name: getattr(st, name) for name, _ in ffi.typeof("struct mrc_port_stats").fields}
+            d["gso_tx_buffers"], d["gso_rx_buffers"] = self.port_gso(i)
             d.update(ifname=p.ifname, plane=p.plane)
             out.append(d)
         return out

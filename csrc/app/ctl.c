@@ -101,6 +101,10 @@ static void answer_ports(struct app_ctl *t, struct text *b, int full)
             put_u64(b, "tx_errors", st.tx_errors);
             put_u64(b, "rx_ring_drops", st.rx_ring_drops);
             put_u64(b, "carrier_downs", st.carrier_downs);
+            uint64_t gtx = 0, grx = 0;
+            mrc_ctx_port_gso(t->c, t->a->ports[i].plane, &gtx, &grx);
+            put_u64(b, "gso_tx_buffers", gtx);
+            put_u64(b, "gso_rx_buffers", grx);
             text_printf(b, ", \"carrier\": %s, \"admin_up\": %s", st.carrier ? "true" : "false",
                         st.admin_up ? "true" : "false");
         } else {

@@ -55,6 +55,8 @@ PORT_COUNTERS = [
     ("tx_errors", "mrc_port_send_errors_total", "Frames the kernel refused"),
     ("rx_ring_drops", "mrc_port_ring_drops_total", "Frames the kernel dropped for a full receive ring"),
     ("carrier_downs", "mrc_port_carrier_downs_total", "Times the link lost carrier or went down"),
+    ("gso_tx_buffers", "mrc_port_sent_buffers_total", "Kernel buffers of several packets sent (UDP_SEGMENT)"),
+    ("gso_rx_buffers", "mrc_port_received_buffers_total", "Kernel buffers of several packets taken whole"),
 ]
 
 
