@@ -42,6 +42,32 @@ def spin_arg(p: argparse.ArgumentParser) -> None:
                         "0 sleeps at once and saves a CPU, more can lower latency on a machine with cores to spare)")
 
 
+def buffer_arg(p: argparse.ArgumentParser) -> None:
+    """``--packets-per-buffer``: k packets of a path per kernel buffer."""
+    p.add_argument("--packets-per-buffer", type=bounded(int, 0, 8), default=1, metavar="K",
+                   help="send new data K packets of one path per kernel buffer (UDP_SEGMENT; 0: as many as fit in "
+                        "64 KiB; default 1, one each through the raw socket). Needs the egress program mrc fabric "
+                        "puts on every host port and a fabric without switch queues (docs/engine.md)")
+
+
+def packets_per_buffer(a: argparse.Namespace, resolver) -> int:
+    """``--packets-per-buffer`` once checked: anything but 1 needs the running fabric of the resolver's
+    topology to allow it on this host (mrc.fabric.gsobpf.packets_per_buffer), else a UsageError."""
+    want = getattr(a, "packets_per_buffer", 1)
+    if want == 1:
+        return 1
+    from mrc.fabric import apply, gsobpf
+
+    name, host = getattr(resolver, "name", None), getattr(resolver, "host", None)
+    if not name or not host or name not in apply.list_fabrics():
+        raise UsageError(f"--packets-per-buffer {want} needs a host of a running mrc fabric (its ports carry the "
+                         "egress program buffers need)")
+    if gsobpf.packets_per_buffer(apply.load_topology(name), [host], want) == 1:
+        raise UsageError(f"--packets-per-buffer {want}: fabric {name} does not allow it (its switch queues must "
+                         "see packets, or its host ports have no host_gso program: clang was missing)")
+    return want
+
+
 def where_args(p: argparse.ArgumentParser, ports: bool = True) -> None:
     """Options that say which host this is and where its ports and peers are."""
     p.add_argument("--topology", metavar="FILE", help="a topology file naming hosts, ports and paths "

@@ -25,6 +25,7 @@ from mrc._dp import ffi, lib
 from mrc.ctl import endpoint
 from mrc.errors import ErrnoError, MrcError, UsageError
 from mrc.paths import PathResolver, from_environment
+from mrc.ports import Port, discover_ports
 from mrc.units import gc_paused, parse_rate, parse_size, percentile  # noqa: F401 (mrc.tools.perf's names too)
 from mrc.verbs import Context, QPAttr
 
@@ -197,18 +198,24 @@ def _serve_client(ctx: Context, conn: cm.Connection, max_size: int, max_qps: int
             mr.close()
 
 
-def _spin(spin_us: float | None) -> dict:
-    """The engine's idle spin (Context's spin_us), if one was asked for."""
+def _ports(ports):
+    """``--ports``' [(ifname, plane), ...] as the Context takes them (None: the topology's)."""
+    return discover_ports(ports) if ports and not isinstance(ports[0], Port) else ports
+
+
+def _spin(spin_us: float | None, packets_per_buffer: int = 1) -> dict:
+    """The engine's idle spin (Context's spin_us), if one was asked for, and its packets per
+    kernel buffer."""
     if spin_us is None:
-        return {}
+        return {"packets_per_buffer": packets_per_buffer}
     if not 0 <= spin_us <= 1_000_000:
         raise UsageError(f"--spin-us must be 0 to 1000000, got {spin_us:g}")
-    return {"spin_us": spin_us}
+    return {"spin_us": spin_us, "packets_per_buffer": packets_per_buffer}
 
 
-def _open(ports, resolver: PathResolver, spin_us: float | None) -> tuple:
+def _open(ports, resolver: PathResolver, spin_us: float | None, packets_per_buffer: int = 1) -> tuple:
     """A client's context and its control endpoint (None where there is none)."""
-    ctx = Context(ports, resolver=resolver, **_spin(spin_us))
+    ctx = Context(_ports(ports), resolver=resolver, **_spin(spin_us, packets_per_buffer))
     return ctx, endpoint.serve(ctx, sys.stderr, role="mrc perf client")
 
 
@@ -227,13 +234,13 @@ def default_bind(resolver: PathResolver) -> str | None:
 def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resolver: PathResolver | None = None,
            ports=None, bind: str | None = None, max_size: int = SERVER_MAX_SIZE, max_qps: int = SERVER_MAX_QPS,
            psk: bytes | None = None, idle_timeout: float = IDLE_TIMEOUT, spin_us: float | None = None,
-           security: str = "off") -> int:
+           security: str = "off", packets_per_buffer: int = 1) -> int:
     """Serve clients one after the other (``once``: until one got through
     setup). A client that breaks the rules is told why, logged in a line and
     dropped; the server goes on. Returns 0, or 1 when ``once`` and its client
     failed after setup."""
     resolver = resolver or from_environment()
-    ctx = Context(ports, resolver=resolver, **_spin(spin_us))
+    ctx = Context(_ports(ports), resolver=resolver, **_spin(spin_us, packets_per_buffer))
     ctl = endpoint.serve(ctx, out, role="mrc perf server")
     where = bind or default_bind(resolver)
     try:
@@ -281,11 +288,11 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resol
 def client(server_host: str, sizes: list[int], iters: int = 100, imm: bool = False, verify: bool = False,
            depth: int = 16, port: int = cm.DEFAULT_PORT, progress: bool = True, qps: int = 1,
            resolver: PathResolver | None = None, ports=None, psk: bytes | None = None,
-           spin_us: float | None = None, security: str = "off") -> list[dict]:
+           spin_us: float | None = None, security: str = "off", packets_per_buffer: int = 1) -> list[dict]:
     """``mrc perf client``: write each size ``iters`` times to a server and measure."""
     resolver = resolver or from_environment()
     addr = cm.setup_address(server_host, resolver)
-    ctx, ctl = _open(ports, resolver, spin_us)
+    ctx, ctl = _open(ports, resolver, spin_us, packets_per_buffer)
     try:
         max_size = max(sizes)
         src = bytearray(os.urandom(max_size))
@@ -379,7 +386,8 @@ def _size_result(ctx, conn, src: bytearray | None, size: int, iters: int, qps: i
 
 def latency(server_host: str, sizes: list[int], iters: int = 1000, port: int = cm.DEFAULT_PORT,
             progress: bool = True, resolver: PathResolver | None = None, ports=None, psk: bytes | None = None,
-            warmup: int = 50, spin_us: float | None = None, security: str = "off") -> list[dict]:
+            warmup: int = 50, spin_us: float | None = None, security: str = "off",
+            packets_per_buffer: int = 1) -> list[dict]:
     """Round trips: a WRITE_IMM of each size to the server, which writes it
     straight back (same length and immediate) into our echo region; one at a
     time, timed in C (csrc/bench/pingpong.c) from the post to our receive
@@ -387,7 +395,7 @@ def latency(server_host: str, sizes: list[int], iters: int = 1000, port: int = c
     then sleep on their CQ's channel."""
     resolver = resolver or from_environment()
     addr = cm.setup_address(server_host, resolver)
-    ctx, ctl = _open(ports, resolver, spin_us)
+    ctx, ctl = _open(ports, resolver, spin_us, packets_per_buffer)
     try:
         size_max = max(sizes)
         src, back = bytearray(os.urandom(size_max)), bytearray(size_max)

@@ -12,6 +12,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sys
 import time
 
 import pytest
@@ -171,3 +172,29 @@ def test_the_lua_dissector_shows_k_packets_for_a_buffer_captured_whole(gso_fabri
     for psns, oks, info in rows:
         assert len(psns.split(",")) == K and oks.split(",") == ["1"] * K, (psns, oks)
         assert info.startswith(f"buffer of {K} MRC packets")
+
+
+def test_mrc_perf_in_buffers_of_k_verifies_every_byte_over_every_plane(gso_fabric):
+    from tests.integration.test_perf import perf
+
+    res = perf(gso_fabric, "--verify", "--sizes", "4K,1M", "--iters", "40", "--packets-per-buffer", "0")
+    for r in res:
+        assert r["verified"] is True
+    assert all(abs(s - 1 / gso_fabric.planes) < 0.15 for s in res[-1]["plane_share"]), res[-1]["plane_share"]
+
+
+def test_mrc_perf_refuses_buffers_where_the_fabric_does_not_allow_them(tmp_path):
+    """A fabric with switch queues (which must see packets), and no fabric at all: one line, exit 2."""
+    t = Topology(planes=2, spines=1, leaves=1, hosts=2, name=unique_name("q"))
+    for _ in _built(t):
+        mrc = [sys.executable, "-m", "mrc"]
+        subprocess.run(mrc + ["fabric", "qos", "all", "--name", t.name, "--rate", "1gbit"], check=True,
+                       capture_output=True, timeout=60)
+        out = subprocess.run(mrc + ["fabric", "exec", "h0", "--name", t.name, "--"] + mrc
+                             + ["perf", "client", "h1", "--packets-per-buffer", "7"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and "does not allow it" in out.stderr and "Traceback" not in out.stderr
+    alone = {**os.environ, "MRC_STATE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "mrc", "perf", "client", "::1", "--ports", "lo",
+                          "--packets-per-buffer", "0"], capture_output=True, text=True, timeout=60, env=alone)
+    assert out.returncode == 2 and "a host of a running mrc fabric" in out.stderr and "Traceback" not in out.stderr

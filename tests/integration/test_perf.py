@@ -247,3 +247,10 @@ def test_perf_with_security_verifies_every_byte_and_drops_nothing(fabric, tmp_pa
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_perf_client_on_ports_named_by_hand(fabric):
+    """--ports instead of the topology's ports (it crashed: the names reached Context unresolved)."""
+    res = perf(fabric, "--ports", ",".join(f"p{p}" for p in range(fabric.planes)), "--sizes", "64K",
+               "--iters", "10", "--verify")
+    assert res[0]["verified"] is True

@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
     args.psk_arg(ps, "only clients that prove they hold this key (challenge-response, HMAC-SHA256) get a QP")
     args.security_arg(ps)
     args.spin_arg(ps)
+    args.buffer_arg(ps)
     args.where_args(ps)
     ps.set_defaults(run=_server)
     pc = psub.add_parser("client", help="write to a server and measure")
@@ -53,6 +54,7 @@ def add_parser(sub) -> None:
     args.psk_arg(pc, "prove to the server that we hold this key (and check that it does)")
     args.security_arg(pc)
     args.spin_arg(pc)
+    args.buffer_arg(pc)
     args.where_args(pc)
     args.json_arg(pc)
     pc.set_defaults(run=_client)
@@ -67,9 +69,11 @@ def _server(a: argparse.Namespace) -> int:
     from mrc.tools import perf
 
     psk, ports = args.read_psk(a), args.ports_spec(a.ports)   # what the user gave is checked first
-    return perf.server(a.port, once=not a.forever, resolver=args.resolver(a, "mrc perf"),
+    resolver = args.resolver(a, "mrc perf")
+    return perf.server(a.port, once=not a.forever, resolver=resolver,
                        ports=ports, bind=a.bind, max_size=a.max_size, max_qps=a.max_qps,
-                       psk=psk, idle_timeout=a.idle_timeout, spin_us=a.spin_us, security=a.security)
+                       psk=psk, idle_timeout=a.idle_timeout, spin_us=a.spin_us, security=a.security,
+                       packets_per_buffer=args.packets_per_buffer(a, resolver))
 
 
 def _client(a: argparse.Namespace) -> int:
@@ -77,15 +81,15 @@ def _client(a: argparse.Namespace) -> int:
 
     sizes = a.sizes   # parsed and bounded by size_list_type
     psk, ports = args.read_psk(a), args.ports_spec(a.ports)   # what the user gave is checked first
+    resolver = args.resolver(a, "mrc perf")
+    k = args.packets_per_buffer(a, resolver)
     if a.latency:
-        res = perf.latency(a.server, sizes, a.iters, a.port, progress=not a.json,
-                           resolver=args.resolver(a, "mrc perf"), ports=ports, psk=psk,
-                           spin_us=a.spin_us, security=a.security)
+        res = perf.latency(a.server, sizes, a.iters, a.port, progress=not a.json, resolver=resolver, ports=ports,
+                           psk=psk, spin_us=a.spin_us, security=a.security, packets_per_buffer=k)
         perf.main_json(res) if a.json else perf.print_latency(res)
         return 0 if all(r["verified"] for r in res) else 1
     res = perf.client(a.server, sizes, a.iters, a.imm, a.verify, a.depth, a.port,
-                      progress=sys.stderr.isatty() or not a.json, qps=a.qps, resolver=args.resolver(a, "mrc perf"),
-                      ports=ports, psk=psk, spin_us=a.spin_us,
-                      security=a.security)
+                      progress=sys.stderr.isatty() or not a.json, qps=a.qps, resolver=resolver,
+                      ports=ports, psk=psk, spin_us=a.spin_us, security=a.security, packets_per_buffer=k)
     perf.main_json(res) if a.json else perf.print_table(res)
     return 0 if all(r["verified"] is not False for r in res) else 1
