@@ -130,13 +130,15 @@ def _drain(cq, left: int, check, timeout: float = 10.0) -> int:
     return errors
 
 
-def run_mrc(t, seconds, plan, msg, depth=64, deny=None, attr: QPAttr | None = None) -> dict:
+def run_mrc(t, seconds, plan, msg, depth=64, deny=None, attr: QPAttr | None = None, k: int = 1) -> dict:
+    """One MRC transfer h0 -> the last host under ``plan``'s faults, every completion checked;
+    ``k`` packets of a path per kernel buffer."""
     src, dst = 0, t.hosts - 1
     window = 64 << 20
     # two source versions per slot, alternating lap by lap: each completion is
     # checked against what it had to write, so a write that never landed (the
     # slot still holds the last lap's bytes) counts as corrupt
-    p = qp_pair(t, src, dst, 2 * window, attr)
+    p = qp_pair(t, src, dst, 2 * window, attr, packets_per_buffer=k)
     ca, cb, qa, ms, ib = p.ca, p.cb, p.qa, p.ms, p.remote
     want, got = ffi.from_buffer(p.src), ffi.from_buffer(p.dst)
     corrupt = [0, 0]  # bytes that differ, bytes checked

@@ -71,7 +71,7 @@ import fabric_args
 from campaign_report import BUCKET, bad_path_leave, markdown, monitor_figures, plot, spread, table
 from campaign_runs import FAULT_AT, Recorder, run_idle, run_mrc, run_tcp
 
-from mrc.fabric import apply, bgp
+from mrc.fabric import apply, bgp, gsobpf
 from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup
 from mrc.fabric.topology import Topology
 from mrc.signals import exit_cleanly_on_sigterm
@@ -259,6 +259,8 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--flap-seconds", type=float, default=60.0, help="how long (b) flaps (default 60)")
     ap.add_argument("--msg", type=int, default=64 << 10, help="MRC WRITE size in bytes (default 64 KiB)")
     ap.add_argument("--no-kernel", action="store_true", help="MRC only (skip TCP and MPTCP)")
+    ap.add_argument("--packets-per-buffer", type=int, choices=range(0, 9), default=1, metavar="K",
+                    help="MRC's packets of a path per kernel buffer (0: as many as fit in 64 KiB; default 1)")
     fabric_args.add_routing(ap)
     ap.add_argument("--markdown", metavar="JSON", nargs="+",
                     help="print the markdown table of a saved --json run and exit; with several runs, the table "
@@ -359,7 +361,8 @@ def main() -> int:
         def run(proto, seconds, plan, port, deny=None):
             if proto == "mrc":
                 r = run_mrc(t, seconds, plan, a.msg, deny=deny,
-                            attr=QPAttr(timeout=a.timeout) if a.timeout is not None else None)
+                            attr=QPAttr(timeout=a.timeout) if a.timeout is not None else None,
+                            k=gsobpf.packets_per_buffer(t, [t.host(0), t.host(t.hosts - 1)], a.packets_per_buffer))
                 return r, r["t0_ns"]
             sport = bgp.sport_through(t, 0, t.hosts - 1, 0, 3, port) if a.routing == "bgp" else 0
             r = run_tcp(t, seconds, plan, IPPROTO_MPTCP if proto == "mptcp" else 0, port, sport)
@@ -368,7 +371,7 @@ def main() -> int:
         port = 5300
         out: dict = {"fabric": {"planes": t.planes, "spines": t.spines, "leaves": t.leaves, "hosts": t.hosts,
                                 "routing": a.routing, "bfd_ms": a.bfd_ms},
-                     "msg_bytes": a.msg, "scenarios": {}}
+                     "msg_bytes": a.msg, "packets_per_buffer": a.packets_per_buffer, "scenarios": {}}
         mss = 0
         for key in want:
             sc = scs[key]
