@@ -126,9 +126,11 @@ def test_a_buffer_cut_by_the_kernel_is_the_packets_sent_one_at_a_time(gso_fabric
         assert struct.unpack_from("!H", f, 60)[0] == s
 
 
-def test_a_transfer_in_buffers_of_k_arrives_whole(gso_fabric):
+@pytest.mark.parametrize("security", ["off", "encrypt"])
+def test_a_transfer_in_buffers_of_k_arrives_whole(gso_fabric, security):
+    """Sealed or not, each packet of a buffer is a packet of its own (sealed on its own)."""
     t = gso_fabric
-    with qp_pair(t, 0, 1, 16 << 20, packets_per_buffer=K) as p:
+    with qp_pair(t, 0, 1, 16 << 20, security=security, packets_per_buffer=K) as p:
         r = stream(p.ca, p.qa, p.ms, p.remote, 64 << 20, msg=1 << 20, depth=16, window=16 << 20)
         assert p.verify(16 << 20) and r["gbps"] > 0
         sent = sum(p.ca.engine.port_gso(i)[0] for i in range(t.planes))
