@@ -113,6 +113,10 @@ def plan(t: Topology, routing: str = "static") -> list[Op]:
                       {"ifname": link.a_if, "peer_node": link.b_node, "peer_ifname": link.b_if,
                        "address": a_mac, "peer_address": b_mac}, ln))
         ops += link_config(t, link)
+        if link.a_node.startswith("h"):
+            # MRC's buffers of k packets leave through the port's egress program (mrc.fabric.gsobpf);
+            # once, at build: a fault takes the link down and up, and its clsact programs stay
+            ops.append(Op("gso", link.a_node, {"ifname": link.a_if}, ln))
 
     # 5. kernel traffic: inner addresses on lo and per-plane source rules
     #    (before the encap routes, whose prefsrc must already exist)
@@ -166,8 +170,6 @@ def link_config(t: Topology, link) -> list[Op]:
         h = t.host_index(link.a_node)
         ops.append(Op("addr", link.a_node,
                       {"ifname": link.a_if, "address": t.port_address(h, link.plane), "prefixlen": 128}, ln))
-        # MRC's buffers of k packets leave through the port's egress program (mrc.fabric.gsobpf)
-        ops.append(Op("gso", link.a_node, {"ifname": link.a_if}, ln))
     ops += [
         Op("up", link.a_node, {"ifname": link.a_if}, ln),
         Op("up", link.b_node, {"ifname": link.b_if}, ln),

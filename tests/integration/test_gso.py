@@ -18,7 +18,7 @@ import time
 import pytest
 
 from mrc import usid, wire
-from mrc.fabric import gsobpf, ns
+from mrc.fabric import apply, gsobpf, ns
 from mrc.fabric.pair import host_context, qp_pair
 from mrc.fabric.topology import Topology
 from mrc.tools.perf import stream
@@ -89,8 +89,11 @@ def without_checksum(f: bytes) -> bytes:
     return f[:60] + b"\0\0" + f[62:]
 
 
-def test_every_host_port_has_the_egress_program(gso_fabric):
+def test_every_host_port_has_the_egress_program_and_keeps_it_through_a_fault(gso_fabric):
     t = gso_fabric
+    link = next(lk for lk in t.links() if lk.a_node == "h0" and lk.plane == 1)
+    apply.fail(t.name, link.name)
+    apply.heal(t.name, link.name)  # the build attached it; a fault takes the link down and up and leaves it
     for h in t.host_nodes():
         assert gsobpf.ready(t, h, [f"p{p}" for p in range(t.planes)])
 
