@@ -24,6 +24,10 @@ The fabric routes kernel traffic with FRR's BGP (mrc fabric up --routing
 bgp: plain IPv6, ECMP, BFD), as a datacenter fabric routes TCP; --routing
 static keeps the SRv6 encap through one spine per host pair.
 
+With buffers of k packets, MRC is also measured before the switches are
+made wire-sized (mrc_whole_gbps; ratio_tcp_whole, over tcp_superpacket_gbps):
+both stacks' buffers then cross every hop whole.
+
 Same payload size: the hosts keep GSO (as a host keeps TSO on a real NIC),
 but every switch interface gets gso_max_segs 1 (mrc.fabric.apply.wire_sized),
 so the leaf cuts TCP's 64 KB super-packets and the fabric forwards packets of
@@ -215,8 +219,10 @@ def measure(t, src, dst, a, log) -> dict:
     k = buffer_packets(t, src, dst, a.packets_per_buffer)
     log("kernel TCP, one stream over plane 0, GSO super-packets through the switches ...")
     tcp_super = stream_gbps(t, src, dst, a.seconds)
+    log(f"  {tcp_super:.2f} Gb/s\nmrc, one QP over all planes, its buffers whole through the switches too ...")
+    whole = mrc_rate(t, src, dst, a.seconds, k=k) if k != 1 else None  # the control beside tcp_super
     nif = apply.wire_sized(t)
-    log(f"  {tcp_super:.2f} Gb/s\nswitches now forward wire-size packets ({nif} interfaces)\n"
+    log(f"  {whole['gbps'] if whole else '-'} Gb/s\nswitches now forward wire-size packets ({nif} interfaces)\n"
         "mrc, one QP over all planes ...")
     m = mrc_rate(t, src, dst, a.seconds, k=k)
     payload, k = m["payload"], m["packets_per_buffer"]
@@ -254,6 +260,9 @@ def measure(t, src, dst, a, log) -> dict:
             "tcp_hot_gbps": round(tcp_hot, 3), "ratio_tcp_hot": round(m["gbps"] / tcp_hot, 3),
             "data_verified": m["verified"] and small["verified"], "qp_errors": 0,
             "tcp_superpacket_gbps": round(tcp_super, 3), "ratio_tcp_superpacket": round(m["gbps"] / tcp_super, 3),
+            # both with their buffers whole through every hop (None: MRC sends a packet per buffer)
+            "mrc_whole_gbps": whole["gbps"] if whole else None,
+            "ratio_tcp_whole": round(whole["gbps"] / tcp_super, 3) if whole else None,
             "srv6": apply.srv6(t.name), "routing": a.routing, "bfd_ms": a.bfd_ms,
             "stall_ms": cut["max_stall_after_event_ms"], "stall_ms_whole_run": cut["max_stall_ms"],
             "stall_ms_no_fault": small["max_stall_ms"], "stall_ms_blackhole": hole["max_stall_after_event_ms"],
