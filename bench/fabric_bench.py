@@ -64,7 +64,7 @@ import sys
 import time
 
 from mrc.errors import UsageError
-from mrc.fabric import apply, gsobpf
+from mrc.fabric import apply
 from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup, stream_gbps
 from mrc.fabric.faults import FaultScheduler
 from mrc.fabric.pair import host_context, qp_pair
@@ -203,10 +203,10 @@ def security_pairs(t, src, dst, a, log) -> int:
 
 
 def buffer_packets(t, src, dst, want: int) -> int:
-    """``--packets-per-buffer`` as the contexts take it (mrc.fabric.gsobpf.packets_per_buffer):
+    """``--packets-per-buffer`` as the contexts take it (mrc.fabric.apply.packets_per_buffer):
     0 is the most that fit in 64 KiB; anything but 1 needs the fabric's host_gso program on both
     hosts' ports."""
-    k = gsobpf.packets_per_buffer(t, [t.host(src), t.host(dst)], want)
+    k = apply.packets_per_buffer(t, [t.host(src), t.host(dst)], want)
     if want > 1 and k == 1:
         raise UsageError(f"--packets-per-buffer {want} needs the host_gso program on every host port "
                          "(mrc.fabric.gsobpf; it needs clang: bash tools/setup.sh installs it)")

@@ -71,7 +71,7 @@ import fabric_args
 from campaign_report import BUCKET, bad_path_leave, markdown, monitor_figures, plot, spread, table
 from campaign_runs import FAULT_AT, Recorder, run_idle, run_mrc, run_tcp
 
-from mrc.fabric import apply, bgp, gsobpf
+from mrc.fabric import apply, bgp
 from mrc.fabric.baseline import IPPROTO_MPTCP, mptcp_setup
 from mrc.fabric.topology import Topology
 from mrc.signals import exit_cleanly_on_sigterm
@@ -362,7 +362,7 @@ def main() -> int:
             if proto == "mrc":
                 r = run_mrc(t, seconds, plan, a.msg, deny=deny,
                             attr=QPAttr(timeout=a.timeout) if a.timeout is not None else None,
-                            k=gsobpf.packets_per_buffer(t, [t.host(0), t.host(t.hosts - 1)], a.packets_per_buffer))
+                            k=apply.packets_per_buffer(t, [t.host(0), t.host(t.hosts - 1)], a.packets_per_buffer))
                 return r, r["t0_ns"]
             sport = bgp.sport_through(t, 0, t.hosts - 1, 0, 3, port) if a.routing == "bgp" else 0
             r = run_tcp(t, seconds, plan, IPPROTO_MPTCP if proto == "mptcp" else 0, port, sport)

@@ -1,7 +1,9 @@
 """What tools/results.py and its sections share: a value at a dotted path,
-a figure as the page prints it, a Markdown table."""
+a figure as the page prints it, a Markdown table, a figure over several runs."""
 
 from __future__ import annotations
+
+import statistics
 
 
 def get(d, path: str, default=None):
@@ -47,3 +49,21 @@ def routing_text(routing: str | None, bfd_ms=None) -> str:
                 "uSID paths are the same static ones.")
     return ("Kernel traffic takes the fabric's static SRv6 encap through one spine per host pair (this run "
             "predates `--routing bgp`).")
+
+
+def run_spread(runs: list[dict], path: str, nd: int = 3) -> str:
+    """The latest run's value; with several runs, their median and range too."""
+    vals = [v for v in (get(r, path) for r in runs) if isinstance(v, (int, float))]
+    if not vals:
+        return "-"
+    last = fmt(vals[-1], nd)
+    if len(vals) < 2:
+        return last
+    return f"{last} (median of {len(vals)} runs {fmt(statistics.median(vals), nd)}, {fmt(min(vals), nd)}-" \
+           f"{fmt(max(vals), nd)})"
+
+
+def run_median(runs: list[dict], path: str, nd: int = 3) -> str:
+    """The median over the runs (the README's one figure per cell)."""
+    vals = [v for v in (get(r, path) for r in runs) if isinstance(v, (int, float))]
+    return fmt(statistics.median(vals), nd) if vals else "-"

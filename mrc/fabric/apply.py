@@ -20,7 +20,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict
 
 from mrc.errors import FabricError, PrivilegeError, UsageError
-from mrc.fabric import bgp, ns, qos, resolver
+from mrc.fabric import bgp, gsobpf, ns, qos, resolver
 from mrc.fabric.executor import Executor, nft, pyroute2
 from mrc.fabric.plan import Op, link_ops, plan
 from mrc.fabric.topology import NS_PREFIX, Topology
@@ -477,6 +477,17 @@ def flap(name: str, target: str, period: float, count: int | None = None, durati
 
 
 # ------------------------------------------------------- wire-sized packets
+def packets_per_buffer(t: Topology, hosts: list[str], want: int = 0) -> int:
+    """What a context on ``hosts`` may ask for (``Context(packets_per_buffer=)``): ``want``
+    (0: as many as fit) where every one of their ports has the host_gso program (mrc.fabric.gsobpf)
+    and no switch port of the fabric has a queue (a queue that marks and trims must see packets, not
+    buffers), else 1."""
+    if want == 1 or load_state(t.name).get("queues"):
+        return 1
+    ports = [f"p{p}" for p in range(t.planes)]
+    return want if all(gsobpf.ready(t, h, ports) for h in hosts) else 1
+
+
 def wire_sized(t: Topology, segs: int = 1) -> int:
     """Make every switch interface carry wire-size packets (``gso_max_segs``).
 

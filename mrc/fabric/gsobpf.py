@@ -4,7 +4,8 @@ carries its EV in its mark, and the program writes it into the flow label and
 the UDP source port and moves the checksum to the final destination, as
 protocol.md section 2 has it. Every other packet passes untouched. Attached on
 clsact egress of every host port when the fabric is built and healed; a
-context sends buffers only through ports that have it (:func:`ready`)."""
+context sends buffers only through ports that have it (:func:`ready`;
+mrc.fabric.apply.packets_per_buffer says what a context may ask for)."""
 
 from __future__ import annotations
 
@@ -32,18 +33,6 @@ def attach(t: Topology, node: str, ifname: str) -> None:
 def ready(t: Topology, node: str, ifnames: list[str]) -> bool:
     """Whether every one of the host's ports ``ifnames`` has the program."""
     return all("host_gso" in found for found in tcbpf.prog_ids(t, node, [(i, "egress") for i in ifnames]))
-
-
-def packets_per_buffer(t: Topology, hosts: list[str], want: int = 0) -> int:
-    """What a context on ``hosts`` may ask for (``Context(packets_per_buffer=)``): ``want``
-    (0: as many as fit) where every one of their ports has the program and no switch port of the
-    fabric has a queue (a queue that marks and trims must see packets, not buffers), else 1."""
-    from mrc.fabric import apply  # (apply builds with this module's program)
-
-    if want == 1 or apply.load_state(t.name).get("queues"):
-        return 1
-    ports = [f"p{p}" for p in range(t.planes)]
-    return want if all(ready(t, h, ports) for h in hosts) else 1
 
 
 def counters(t: Topology, node: str, ifname: str) -> dict | None:

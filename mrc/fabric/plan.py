@@ -112,11 +112,7 @@ def plan(t: Topology, routing: str = "static") -> list[Op]:
         ops.append(Op("veth", link.a_node,
                       {"ifname": link.a_if, "peer_node": link.b_node, "peer_ifname": link.b_if,
                        "address": a_mac, "peer_address": b_mac}, ln))
-        ops += link_config(t, link)
-        if link.a_node.startswith("h"):
-            # MRC's buffers of k packets leave through the port's egress program (mrc.fabric.gsobpf);
-            # once, at build: a fault takes the link down and up, and its clsact programs stay
-            ops.append(Op("gso", link.a_node, {"ifname": link.a_if}, ln))
+        ops += link_config(t, link) + host_port_programs(link)
 
     # 5. kernel traffic: inner addresses on lo and per-plane source rules
     #    (before the encap routes, whose prefsrc must already exist)
@@ -149,6 +145,12 @@ def mac(kind: int, index: int, end: int) -> str:
 def link_macs(link) -> tuple[str, str]:
     """The planned MACs of a link's lower and upper end."""
     return mac(0x6D, link.index, 1), mac(0x6D, link.index, 2)
+
+
+def host_port_programs(link) -> list[Op]:
+    """A host port's egress program for MRC's buffers of k packets (mrc.fabric.gsobpf): once, at build
+    (a fault takes a link down and up, and its clsact programs stay)."""
+    return [Op("gso", link.a_node, {"ifname": link.a_if}, (link.name,))] if link.a_node.startswith("h") else []
 
 
 def link_config(t: Topology, link) -> list[Op]:

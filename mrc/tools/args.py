@@ -52,17 +52,17 @@ def buffer_arg(p: argparse.ArgumentParser) -> None:
 
 def packets_per_buffer(a: argparse.Namespace, resolver) -> int:
     """``--packets-per-buffer`` once checked: anything but 1 needs the running fabric of the resolver's
-    topology to allow it on this host (mrc.fabric.gsobpf.packets_per_buffer), else a UsageError."""
+    topology to allow it on this host (mrc.fabric.apply.packets_per_buffer), else a UsageError."""
     want = getattr(a, "packets_per_buffer", 1)
     if want == 1:
         return 1
-    from mrc.fabric import apply, gsobpf
+    from mrc.fabric import apply
 
     name, host = getattr(resolver, "name", None), getattr(resolver, "host", None)
     if not name or not host or name not in apply.list_fabrics():
         raise UsageError(f"--packets-per-buffer {want} needs a host of a running mrc fabric (its ports carry the "
                          "egress program buffers need)")
-    if gsobpf.packets_per_buffer(apply.load_topology(name), [host], want) == 1:
+    if apply.packets_per_buffer(apply.load_topology(name), [host], want) == 1:
         raise UsageError(f"--packets-per-buffer {want}: fabric {name} does not allow it (its switch queues must "
                          "see packets, or its host ports have no host_gso program: clang was missing)")
     return want

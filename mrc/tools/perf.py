@@ -203,19 +203,18 @@ def _ports(ports):
     return discover_ports(ports) if ports and not isinstance(ports[0], Port) else ports
 
 
-def _spin(spin_us: float | None, packets_per_buffer: int = 1) -> dict:
-    """The engine's idle spin (Context's spin_us), if one was asked for, and its packets per
-    kernel buffer."""
+def _spin(spin_us: float | None) -> dict:
+    """The engine's idle spin (Context's spin_us), if one was asked for."""
     if spin_us is None:
-        return {"packets_per_buffer": packets_per_buffer}
+        return {}
     if not 0 <= spin_us <= 1_000_000:
         raise UsageError(f"--spin-us must be 0 to 1000000, got {spin_us:g}")
-    return {"spin_us": spin_us, "packets_per_buffer": packets_per_buffer}
+    return {"spin_us": spin_us}
 
 
 def _open(ports, resolver: PathResolver, spin_us: float | None, packets_per_buffer: int = 1) -> tuple:
     """A client's context and its control endpoint (None where there is none)."""
-    ctx = Context(_ports(ports), resolver=resolver, **_spin(spin_us, packets_per_buffer))
+    ctx = Context(_ports(ports), resolver=resolver, packets_per_buffer=packets_per_buffer, **_spin(spin_us))
     return ctx, endpoint.serve(ctx, sys.stderr, role="mrc perf client")
 
 
@@ -240,7 +239,7 @@ def server(port: int = cm.DEFAULT_PORT, once: bool = True, out=sys.stderr, resol
     dropped; the server goes on. Returns 0, or 1 when ``once`` and its client
     failed after setup."""
     resolver = resolver or from_environment()
-    ctx = Context(_ports(ports), resolver=resolver, **_spin(spin_us, packets_per_buffer))
+    ctx = Context(_ports(ports), resolver=resolver, packets_per_buffer=packets_per_buffer, **_spin(spin_us))
     ctl = endpoint.serve(ctx, out, role="mrc perf server")
     where = bind or default_bind(resolver)
     try:
