@@ -158,12 +158,12 @@ class Executor:
         """Load an nftables script."""
         nft(self.t, node, script)
 
-    def op_gso(self, node: str, ifname: str) -> None:
-        """A host port's egress program for MRC's buffers of k packets (mrc.fabric.gsobpf). Where
+    def op_gso(self, node: str, ifnames: list[str]) -> None:
+        """A host's ports' egress program for MRC's buffers of k packets (mrc.fabric.gsobpf). Where
         it cannot be built (no clang), the fabric works without it: its contexts send one packet
         per buffer."""
         try:
-            gsobpf.attach(self.t, node, ifname)
+            gsobpf.attach(self.t, node, ifnames)
         except FabricError as e:
             self.gso_missing = str(e)
 

@@ -19,15 +19,15 @@ GSO_PRIO = 2  # after the SRv6 encap's (srv6bpf.HOST_PRIO), before the port queu
 _ST = struct.Struct("<2Q")  # fixed, dropped
 
 
-def attach(t: Topology, node: str, ifname: str) -> None:
-    """Put the program on ``node``'s port ``ifname`` (again: ``filter replace``). Raises
-    FabricError when it cannot be built or loaded."""
+def attach(t: Topology, node: str, ifnames: list[str]) -> None:
+    """Put the program on ``node``'s ports ``ifnames`` (again: ``filter replace``), in one ``tc``.
+    Raises FabricError when it cannot be built or loaded."""
     obj = tcbpf.build("host_gso", "buffers of k MRC packets (mrc_ctx_set_gso)")
-    r = tcbpf.tc_batch(t, node, [
-        f"qdisc replace dev {ifname} clsact",
-        f"filter replace dev {ifname} egress prio {GSO_PRIO} handle 1 bpf direct-action obj {obj} sec tc"])
+    r = tcbpf.tc_batch(t, node, [x for i in ifnames for x in (
+        f"qdisc replace dev {i} clsact",
+        f"filter replace dev {i} egress prio {GSO_PRIO} handle 1 bpf direct-action obj {obj} sec tc")])
     if r.returncode != 0:
-        raise FabricError(f"attaching host_gso on {t.ns(node)}:{ifname} failed: {r.stderr.strip()}")
+        raise FabricError(f"attaching host_gso in {t.ns(node)} failed: {r.stderr.strip()}")
 
 
 def ready(t: Topology, node: str, ifnames: list[str]) -> bool:

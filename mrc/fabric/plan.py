@@ -112,7 +112,8 @@ def plan(t: Topology, routing: str = "static") -> list[Op]:
         ops.append(Op("veth", link.a_node,
                       {"ifname": link.a_if, "peer_node": link.b_node, "peer_ifname": link.b_if,
                        "address": a_mac, "peer_address": b_mac}, ln))
-        ops += link_config(t, link) + host_port_programs(link)
+        ops += link_config(t, link)
+    ops += host_port_programs(t)
 
     # 5. kernel traffic: inner addresses on lo and per-plane source rules
     #    (before the encap routes, whose prefsrc must already exist)
@@ -147,10 +148,14 @@ def link_macs(link) -> tuple[str, str]:
     return mac(0x6D, link.index, 1), mac(0x6D, link.index, 2)
 
 
-def host_port_programs(link) -> list[Op]:
-    """A host port's egress program for MRC's buffers of k packets (mrc.fabric.gsobpf): once, at build
-    (a fault takes a link down and up, and its clsact programs stay)."""
-    return [Op("gso", link.a_node, {"ifname": link.a_if}, (link.name,))] if link.a_node.startswith("h") else []
+def host_port_programs(t: Topology) -> list[Op]:
+    """Every host port's egress program for MRC's buffers of k packets (mrc.fabric.gsobpf), one ``tc``
+    per host: once, at build (a fault takes a link down and up, and its clsact programs stay)."""
+    ports: dict[str, list[str]] = {}
+    for link in t.links():
+        if link.a_node.startswith("h"):
+            ports.setdefault(link.a_node, []).append(link.a_if)
+    return [Op("gso", host, {"ifnames": ifnames}) for host, ifnames in ports.items()]
 
 
 def link_config(t: Topology, link) -> list[Op]:
