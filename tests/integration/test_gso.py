@@ -24,6 +24,7 @@ from mrc.fabric.topology import Topology
 from mrc.tools.perf import stream
 from mrc.verbs import RemoteInfo
 from tests.integration.conftest import _built, unique_name
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.root
 
@@ -203,3 +204,29 @@ def test_mrc_perf_refuses_buffers_where_the_fabric_does_not_allow_them(tmp_path)
     out = subprocess.run([sys.executable, "-m", "mrc", "perf", "client", "::1", "--ports", "lo",
                           "--packets-per-buffer", "0"], capture_output=True, text=True, timeout=60, env=alone)
     assert out.returncode == 2 and "a host of a running mrc fabric" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_hostile_buffer_of_tiny_garbage_segments_is_cut_dropped_and_harms_nothing(gso_fabric):
+    """A buffer from a peer's address whose 128 segments of 80 bytes are garbage: the receiver cuts
+    it, the core drops every piece, and a transfer afterwards arrives whole."""
+    t = gso_fabric
+    with qp_pair(t, 0, 1, 4 << 20) as p:
+        before = p.cb.port_stats()[0]
+
+        def send_garbage():
+            s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            try:
+                s.bind((t.port_address(0, 0), 0))
+                s.setsockopt(socket.SOL_UDP, 103, 80)  # UDP_SEGMENT: the kernel's smallest sane cut of 10 KiB
+                dst = usid.container([t.leaf_usid(0, 0), t.port_usid(1, 0)])
+                for _ in range(8):
+                    s.sendto(os.urandom(80 * 128), (dst, wire.UDP_PORT))
+            finally:
+                s.close()
+
+        ns.run_in(t.ns("h0"), send_garbage)
+        after = wait_for(lambda: (a := p.cb.port_stats()[0])["gso_rx_buffers"] > before["gso_rx_buffers"] and a,
+                         5, what="the receiver took the hostile buffers")
+        assert after["rx_packets"] - before["rx_packets"] >= 128  # cut into its segments, each counted
+        r = stream(p.ca, p.qa, p.ms, p.remote, 16 << 20, msg=1 << 20, depth=8, window=4 << 20)
+        assert p.verify(4 << 20) and r["gbps"] > 0

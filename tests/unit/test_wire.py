@@ -196,3 +196,35 @@ def test_the_pass_bench_refuses_what_it_cannot_time():
     for kind, span, length in [(9, 4096, 512), (lib.MRC_PASS_COPY, 100, 512), (lib.MRC_PASS_FUSED, 4096, 0)]:
         assert lib.mrc_bench_pass(kind, buf, buf, span, length, 1 << 20) == -22
     assert lib.mrc_bench_pass(lib.MRC_PASS_FUSED, buf, buf + 2048, 2048, 1024, 1 << 16) >= 0
+
+
+def _frame(payload: bytes, ulen: int, nexthdr: int = 17, ethertype: bytes = b"\x86\xdd") -> bytes:
+    import socket as s
+    import struct as st
+
+    ip = st.pack("!IHBB", 6 << 28, 8 + len(payload), nexthdr, 64) + s.inet_pton(s.AF_INET6, "fc00:0:b000::") \
+        + s.inet_pton(s.AF_INET6, "fc00:0:1000:b001::")
+    return bytes(12) + ethertype + ip + st.pack("!HHHH", 0xC000, 4791, ulen, 0) + payload
+
+
+def test_cut_buffer_cuts_a_buffer_into_its_segments_with_their_own_lengths_and_checksums():
+    import struct as st
+
+    segs = [bytes([i]) * 100 for i in range(3)] + [b"\x09" * 40]
+    out = wire.cut_buffer(_frame(b"".join(segs), 108))
+    assert len(out) == 4 and [f[62:] for f in out] == segs
+    for f, seg in zip(out, segs, strict=True):
+        assert st.unpack_from("!H", f, 18)[0] == 8 + len(seg) == st.unpack_from("!H", f, 58)[0]
+        assert st.unpack_from("!H", f, 60)[0] == wire.udp6_checksum("fc00:0:b000::", "fc00:0:b001::", f[54:])
+
+
+@pytest.mark.parametrize("frame", [
+    b"", b"\x00" * 61,                                        # too short for the headers
+    _frame(b"x" * 300, 308),                                  # one datagram: its UDP length is the payload's
+    _frame(b"x" * 300, 8), _frame(b"x" * 300, 0),             # no segment size, a length below the header
+    _frame(b"x" * 300, 60000),                                # a UDP length beyond the frame
+    _frame(b"x" * 300, 108, nexthdr=6),                       # not UDP
+    _frame(b"x" * 300, 108, ethertype=b"\x08\x00"),           # not IPv6
+])
+def test_cut_buffer_leaves_any_other_frame_whole(frame):
+    assert wire.cut_buffer(frame) == [frame]
