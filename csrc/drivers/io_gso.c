@@ -249,20 +249,15 @@ static void rx_buffer(struct io *io, struct io_port *p, struct mrc_ep *ep, const
 int io_gso_rx_port(struct io *io, struct io_port *p, struct mrc_ep *ep, uint64_t now, int max)
 {
     int n = 0;
-    while (n < max) {
-        struct tpacket2_hdr *h = (struct tpacket2_hdr *)(p->gring + (size_t)p->ghead * GRX_FRAME);
-        uint32_t st = __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE);
-        if (!(st & TP_STATUS_USER))
-            break;
-        if (h->tp_snaplen < h->tp_len || h->tp_mac + h->tp_snaplen > GRX_FRAME ||
-            h->tp_mac < sizeof(struct tpacket2_hdr) + sizeof(struct virtio_net_hdr))
+    struct tpacket2_hdr *h;
+    while (n < max && (h = io_ring_take(p->gring, p->ghead, GRX_FRAME))) {
+        if (!io_ring_whole(h, GRX_FRAME) || h->tp_mac < sizeof(*h) + sizeof(struct virtio_net_hdr))
             p->st.rx_foreign++;
         else
             rx_buffer(io, p, ep, (const uint8_t *)h + h->tp_mac, h->tp_snaplen,
                       (const struct virtio_net_hdr *)((const uint8_t *)h + h->tp_mac - sizeof(struct virtio_net_hdr)),
                       now);
-        __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
-        p->ghead = p->ghead + 1 == GRX_FRAMES ? 0 : p->ghead + 1;
+        io_ring_give(h, &p->ghead, GRX_FRAMES);
         n++;
     }
     return n;

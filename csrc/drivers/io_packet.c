@@ -214,17 +214,13 @@ static void rx_frame(struct io *io, struct io_port *p, struct mrc_ep *ep, const 
 static int rx_port(struct io *io, struct io_port *p, struct mrc_ep *ep, uint64_t now, int max)
 {
     int n = 0;
-    while (n < max) {
-        struct tpacket2_hdr *h = (struct tpacket2_hdr *)(p->ring + (size_t)p->rhead * RX_FRAME);
-        uint32_t st = __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE);
-        if (!(st & TP_STATUS_USER))
-            break;
-        if (h->tp_snaplen < h->tp_len || h->tp_mac + h->tp_snaplen > RX_FRAME)
+    struct tpacket2_hdr *h;
+    while (n < max && (h = io_ring_take(p->ring, p->rhead, RX_FRAME))) {
+        if (!io_ring_whole(h, RX_FRAME))
             p->st.rx_foreign++; /* truncated: larger than any MRC frame */
         else
             rx_frame(io, p, ep, (const uint8_t *)h + h->tp_mac, h->tp_snaplen, now);
-        __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
-        p->rhead = p->rhead + 1 == RX_FRAMES ? 0 : p->rhead + 1;
+        io_ring_give(h, &p->rhead, RX_FRAMES);
         n++;
     }
     if (n)

@@ -6,6 +6,27 @@
 
 struct io;
 
+/* A TPACKET_V2 ring of n frames of size bytes: the frame at *head once the
+ * kernel handed it over (NULL: not yet) and whether it is whole (snap the
+ * length it says, within the frame); io_ring_give hands it back and moves
+ * *head on. Shared by the raw ring and the ring of buffers. */
+static inline struct tpacket2_hdr *io_ring_take(uint8_t *ring, uint32_t head, uint32_t size)
+{
+    struct tpacket2_hdr *h = (struct tpacket2_hdr *)(ring + (size_t)head * size);
+    return __atomic_load_n(&h->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER ? h : NULL;
+}
+
+static inline int io_ring_whole(const struct tpacket2_hdr *h, uint32_t size)
+{
+    return h->tp_snaplen >= h->tp_len && h->tp_mac + h->tp_snaplen <= size;
+}
+
+static inline void io_ring_give(struct tpacket2_hdr *h, uint32_t *head, uint32_t n)
+{
+    __atomic_store_n(&h->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+    *head = *head + 1 == n ? 0 : *head + 1;
+}
+
 /* Classic BPF on a port's socket: IPv6, UDP, destination port 4791, and a
  * frame a raw ring frame holds (big 0) or longer (big 1). */
 int io_attach_filter(int fd, int big);
