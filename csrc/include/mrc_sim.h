@@ -102,6 +102,138 @@ int64_t mrc_fab_series(struct mrc_fab *f, uint64_t *out, uint64_t max);
  * the nodes so far in *n when a node has no route. */
 int mrc_fab_trace(struct mrc_fab *f, uint32_t src, uint32_t plane, const uint8_t *daddr, uint32_t *nodes,
                   uint32_t max, uint32_t *n);
+/* ------------------------------------------------ the RoCEv2 model
+ * What MRC is measured against (csrc/sim/roce.c; docs/sim.md, "RoCEv2"): one RC queue pair as a
+ * RoCEv2 NIC runs it, go-back-N with the verbs retry timer and DCQCN; and what its fabric does:
+ * an ECMP hash per switch, ECMP groups that drop a failed member only once routing converged,
+ * PFC's pause and resume on a port. Sans-I/O, as the engine: the caller moves the packets; time
+ * in ns. PSNs count packets from 0 in 64 bits (the wire's 24 bits wrap; the model needs no wire). */
+enum { MRC_ROCE_MSGS = 64, MRC_ROCE_GROUP_MAX = 64 };
+enum mrc_roce_state { MRC_ROCE_RTS = 0, MRC_ROCE_ERROR = 1 };
+enum mrc_roce_stage { MRC_ROCE_LINE = 0, MRC_ROCE_FAST_RECOVERY = 1, MRC_ROCE_ADDITIVE = 2, MRC_ROCE_HYPER = 3 };
+enum mrc_roce_reply_kind { MRC_ROCE_NONE = 0, MRC_ROCE_ACK = 1, MRC_ROCE_NAK = 2 };
+struct mrc_roce_cfg {
+    uint64_t line_bps;     /* the NIC port's rate: where DCQCN starts and its ceiling */
+    uint32_t mtu;          /* payload bytes per packet */
+    uint32_t wire_extra;   /* bytes a packet takes on the wire beyond its payload */
+    uint32_t timeout;      /* verbs' timeout: the local ACK timeout is 4.096 us << timeout (1-31) */
+    uint32_t retry_cnt;    /* retries after a timeout or a NAK before the QP goes to ERROR (0-7) */
+    uint32_t ack_every;    /* the responder ACKs every ack_every packets and each message's last (0: 1) */
+    uint32_t dcqcn;        /* 0: line rate always; 1: DCQCN's reaction point */
+    /* DCQCN, 0 for the default (docs/sim.md says where each comes from) */
+    double g;              /* alpha's gain (1/256) */
+    uint64_t alpha_ns;     /* alpha decays by (1 - g) for each alpha_ns without a CNP (55 us) */
+    uint64_t timer_ns;     /* the rate-increase timer (55 us) */
+    uint64_t byte_b;       /* the rate-increase byte counter (10 MB) */
+    uint32_t f;            /* increase steps in fast recovery (5) */
+    uint64_t rai_bps;      /* additive increase step (40 Mb/s) */
+    uint64_t rhai_bps;     /* hyper increase step (400 Mb/s) */
+    uint64_t min_bps;      /* the rate's floor (line / 1000) */
+    uint64_t cnp_ns;       /* the responder sends a QP at most one CNP this often (50 us) */
+};
+/* The requester: posted messages go as packets of mtu bytes at its rate, oldest first. */
+struct mrc_roce_qp {
+    struct mrc_roce_cfg c;
+    uint32_t state;
+    uint64_t una, nxt, high, end; /* oldest unacknowledged, next to send, one past the highest sent, posted */
+    uint64_t msg_end[MRC_ROCE_MSGS]; /* each message in flight: one past its last PSN (a ring, oldest at head) */
+    uint32_t msg_tail[MRC_ROCE_MSGS]; /* and its last packet's bytes */
+    uint32_t head, nmsgs, retries;
+    uint32_t in_retry;     /* a retry began (NAK or timeout) and no ACK has moved una since */
+    uint64_t rto_at;       /* the retry timer (0: off) */
+    uint64_t next_tx;      /* the rate limiter: no packet before this */
+    /* DCQCN's reaction point */
+    double rc, rt, alpha;  /* current and target rate (b/s), alpha */
+    uint64_t alpha_at, timer_at, bytes; /* the next alpha decay and timer step; bytes toward the counter */
+    uint32_t t_count, bc_count, stage;  /* timer and byte-counter steps since the last decrease */
+    /* counters */
+    uint64_t sent, resent, timeouts, naks, cnps, decreases, done_msgs, done_bytes, error_at;
+    uint64_t done_end;     /* one past the last PSN of the last message completed */
+};
+struct mrc_roce_tx { uint64_t psn; uint32_t bytes; uint32_t last; uint32_t retx; };
+/* The responder: takes PSNs in order only. */
+struct mrc_roce_resp {
+    uint64_t epsn;         /* the next PSN it takes */
+    uint32_t since_ack, nak_sent; /* nak_sent: a NAK for epsn went; no other until epsn moves */
+    uint64_t cnp_at;       /* no CNP before this */
+    uint64_t taken, dups, out_of_order, acks, naks, cnps;
+};
+struct mrc_roce_reply { uint32_t kind; uint32_t cnp; uint64_t psn; }; /* ACK: all through psn; NAK: expects psn */
+int mrc_roce_qp_init(struct mrc_roce_qp *q, const struct mrc_roce_cfg *c); /* -EINVAL: c out of range */
+/* A WRITE of bytes (0 is one empty packet); -ENOSPC with MRC_ROCE_MSGS in flight, -EIO in ERROR. */
+int mrc_roce_post(struct mrc_roce_qp *q, uint64_t bytes);
+/* The timers due by now (the retry timeout, DCQCN's alpha and rate steps): 0, or -EIO in ERROR. */
+int mrc_roce_timers(struct mrc_roce_qp *q, uint64_t now);
+/* mrc_roce_timers, then the packet to send now:
+ * 1 with *out, 0 when none may go now, -EIO in ERROR. */
+int mrc_roce_next_tx(struct mrc_roce_qp *q, uint64_t now, struct mrc_roce_tx *out);
+/* When the requester next has something to do (a packet the rate allows, a timer): UINT64_MAX none. */
+uint64_t mrc_roce_next_event(const struct mrc_roce_qp *q);
+void mrc_roce_on_reply(struct mrc_roce_qp *q, const struct mrc_roce_reply *r, uint64_t now);
+void mrc_roce_on_cnp(struct mrc_roce_qp *q, uint64_t now);
+/* A data packet at the responder: 1 when taken (placed), 0 when dropped; *out what goes back. */
+int mrc_roce_resp_rx(struct mrc_roce_resp *r, const struct mrc_roce_cfg *c, uint64_t psn, uint32_t last, uint32_t ce,
+                     uint64_t now, struct mrc_roce_reply *out);
+
+/* A switch's ECMP: the 5-tuple's hash under the switch's seed (CRC-32C, as switch ASICs hash),
+ * and a group of next hops of which routing keeps a member's old state for delay_ns after a
+ * change (a failed member is still chosen, and black-holes, until routing converged). */
+uint32_t mrc_roce_ecmp_hash(uint32_t seed, const uint8_t *src16, const uint8_t *dst16, uint16_t sport, uint16_t dport);
+struct mrc_roce_group {
+    uint32_t n;
+    uint64_t delay_ns;
+    uint8_t up[MRC_ROCE_GROUP_MAX];
+    uint64_t changed_at[MRC_ROCE_GROUP_MAX]; /* UINT64_MAX: never */
+};
+int mrc_roce_group_init(struct mrc_roce_group *g, uint32_t n, uint64_t delay_ns); /* all up; -EINVAL */
+void mrc_roce_group_set(struct mrc_roce_group *g, uint32_t member, uint32_t up, uint64_t now);
+int mrc_roce_group_pick(const struct mrc_roce_group *g, uint32_t hash, uint64_t now); /* member, -1: none routed */
+
+/* PFC on one ingress port: pause the sender upstream above xoff bytes, resume at or below xon. */
+struct mrc_roce_pfc { uint64_t xoff, xon, bytes; uint32_t paused; uint64_t pauses; };
+/* The port's ingress holds delta more (or fewer) bytes: 1 send PAUSE now, -1 send RESUME, 0 neither. */
+int mrc_roce_pfc_add(struct mrc_roce_pfc *p, int64_t delta);
+/* A bottleneck line to try the RoCE model on alone (csrc/sim/roce_line.c): senders, each a NIC port
+ * at the QP's line rate hop_ns from one switch, whose egress port (port_bps) queues for the one
+ * receiver: drops above buffer_bytes, marks CE with RED between kmin and kmax bytes (up to pmax),
+ * and with pfc_xoff set pauses a sender whose packets hold more than pfc_xoff bytes of it, until
+ * they hold pfc_xon (the pause and the resume reach the sender hop_ns later). Replies (ACK, NAK,
+ * CNP) take 2 hop_ns back, unqueued. Each sender writes its bytes in messages of msg bytes, depth
+ * in flight. Deterministic for a seed. */
+enum { MRC_ROCE_LINE_SENDERS = 64, MRC_ROCE_LINE_DROPS = 64 };
+struct mrc_roce_line_cfg {
+    struct mrc_roce_cfg qp;  /* every sender's QP */
+    uint32_t senders;        /* 1 to MRC_ROCE_LINE_SENDERS */
+    uint64_t port_bps, hop_ns;
+    uint64_t buffer_bytes;   /* 0: never drops */
+    uint64_t kmin, kmax;     /* 0: no marks */
+    double pmax;
+    uint64_t pfc_xoff, pfc_xon; /* 0: no PFC */
+    uint64_t seed, sample_ns;   /* sample_ns: every sender's rate every sample_ns (0: none) */
+    uint32_t trace_max;      /* transmissions kept (mrc_roce_line_trace) */
+};
+struct mrc_roce_line_flow { uint64_t bytes, start_ns; uint32_t msg, depth; };
+/* the nth transmission (1: the first) of sender's psn is lost on its way to the switch */
+struct mrc_roce_line_drop { uint32_t sender, nth; uint64_t psn; };
+struct mrc_roce_line_stats {
+    uint64_t now_ns, events, delivered, dropped, lost, marked, max_queue, pauses, resumes, done;
+    uint64_t end_ns[MRC_ROCE_LINE_SENDERS];    /* when its flow completed (0: not yet) */
+    uint64_t paused_ns[MRC_ROCE_LINE_SENDERS]; /* how long its port was paused in all */
+};
+struct mrc_roce_line_tx { uint64_t t_ns, psn; uint32_t sender, retx; };
+struct mrc_roce_line;
+int mrc_roce_line_create(const struct mrc_roce_line_cfg *cfg, struct mrc_roce_line **out);
+void mrc_roce_line_destroy(struct mrc_roce_line *l);
+int mrc_roce_line_flow(struct mrc_roce_line *l, uint32_t sender, const struct mrc_roce_line_flow *fl);
+int mrc_roce_line_drop(struct mrc_roce_line *l, const struct mrc_roce_line_drop *d);
+/* Run until until_ns or every flow is done (1) or stuck in ERROR or idle (0); -ENOMEM. */
+int mrc_roce_line_run(struct mrc_roce_line *l, uint64_t until_ns);
+int mrc_roce_line_stats(struct mrc_roce_line *l, struct mrc_roce_line_stats *st);
+int mrc_roce_line_qp(struct mrc_roce_line *l, uint32_t sender, struct mrc_roce_qp *q, struct mrc_roce_resp *r);
+/* Transmissions in order (the first trace_max); the count kept. */
+int64_t mrc_roce_line_trace(struct mrc_roce_line *l, struct mrc_roce_line_tx *out, uint64_t max);
+/* Per sample, per sender: its current rate (b/s) and bytes completed; the values written. */
+int64_t mrc_roce_line_samples(struct mrc_roce_line *l, uint64_t *out, uint64_t max);
 /* CDEF END */
 
 #endif

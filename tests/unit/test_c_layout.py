@@ -93,7 +93,7 @@ AUDIENCE = {"mrc/mrc.h": ("mrc_ctx_", "mrc_pd_", "mrc_mr_", "mrc_cq_", "mrc_qp_"
                           "mrc_last_error", "mrc_cm_", "mrc_sha256_", "mrc_sec_", "mrc_cc_"),
             "mrc_wire.h": ("mrc_pkt_", "mrc_crc32c", "mrc_psn_", "mrc_opcode_", "mrc_nack_"),
             "mrc_manual.h": ("mrc_ep_", "mrc_ctx_ep", "mrc_sim_"),
-            "mrc_sim.h": ("mrc_fab_",),
+            "mrc_sim.h": ("mrc_fab_", "mrc_roce_"),
             "mrc_bench.h": ("mrc_bench_",)}
 DECL = re.compile(r"^[a-z_][\w ]*?[\s\*](mrc_\w+)\(", re.M)
 
