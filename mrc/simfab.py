@@ -68,7 +68,7 @@ class FabricSim:
             "hosts": fab.hosts, "planes": fab.planes, "leaves": fab.leaves, "spines": fab.spines,
             "rate_bps": fab.rate_bps, "hop_ns": fab.hop_ns, "buffer_bytes": fab.buffer_bytes,
             "ecn_bytes": fab.ecn_bytes, "trim_bytes": fab.trim_bytes, "max_qps": max_qps, "cq_depth": 1024,
-            "bucket_ns": fab.bucket_ns, "seed": fab.seed, "unpaced": int(not fab.paced)})
+            "bucket_ns": fab.bucket_ns, "seed": fab.seed, "unpaced": int(not fab.paced), **fab.fab_cfg()})
         out = ffi.new("struct mrc_fab **")
         check(lib.mrc_fab_create(cfg, self.attr.to_c(), out), "create the simulated fabric")
         self._f = out[0]
@@ -175,11 +175,7 @@ class FabricSim:
         # the busiest NIC's bytes at line rate, then its last packet's way on (one base RTT less its
         # first serialization): no run of these flows ends sooner
         bound_s = max(load) * 8 / fab.nic_bps() + (fab.base_rtt_ns() - fab.ser_ns()) / 1e9
-        tiers = {name: {"packets": t.packets, "marks": t.marked, "trims": t.trimmed, "drops": t.dropped,
-                        "down_drops": t.down_dropped + t.cut, "refused": t.down_dropped, "cut": t.cut,
-                        "hwm_kb": round(t.hwm_bytes / 1024, 1),
-                        "utilization": round(t.bytes * 8 / (span * fab.rate_bps * self._ports(name)), 4) if span else 0}
-                 for name, t in zip(TIERS, st.tier, strict=True)}
+        tiers = {name: self._tier(name, t, span) for name, t in zip(TIERS, st.tier, strict=True)}
         n = lib.mrc_fab_series(self._f, ffi.NULL, 0)
         buf = ffi.new("uint64_t[]", max(1, n))
         lib.mrc_fab_series(self._f, buf, n)
@@ -189,6 +185,7 @@ class FabricSim:
         per_plane_cap = span * fab.rate_bps / 8 * fab.hosts  # every host's leaf sends this much up at most
         out = {
             "nics": fab.hosts, "flows": len(self.flows), "done": done, "single_path": self.single_path,
+            "transport": fab.transport,
             "goodput_ratio": round(total * 8 / (span * senders * fab.nic_bps()), 4) if span else 0.0,
             "mean_flow_ratio": round(sum(ratios) / len(ratios), 4) if ratios else 0.0,
             "wire_bound_ratio": round(total * 8 / (bound_s * senders * fab.nic_bps()), 4) if senders else 0.0,
@@ -200,6 +197,7 @@ class FabricSim:
             "drops": sum(t["drops"] for t in tiers.values()),
             "down_drops": sum(t["down_drops"] for t in tiers.values()),
             "trims": sum(t["trims"] for t in tiers.values()), "marks": sum(t["marks"] for t in tiers.values()),
+            "pauses": sum(t["pauses"] for t in tiers.values()),
             "no_route": st.no_route, "rtx_packets": rtx, "timeouts": timeouts,
             "tiers": tiers,
             "plane_utilization": [round(b * 8 / 8 / per_plane_cap, 4) if per_plane_cap else 0 for b in plane_bytes],
@@ -217,6 +215,15 @@ class FabricSim:
             out["late_times"] = st.late_times
         self.fcts_us = fcts
         return out
+
+    def _tier(self, name: str, t, span: float) -> dict:
+        """One tier's figures (struct mrc_fab_tier) over a run of span seconds."""
+        fab = self.fab
+        return {"packets": t.packets, "marks": t.marked, "trims": t.trimmed, "drops": t.dropped,
+                "pauses": t.pauses, "paused_us": round(t.paused_ns / 1e3, 2),
+                "down_drops": t.down_dropped + t.cut, "refused": t.down_dropped, "cut": t.cut,
+                "hwm_kb": round(t.hwm_bytes / 1024, 1),
+                "utilization": round(t.bytes * 8 / (span * fab.rate_bps * self._ports(name)), 4) if span else 0}
 
     def _ports(self, tier: str) -> int:
         f = self.fab

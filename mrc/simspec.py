@@ -34,6 +34,39 @@ CC_FIELDS = tuple(name for name, _ in ffi.typeof("struct mrc_cc_params").fields)
 CC_ALGORITHMS = {ffi.string(lib.mrc_cc_algorithm_name(i)).decode(): i for i in range(lib.MRC_CC_NALGORITHMS)}
 
 
+TRANSPORTS = {"mrc": lib.MRC_FAB_MRC, "roce": lib.MRC_FAB_ROCE}
+ROCE_CFG_FIELDS = tuple(name for name, _ in ffi.typeof("struct mrc_roce_cfg").fields)
+#: a RoCE NIC as NCCL sets one up (NCCL_IB_TIMEOUT 18: 4.096 us x 2^18 = 1.07 s; NCCL_IB_RETRY_CNT 7),
+#: DCQCN on, routing converging 500 ms after a link changes (BGP with BFD: hundreds of milliseconds)
+#: the fabric's side of a RoCE run (the rest are struct mrc_roce_cfg fields)
+ROCE_FABRIC = ("qps", "split", "converge_ns", "pfc_xoff", "pfc_xon")
+ROCE_DEFAULTS = {"qps": 1, "converge_ns": 500_000_000, "timeout": 18, "retry_cnt": 7, "dcqcn": 1}
+
+
+def roce_params(roce: dict | None) -> dict:
+    """The RoCE model's settings (docs/sim.md, "RoCEv2"): ``qps`` per flow, ``converge_ns``, and
+    struct mrc_roce_cfg fields over ROCE_DEFAULTS, checked as whole numbers (``g`` a fraction)."""
+    out = dict(ROCE_DEFAULTS)
+    fields = ROCE_FABRIC + tuple(f for f in ROCE_CFG_FIELDS if f not in ("line_bps", "mtu", "wire_extra"))
+    for k, v in (roce or {}).items():
+        if k not in fields:
+            raise UsageError(f"roce field {k!r}: one of {', '.join(fields)}")
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
+        if k == "g" and not (number and 0 < v < 1):
+            raise UsageError(f"roce g={v!r}: a fraction between 0 and 1")
+        if k != "g" and not (number and isinstance(v, int) and v >= 0):
+            raise UsageError(f"roce {k}={v!r}: a whole number >= 0")
+        out[k] = v
+    if not 1 <= out["qps"] <= lib.MRC_FAB_ROCE_QPS:
+        raise UsageError(f"roce qps={out['qps']}: 1 to {lib.MRC_FAB_ROCE_QPS} QPs per flow")
+    if out.get("pfc_xon", 0) > out.get("pfc_xoff", 0):
+        raise UsageError(f"roce pfc_xon={out['pfc_xon']} above pfc_xoff={out.get('pfc_xoff', 0)}: PFC resumes "
+                         "below where it paused")
+    if not 1 <= out["timeout"] <= 31 or out["retry_cnt"] > 7 or out["dcqcn"] > 1 or out.get("split", 0) > 1:
+        raise UsageError("roce timeout 1-31 (4.096 us x 2^timeout), retry_cnt 0-7, dcqcn and split 0 or 1")
+    return out
+
+
 def cc_params(cc: dict | None) -> dict:
     """Congestion control settings (struct mrc_cc_params fields, ``algorithm`` by name or number) checked,
     as numbers; an unknown field or a value that is not a whole number >= 0 is refused in one line."""
@@ -73,6 +106,8 @@ class Fabric:
     bucket_ns: int = 10_000
     paced: bool = True       # NICs send on a port only when it is free (False: one 8-frame queue for all ports)
     cc: dict = field(default_factory=dict)  # struct mrc_cc_params fields over the fabric's own (algorithm: nscc, fixed)
+    transport: str = "mrc"   # or "roce": the RoCEv2 model at every NIC (docs/sim.md)
+    roce: dict = field(default_factory=dict)  # roce_params: qps, converge_ns, struct mrc_roce_cfg fields
 
     def __post_init__(self) -> None:
         if not 2 <= self.hosts <= lib.MRC_FAB_MAX_HOSTS:
@@ -96,6 +131,18 @@ class Fabric:
                 not lib.MRC_MIN_MTU <= self.mtu <= lib.MRC_MAX_MTU:
             raise UsageError(f"--mtu {self.mtu!r}: payload bytes per packet, {lib.MRC_MIN_MTU} to {lib.MRC_MAX_MTU}")
         self.cc = cc_params(self.cc)
+        if self.transport not in TRANSPORTS:
+            raise UsageError(f"--transport {self.transport!r}: one of {', '.join(TRANSPORTS)}")
+        self.roce = roce_params(self.roce)
+
+    def fab_cfg(self) -> dict:
+        """What struct mrc_fab_cfg takes of the transport."""
+        r = {k: v for k, v in self.roce.items() if k not in ROCE_FABRIC}
+        return {"transport": TRANSPORTS[self.transport], "roce_qps": self.roce["qps"],
+                "roce_split": self.roce.get("split", 0),
+                "converge_ns": self.roce["converge_ns"], "roce": r,
+                "pfc_xoff": self.roce.get("pfc_xoff", 0) if self.transport == "roce" else 0,
+                "pfc_xon": self.roce.get("pfc_xon", 0) if self.transport == "roce" else 0}
 
     def host_leaf(self, h: int) -> int:
         """Host ``h``'s leaf (as mrc.fabric.topology places hosts)."""

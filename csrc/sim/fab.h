@@ -1,6 +1,8 @@
-/* The fabric simulator's state, shared by its two files: simfab.c runs it
- * (forwarding, queues, hosts, events), simfab_setup.c builds it and reads
- * it out (sim/simfab.c says what it models). */
+/* The fabric simulator's state, shared by its files: simfab.c runs it
+ * (forwarding, MRC's hosts, events), simfab_port.c its ports and packets,
+ * simfab_app.c the flows' application, simfab_roce.c RoCE's hosts,
+ * simfab_setup.c builds it and reads it out (sim/simfab.c says what it
+ * models). */
 #ifndef MRC_SIM_FAB_H
 #define MRC_SIM_FAB_H
 #include "core/types.h"
@@ -11,6 +13,8 @@ enum { FAB_BATCH = 16, FAB_TXBUF = 256 << 10, FAB_WCS = 64 };
 #define FAB_MEM (64u << 20) /* the hosts' one region: every WRITE's source and destination */
 enum { NODE_HOST = 0, NODE_LEAF = 1, NODE_SPINE = 2 };
 enum { EVT_PKT = 0, EVT_WAKE = 1, EVT_LINK = 2, EVT_FLOW = 3 };
+/* an EVT_LINK with this bit is PFC's: (port << 1 | pause) below it (simfab_pfc.c) */
+enum { EVT_PFC_BIT = 1u << 23, PFC_MAX_PORTS = 1u << 22 };
 enum { KIND_T0 = 0x1, KIND_T1 = 0x2, KIND_HOST = 0xB };
 #define WIRE_EXTRA MRC_FAB_WIRE_EXTRA
 _Static_assert(MRC_FAB_WIRE_EXTRA == MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN + 4 + 20, "the wire's extra bytes");
@@ -21,7 +25,17 @@ _Static_assert(MRC_FAB_WIRE_EXTRA == MRC_ETH_HLEN + MRC_IPV6_HLEN + MRC_UDP_HLEN
  * in order of arrival at the next node. Only the head has an event, with the
  * sequence number the packet took when it joined: the heap holds the busy
  * ports, not every packet in flight, and runs them in the same order. */
-struct fport { uint64_t busy; struct fpkt *head, *tail; uint8_t down; };
+struct fport {
+    uint64_t busy;
+    struct fpkt *head, *tail;
+    uint8_t down;
+    uint8_t paused, pause_sent; /* PFC (simfab_pfc.c): this port is paused; its downstream asked it to be */
+    struct fpkt *hhead, *htail; /* PFC: what waits while paused, not yet begun */
+    uint64_t held;              /* their bytes */
+    uint64_t ing;               /* bytes that came through this port and are queued in the next node */
+    uint64_t paused_at;         /* since when (ps) */
+    uint64_t head_at;           /* when the head reaches the next node (its event's time) */
+};
 
 /* A packet in flight: what forwarding reads (its first cache line) apart
  * from its bytes, which only the two hosts touch. Each packet holds its
@@ -44,7 +58,13 @@ struct fpkt {
     struct fpkt *next;       /* its port's FIFO, or the free list */
     uint64_t seq;            /* its event's sequence number */
     uint64_t nat, nseq;      /* the next packet in its FIFO: when it reaches its next node (ps), its seq */
-    uint8_t daddr[16];
+    union {
+        uint8_t daddr[16];
+        struct { /* RoCE: no address */
+            uint64_t psn : 48, q : 8, kind : 4, last : 4;
+            uint32_t flow, inport; /* inport: the port it came through to this node (PFC) */
+        } r;
+    };
     uint32_t len, node, wire; /* len: the packet's bytes, zlen of them not carried */
     uint8_t tclass, ce, trimmed;
     /* what its two hosts and a trimming port read */
@@ -76,6 +96,7 @@ struct fflow {
     uint64_t arrived, arrived_at;  /* its WRITE_IMMs the receiver got (their receive completions), the last's time */
     int32_t *dep_flow;
     uint32_t *dependents, ndependents; /* the flows some WRITE of which waits for one of this flow's */
+    struct froce *r;               /* RoCE: its QPs (simfab_roce.c) */
 };
 
 struct mrc_fab {
@@ -103,6 +124,10 @@ struct mrc_fab {
     uint64_t series_len, series_cap;
     struct mrc_fab_stats st;
     int err;                 /* the first failure to grow (-ENOMEM): the run stops and returns it */
+    uint64_t *link_changed;  /* when each link last went down or up (ps; 0: never), for routing */
+    uint32_t links_changed;  /* some link did */
+    uint32_t **host_rq, *host_nrq, *host_rr; /* RoCE: each host's sending QPs (flow * MRC_FAB_ROCE_QPS + q) */
+    void (*post_more)(struct mrc_fab *f, struct fflow *fl); /* the transport's: post what a flow may now */
 };
 
 /* ------------------------------------------------------------ the address plan */
@@ -135,9 +160,19 @@ static inline uint16_t host_usid(const struct mrc_fab *f, uint32_t h, uint32_t p
     return usid(KIND_HOST + (i >> 8), plane, i);
 }
 static inline uint32_t node(uint32_t kind, uint32_t plane, uint32_t idx) { return kind << 28 | plane << 24 | idx; }
+/* The tier of an egress port: link * 2 + 0 goes up, + 1 down; host links first. */
+static inline uint32_t port_tier(const struct mrc_fab *f, uint64_t port)
+{
+    int up = !(port & 1);
+    if (port / 2 < (uint64_t)f->c.planes * f->c.hosts)
+        return up ? MRC_FAB_NIC : MRC_FAB_LEAF_DOWN;
+    return up ? MRC_FAB_LEAF_UP : MRC_FAB_SPINE_DOWN;
+}
 static inline uint16_t active(const uint8_t *a) { return (uint16_t)(a[4] << 8 | a[5]); }
 
 /* an event at t (ps); kind EVT_*, idx a port, host, link or flow (FEV_IDX_MAX at most) */
 int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t idx);
+/* simfab.c: f->post_more when the hosts run MRC (WRITEs posted to the flow's QP on its context) */
+void fab_mrc_post_more(struct mrc_fab *f, struct fflow *fl);
 
 #endif

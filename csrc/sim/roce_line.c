@@ -392,13 +392,15 @@ int mrc_roce_line_qp(struct mrc_roce_line *l, uint32_t sender, struct mrc_roce_q
 int64_t mrc_roce_line_trace(struct mrc_roce_line *l, struct mrc_roce_line_tx *out, uint64_t max)
 {
     uint64_t n = l->ntrace < max ? l->ntrace : max;
-    memcpy(out, l->trace, n * sizeof(*out));
+    if (n)
+        memcpy(out, l->trace, n * sizeof(*out));
     return (int64_t)n;
 }
 
 int64_t mrc_roce_line_samples(struct mrc_roce_line *l, uint64_t *out, uint64_t max)
 {
     uint64_t n = l->nsamples < max ? l->nsamples : max;
-    memcpy(out, l->samples, n * sizeof(*out));
+    if (n)
+        memcpy(out, l->samples, n * sizeof(*out));
     return (int64_t)n;
 }

@@ -17,7 +17,10 @@
  * the public context API (engine.c) and the endpoint driver (dispatch.c). */
 #include "core/rings.h"
 #include "sim/fab.h"
+#include "sim/simfab_app.h"
 #include "sim/simfab_heap.h"
+#include "sim/simfab_port.h"
+#include "sim/simfab_roce.h"
 
 static void container(uint8_t *a, const uint16_t *u, int n)
 {
@@ -123,133 +126,6 @@ int fab_push(struct mrc_fab *f, uint64_t t, uint32_t kind, uint32_t idx)
 
 static void host_wake(struct mrc_fab *f, uint32_t h);
 
-/* ------------------------------------------------------------ packets and ports */
-static void pkt_put(struct mrc_fab *f, struct fpkt *k) { k->next = f->freel, f->freel = k; }
-
-/* A packet able to carry n bytes (NULL: out of memory). */
-static struct fpkt *pkt_get(struct mrc_fab *f, uint32_t n)
-{
-    struct fpkt *k = f->freel;
-    if (k) {
-        f->freel = k->next;
-    } else {
-        if (!(k = aligned_alloc(64, sizeof(*k))))
-            return NULL;
-        k->big = NULL;
-        f->st.packet_bytes += sizeof(*k);
-    }
-    k->data = k->inl;
-    if (n > FAB_INLINE) {
-        if (!k->big) {
-            if (!(k->big = malloc(f->slot))) {
-                pkt_put(f, k);
-                return NULL;
-            }
-            f->st.packet_bytes += f->slot;
-        }
-        k->data = k->big;
-    }
-    return k;
-}
-
-
-static inline uint32_t port_tier(const struct mrc_fab *f, uint64_t port)
-{
-    int up = !(port & 1);
-    if (port / 2 < (uint64_t)f->c.planes * f->c.hosts)
-        return up ? MRC_FAB_NIC : MRC_FAB_LEAF_DOWN;
-    return up ? MRC_FAB_LEAF_UP : MRC_FAB_SPINE_DOWN;
-}
-
-static void bucket_add(struct mrc_fab *f, uint32_t col, uint64_t bytes)
-{
-    uint64_t b = f->now / (f->c.bucket_ns * 1000), w = 1 + f->c.planes;
-    if (b >= f->series_len) {
-        if ((b + 1) * w > f->series_cap) {
-            uint64_t cap = f->series_cap ? f->series_cap : 1024 * w;
-            while (cap < (b + 1) * w)
-                cap *= 2;
-            uint64_t *s = realloc(f->series, cap * sizeof(*s));
-            if (!s)
-                return;
-            memset(s + f->series_cap, 0, (cap - f->series_cap) * sizeof(*s));
-            f->series = s;
-            f->series_cap = cap;
-        }
-        f->series_len = b + 1;
-    }
-    f->series[b * w + col] += bytes;
-}
-
-/* The packet joins an egress port's FIFO now and arrives at next one hop
- * after it has left; switch ports apply the queue's rules first. */
-static void enqueue(struct mrc_fab *f, struct fpkt *k, uint64_t port, uint32_t next)
-{
-    struct fport *pt = &f->ports[port];
-    uint32_t tier = port_tier(f, port);
-    struct mrc_fab_tier *ts = &f->st.tier[tier];
-    if (pt->down) {
-        ts->down_dropped++;
-        pkt_put(f, k);
-        return;
-    }
-    uint64_t start = pt->busy > f->now ? pt->busy : f->now, q = (start - f->now) / f->ppb;
-    if (tier != MRC_FAB_NIC) {
-        int trimmed = 0;
-        if (f->c.trim_bytes && q > f->c.trim_bytes && k->hdr && !k->trimmed) {
-            k->len = k->hdr; /* the headers through ImmDt stay */
-            k->zlen = 0;
-            k->wire = k->len + WIRE_EXTRA;
-            k->trimmed = trimmed = 1;
-            ts->trimmed++;
-        }
-        if (f->c.buffer_bytes && q + k->wire > f->c.buffer_bytes) {
-            ts->dropped++;
-            pkt_put(f, k);
-            return;
-        }
-        if (!trimmed && !k->trimmed && f->c.ecn_bytes && q > f->c.ecn_bytes && (k->tclass & 3) && !k->ce) {
-            k->ce = 1;
-            ts->marked++;
-        }
-    }
-    if (q + k->wire > ts->hwm_bytes)
-        ts->hwm_bytes = q + k->wire;
-    pt->busy = start + (uint64_t)k->wire * f->ppb;
-    ts->packets++;
-    ts->bytes += k->wire;
-    if (tier == MRC_FAB_LEAF_UP)
-        bucket_add(f, 1 + ((next >> 24) & 0xF), k->wire);
-    k->node = next;
-    uint64_t at = pt->busy + f->c.hop_ns * 1000;
-    k->seq = f->seq++;
-    k->next = NULL;
-    if (pt->tail) {
-        pt->tail->next = k;
-        pt->tail->nat = at;
-        pt->tail->nseq = k->seq;
-    } else {
-        pt->head = k;
-        must(f, push_seq(f, at, k->seq, EVT_PKT, (uint32_t)port));
-    }
-    pt->tail = k;
-}
-
-/* Everything a port holds is lost (its link failed): counted as cut. Its
- * event, if any, finds another packet or none at the head and is passed over. */
-static void port_flush(struct mrc_fab *f, uint64_t port)
-{
-    struct fport *pt = &f->ports[port];
-    struct mrc_fab_tier *ts = &f->st.tier[port_tier(f, port)];
-    while (pt->head) {
-        struct fpkt *k = pt->head;
-        pt->head = k->next;
-        ts->cut++;
-        pkt_put(f, k);
-    }
-    pt->tail = NULL;
-}
-
 static void send_from(struct mrc_fab *f, uint32_t h, const struct mrc_txdesc *d, const uint8_t *data)
 {
     const struct fhost *x = &f->hosts[h];
@@ -264,7 +140,7 @@ static void send_from(struct mrc_fab *f, uint32_t h, const struct mrc_txdesc *d,
      * its payload, which comes from that region (a receiver whose ICRC did
      * not hold would drop the packet and count it) */
     uint32_t hdr = d->hdr, zlen = f->k.fill ? 0 : d->plen;
-    struct fpkt *k = pkt_get(f, d->len - zlen);
+    struct fpkt *k = fab_pkt_get(f, d->len - zlen);
     if (!k) {
         must(f, -ENOMEM);
         return;
@@ -285,7 +161,7 @@ static void send_from(struct mrc_fab *f, uint32_t h, const struct mrc_txdesc *d,
                      usid(KIND_T0, plane, host_leaf(f, dst)), host_usid(f, dst, plane)};
     container(k->daddr, u, 4);
     f->st.sent++;
-    enqueue(f, k, (uint64_t)(plane * f->c.hosts + h) * 2, node(NODE_LEAF, plane, host_leaf(f, h)));
+    fab_enqueue(f, k, (uint64_t)(plane * f->c.hosts + h) * 2, node(NODE_LEAF, plane, host_leaf(f, h)));
 }
 
 /* Port's first packet reaches the next node (the event's sequence number
@@ -297,11 +173,19 @@ static void arrive(struct mrc_fab *f, uint32_t port, uint64_t seq)
     if (!k || k->seq != seq)
         return;
     pt->head = k->next;
-    if (pt->head)
+    if (pt->head) {
+        pt->head_at = k->nat;
         must(f, push_seq(f, k->nat, k->nseq, EVT_PKT, port));
-    else
+    } else {
         pt->tail = NULL;
+    }
+    if (f->c.pfc_xoff)
+        pfc_out(f, k, port);
     uint32_t at = k->node, plane = (at >> 24) & 0xF;
+    if (f->c.transport == MRC_FAB_ROCE) {
+        roce_arrive(f, k);
+        return;
+    }
     if (at >> 28 == NODE_HOST) {
         uint32_t h = at & 0xFFFFFF, peer = f->hosts[h].g2l[k->src]; /* the source address names the peer */
         if (!for_host(f, h, plane, k->daddr) || peer == 0xFFFF) {
@@ -322,36 +206,30 @@ static void arrive(struct mrc_fab *f, uint32_t port, uint64_t seq)
                 memset(f->rxbuf + k->hdr + k->zlen, 0, tail);
             }
             f->st.delivered++;
-            pkt_put(f, k);
+            fab_pkt_put(f, k);
             host_wake(f, h); /* what the packet set off (an ACK, a completion, more data) goes now */
             return;
         }
-        pkt_put(f, k);
+        fab_pkt_put(f, k);
         return;
     }
     uint32_t next;
     int64_t out = forward(f, at, k->daddr, &next);
     if (out < 0) {
         f->st.no_route++;
-        pkt_put(f, k);
+        fab_pkt_put(f, k);
         return;
     }
-    enqueue(f, k, (uint64_t)out, next);
+    fab_enqueue(f, k, (uint64_t)out, next);
 }
 
 /* ------------------------------------------------------------ hosts */
 /* A WRITE's wr_id: its flow (high 32 bits) and its length. */
-static void post_more(struct mrc_fab *f, struct fflow *fl)
+void fab_mrc_post_more(struct mrc_fab *f, struct fflow *fl)
 {
     struct fhost *s = &f->hosts[fl->c.src], *d = &f->hosts[fl->c.dst];
-    while (fl->posted < fl->c.bytes && fl->seq - fl->msgs < fl->c.depth) {
-        uint64_t len = fl->c.bytes - fl->posted < fl->c.msg ? fl->c.bytes - fl->posted : fl->c.msg;
-        if (fl->lens) { /* a collective's WRITE: its own length, once the WRITE it waits for has arrived */
-            int32_t g = fl->dep_flow[fl->seq];
-            if (g >= 0 && f->flows[g].arrived <= fl->dep_msg[fl->seq])
-                return;
-            len = fl->lens[fl->seq];
-        }
+    uint64_t len;
+    while ((len = fab_next_len(f, fl))) {
         struct mrc_wr wr = {.wr_id = (uint64_t)(fl - f->flows) << 32 | len,
                             .opcode = fl->lens ? MRC_WR_WRITE_IMM : MRC_WR_WRITE, .num_sge = 1,
                             .sg_list = {{.addr = (uintptr_t)f->mem, .length = (uint32_t)len, .lkey = s->lkey}},
@@ -362,18 +240,6 @@ static void post_more(struct mrc_fab *f, struct fflow *fl)
         }
         fl->posted += len;
         fl->seq++;
-    }
-}
-
-/* A WRITE of fl arrived: the flows that wait for it may send (their hosts are woken). */
-static void release(struct mrc_fab *f, struct fflow *fl)
-{
-    for (uint32_t k = 0; k < fl->ndependents; k++) {
-        struct fflow *g = &f->flows[fl->dependents[k]];
-        uint64_t seq = g->seq;
-        post_more(f, g);
-        if (g->seq != seq)
-            wake_at(f, g->c.src, f->now);
     }
 }
 
@@ -392,31 +258,14 @@ static void app_poll(struct mrc_fab *f, uint32_t h)
                 continue;
             }
             if (wc[i].opcode == MRC_WC_RECV_WRITE_IMM) { /* a collective's WRITE arrived at its receiver */
-                fl->arrived++;
-                fl->arrived_at = f->now;
                 uint64_t again = wc[i].wr_id;
                 if (mrc_post_recv(f->hosts[h].ctx, fl->dqpn, &again, 1) != 1)
                     fl->errors++;
-                release(f, fl);
+                fab_arrived(f, fl);
                 continue;
             }
-            uint64_t gap = f->now - fl->last;
-            if (fl->msgs && gap > fl->max_gap) {
-                fl->max_gap = gap;
-                fl->max_gap_end = f->now;
-            }
-            if (!fl->msgs)
-                fl->first = f->now;
-            fl->last = f->now;
-            fl->msgs++;
-            fl->done += len;
-            f->st.done_bytes += len;
-            bucket_add(f, 0, len);
-            if (fl->done >= fl->c.bytes) {
-                fl->end = f->now;
-                f->st.flows_done++;
-            }
-            post_more(f, fl);
+            fab_wr_done(f, fl, 1, len);
+            f->post_more(f, fl);
         }
     }
 }
@@ -438,6 +287,10 @@ static uint64_t nic_backlog(struct mrc_fab *f, uint32_t h, uint64_t *free_at)
 
 static void host_wake(struct mrc_fab *f, uint32_t h)
 {
+    if (f->c.transport == MRC_FAB_ROCE) {
+        roce_host_wake(f, h);
+        return;
+    }
     struct fhost *x = &f->hosts[h];
     uint64_t now_ns = f->now / 1000, free_at;
     x->wake = PS_INF;
@@ -467,17 +320,22 @@ static void host_wake(struct mrc_fab *f, uint32_t h)
 
 static void link_set(struct mrc_fab *f, uint32_t link, int up)
 {
+    if (f->ports[(uint64_t)link * 2].down != !up) { /* routing hears of it (RoCE's ECMP, converge_ns late) */
+        f->link_changed[link] = f->now ? f->now : 1;
+        f->links_changed = 1;
+    }
     for (int dir = 0; dir < 2; dir++) {
         struct fport *pt = &f->ports[(uint64_t)link * 2 + dir];
         if (pt->down == !up)
             continue;
         pt->down = !up;
         pt->busy = f->now; /* what it held is lost */
-        port_flush(f, (uint64_t)link * 2 + dir);
+        fab_port_flush(f, (uint64_t)link * 2 + dir);
     }
     if (link < f->c.planes * f->c.hosts) { /* a host's own port: its NIC sees carrier go */
         uint32_t h = link % f->c.hosts, plane = link / f->c.hosts;
-        mrc_ep_set_port(f->hosts[h].ep, plane, up, f->now / 1000);
+        if (f->hosts[h].ep)
+            mrc_ep_set_port(f->hosts[h].ep, plane, up, f->now / 1000);
         wake_at(f, h, f->now);
     }
 }
@@ -511,10 +369,13 @@ int mrc_fab_run(struct mrc_fab *f, uint64_t until_ns)
             host_wake(f, i);
             break;
         case EVT_LINK:
-            link_set(f, i >> 1, i & 1);
+            if (i & EVT_PFC_BIT)
+                pfc_event(f, i & ~(uint32_t)EVT_PFC_BIT);
+            else
+                link_set(f, i >> 1, i & 1);
             break;
         case EVT_FLOW:
-            post_more(f, &f->flows[i]);
+            f->post_more(f, &f->flows[i]);
             wake_at(f, f->flows[i].c.src, f->now);
             break;
         }

@@ -4,6 +4,7 @@
  *
  * Lock: none (simfab.c). */
 #include "sim/fab.h"
+#include "sim/simfab_roce.h"
 
 static int connect_qp(struct mrc_ctx *c, uint32_t qpn, uint32_t dqpn, uint32_t peer, uint32_t spines, uint32_t planes)
 {
@@ -74,6 +75,17 @@ int mrc_fab_add_flow(struct mrc_fab *f, const struct mrc_fab_flow *fl)
     struct fflow *x = &f->flows[f->nflows];
     memset(x, 0, sizeof(*x));
     x->c = *fl;
+    if (f->c.transport == MRC_FAB_ROCE) {
+        f->nflows++; /* counted now: roce_free frees what roce_add_flow made of it, even in part */
+        int rc = roce_add_flow(f, x);
+        rc = rc < 0 ? rc : fab_push(f, fl->start_ns * 1000, EVT_FLOW, f->nflows - 1);
+        if (rc < 0) {
+            roce_free_flow(x);
+            f->nflows--;
+            return rc;
+        }
+        return (int)f->nflows - 1;
+    }
     int rc = mrc_qp_create(s->ctx, &f->qa, &x->qpn);
     rc = rc < 0 ? rc : mrc_qp_create(d->ctx, &f->qa, &x->dqpn);
     int ps = local_peer(f, fl->src, fl->dst), pd = local_peer(f, fl->dst, fl->src);
@@ -110,7 +122,7 @@ int mrc_fab_flow_msgs(struct mrc_fab *f, uint32_t flow, uint32_t n, const uint32
     memcpy(x->dep_flow, dep_flow, n * sizeof(*dep_flow));
     x->nmsgs = n;
     x->c.bytes = bytes;
-    for (uint32_t i = 0; i < x->c.depth; i++) { /* the receiver's slots: one receive per WRITE in flight */
+    for (uint32_t i = 0; i < x->c.depth && f->c.transport == MRC_FAB_MRC; i++) { /* the receiver's slots */
         uint64_t id = (uint64_t)flow << 32 | 0xFFFFFFFFu;
         if (mrc_post_recv(f->hosts[x->c.dst].ctx, x->dqpn, &id, 1) != 1)
             return -ENOSPC;
@@ -137,19 +149,26 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
         !c->leaves || c->leaves > 256 || c->leaves > c->hosts || !c->spines || c->spines > 256 ||
         c->rate_bps < 1000000 || c->rate_bps > 8000000000000ull || !c->bucket_ns || qp->planes > c->planes ||
         qp->mtu > MRC_MAX_MTU || c->unpaced > 1 ||
-        (c->hosts + c->leaves - 1) / c->leaves > MRC_FAB_LEAF_HOSTS)
+        (c->hosts + c->leaves - 1) / c->leaves > MRC_FAB_LEAF_HOSTS || roce_check_cfg(c, qp->mtu) < 0 ||
+        (c->pfc_xoff && (c->transport != MRC_FAB_ROCE || c->pfc_xon > c->pfc_xoff)))
         return -EINVAL;
     struct mrc_fab *f = calloc(1, sizeof(*f));
     if (!f)
         return -ENOMEM;
     f->c = *c;
     f->qa = *qp;
+    f->post_more = c->transport == MRC_FAB_ROCE ? roce_post_more : fab_mrc_post_more;
     f->ppb = 8000000000000ull / c->rate_bps;
     f->slot = qp->mtu + 256;
     f->nlinks = c->planes * c->hosts + c->planes * c->leaves * c->spines;
+    if (c->pfc_xoff && 2ull * f->nlinks >= PFC_MAX_PORTS) { /* a PFC event names its port in 22 bits */
+        free(f);
+        return -EINVAL;
+    }
     f->hosts = calloc(c->hosts, sizeof(*f->hosts));
     f->ports = calloc((size_t)f->nlinks * 2, sizeof(*f->ports));
     f->hpos = malloc(c->hosts * sizeof(*f->hpos));
+    f->link_changed = calloc(f->nlinks, sizeof(*f->link_changed));
     /* a packet's event is at most a frame's wire time and a hop ahead; some
      * two buckets a port */
     uint32_t nb = 64;
@@ -160,7 +179,7 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
     f->txbuf = malloc(FAB_TXBUF);
     f->rxbuf = calloc(1, f->slot);
     f->mem = calloc(1, FAB_MEM);
-    if (!f->hosts || !f->ports || !f->hpos || qrc < 0 || !f->txbuf || !f->rxbuf || !f->mem) {
+    if (!f->hosts || !f->ports || !f->hpos || !f->link_changed || qrc < 0 || !f->txbuf || !f->rxbuf || !f->mem) {
         mrc_fab_destroy(f);
         return -ENOMEM;
     }
@@ -169,6 +188,10 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
                                  .port_bitmap = (uint32_t)((1ull << c->planes) - 1),
                                  .seed = c->seed * 1000003ull + h + 1};
         struct fhost *x = &f->hosts[h];
+        x->wake = PS_INF;
+        f->hpos[h] = EVQ_NOWHERE;
+        if (c->transport == MRC_FAB_ROCE) /* the RoCE model at the NIC (simfab_roce.c): no context */
+            continue;
         int rc = mrc_ctx_create(&ea, NULL, 0, &x->ctx);
         rc = rc < 0 ? rc : mrc_mr_reg(x->ctx, 0, f->mem, FAB_MEM, MRC_ACCESS_LOCAL_WRITE | MRC_ACCESS_REMOTE_WRITE,
                                       &x->lkey, &x->rkey);
@@ -188,8 +211,6 @@ int mrc_fab_create(const struct mrc_fab_cfg *cfg, const struct mrc_qp_attr *qp, 
             mrc_fab_destroy(f);
             return rc;
         }
-        x->wake = PS_INF;
-        f->hpos[h] = EVQ_NOWHERE;
         x->g2l = malloc(c->hosts * sizeof(*x->g2l));
         if (!x->g2l) {
             mrc_fab_destroy(f);
@@ -216,13 +237,15 @@ void mrc_fab_destroy(struct mrc_fab *f)
 {
     if (!f)
         return;
-    for (uint64_t i = 0; f->ports && i < (uint64_t)f->nlinks * 2; i++) /* in flight: in their ports' FIFOs */
-        while (f->ports[i].head) {
-            struct fpkt *k = f->ports[i].head;
-            f->ports[i].head = k->next;
-            free(k->big);
-            free(k);
-        }
+    for (uint64_t i = 0; f->ports && i < (uint64_t)f->nlinks * 2; i++) { /* in flight: in their FIFOs, held */
+        for (struct fpkt **l = &f->ports[i].head; l; l = l == &f->ports[i].head ? &f->ports[i].hhead : NULL)
+            while (*l) {
+                struct fpkt *k = *l;
+                *l = k->next;
+                free(k->big);
+                free(k);
+            }
+    }
     while (f->freel) {
         struct fpkt *k = f->freel;
         f->freel = k->next;
@@ -234,6 +257,8 @@ void mrc_fab_destroy(struct mrc_fab *f)
             mrc_ctx_destroy(f->hosts[h].ctx);
         free(f->hosts[h].g2l);
     }
+    roce_free(f);
+    free(f->link_changed);
     for (uint32_t i = 0; f->flows && i < f->nflows; i++) {
         free(f->flows[i].lens);
         free(f->flows[i].dep_msg);
@@ -273,7 +298,9 @@ int mrc_fab_flow_stats(struct mrc_fab *f, uint32_t flow, struct mrc_fab_flow_sta
                                       .start_ns = x->c.start_ns, .end_ns = x->end / 1000, .first_ns = x->first / 1000,
                                       .max_gap_ns = x->max_gap / 1000, .max_gap_end_ns = x->max_gap_end / 1000,
                                       .arrived = x->arrived, .arrived_ns = x->arrived_at / 1000};
-    return qp ? mrc_qp_query(f->hosts[x->c.src].ctx, x->qpn, qp) : 0;
+    if (qp && x->r)
+        roce_flow_stats(f, x, qp);
+    return qp && !x->r ? mrc_qp_query(f->hosts[x->c.src].ctx, x->qpn, qp) : 0;
 }
 
 int64_t mrc_fab_series(struct mrc_fab *f, uint64_t *out, uint64_t max)

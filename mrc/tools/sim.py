@@ -18,12 +18,39 @@ from mrc.simspec import Fabric, Fault, flows_for, parse_fault, parse_time
 from mrc.units import parse_rate, parse_size
 
 
+def roce_args(a) -> dict:
+    """The RoCE model's settings ``mrc sim``'s options give (mrc.simspec.roce_params checks them)."""
+    roce: dict = {"qps": a.roce_qps, "split": int(a.roce_split), "converge_ns": parse_time(a.converge)}
+    if a.pfc:
+        xoff, _, xon = a.pfc.partition(":")
+        roce["pfc_xoff"] = parse_size(xoff)
+        roce["pfc_xon"] = parse_size(xon) if xon else roce["pfc_xoff"] * 3 // 4
+        if roce["pfc_xoff"] <= 0:
+            raise UsageError(f"--pfc {a.pfc}: XOFF above 0 bytes")
+    for kv in a.roce_param:
+        name, eq, value = kv.partition("=")
+        try:
+            roce[name] = float(value) if name == "g" else int(value)
+        except ValueError:
+            raise UsageError(f"--roce-param {kv!r}: NAME=N, e.g. timeout=14") from None
+        if not eq:
+            raise UsageError(f"--roce-param {kv!r}: NAME=N, e.g. timeout=14")
+    return roce
+
+
 def parse_args_to_fabric(a) -> Fabric:
     """The fabric ``mrc sim``'s options describe."""
+    roce = a.transport == "roce"
+    if not roce and (a.pfc or a.roce_param or a.roce_split or a.roce_qps != 1):
+        raise UsageError("--pfc, --roce-qps, --roce-split and --roce-param go with --transport roce")
+    if roce and a.single_path:
+        raise UsageError("--single-path is MRC held to one path; --transport roce runs RoCE itself")
+    buffer = "1M" if a.buffer is None and not a.pfc else (a.buffer or "0")
     return Fabric(hosts=a.hosts, planes=a.planes, leaves=a.leaves, spines=a.spines, rate_bps=parse_rate(a.rate),
-                  hop_ns=parse_time(a.hop_delay), buffer_bytes=parse_size(a.buffer), ecn_bytes=parse_size(a.ecn),
-                  trim_bytes=0 if a.trim in ("0", "off") else parse_size(a.trim), seed=a.seed,
-                  paced=not a.no_pacing, mtu=a.mtu)
+                  hop_ns=parse_time(a.hop_delay), buffer_bytes=0 if buffer == "none" else parse_size(buffer),
+                  ecn_bytes=parse_size(a.ecn), trim_bytes=0 if a.trim in ("0", "off") else parse_size(a.trim),
+                  seed=a.seed, paced=not a.no_pacing, mtu=a.mtu, transport=a.transport,
+                  roce=roce_args(a) if roce else {})
 
 
 def main(a) -> int:
@@ -43,7 +70,7 @@ def main(a) -> int:
     flows_for(a.workload, fab, size, a.incast, fab.seed)  # a workload that cannot be built says so first
     runs = {}
     for single in ([False, True] if a.single_path else [False]):
-        name = "single_path" if single else "spray"
+        name = "roce" if fab.transport == "roce" else "single_path" if single else "spray"
         if not a.json and not a.quiet:
             print(f"{name}: {fab.hosts} NICs x {fab.planes} planes ({fab.leaves} leaves, {fab.spines} spines per "
                   f"plane), {a.workload} ...", file=sys.stderr, flush=True)
@@ -59,10 +86,11 @@ def main(a) -> int:
                       "base_rtt_ns": fab.base_rtt_ns(),
                       "rto_us": round((1024 << fab.timeout_exp()) / 1000, 1),
                       "buffer_bytes": fab.buffer_bytes, "ecn_bytes": fab.ecn_bytes, "trim_bytes": fab.trim_bytes,
-                      "paced": fab.paced, "seed": fab.seed},
+                      "paced": fab.paced, "seed": fab.seed, "transport": fab.transport,
+                      **({"roce": fab.roce} if fab.transport == "roce" else {})},
            "workload": a.workload, "size": size, "msg": msg, "faults": [f.what for f in faults],
            **({"victim_at_ns": victim_at} if victim_at else {}),
-           "spray": runs["spray"].result}
+           **{name: s.result for name, s in runs.items() if name != "single_path"}}
     if "single_path" in runs:
         out["single_path"] = runs["single_path"].result
         sp = runs["single_path"].result["goodput_ratio"]

@@ -35,8 +35,9 @@ def add_parser(sub) -> None:
     sim.add_argument("--rate", type=rate_type(10**6, 10**13), default="100G",
                      help="every link's rate, e.g. 100G, 400G (default 100G)")
     sim.add_argument("--hop-delay", type=TIME, default="1us", help="per link: propagation and switching (default 1us)")
-    sim.add_argument("--buffer", type=size_text_type(1, 1 << 30), default="1M",
-                     help="switch egress buffer per port (default 1M)")
+    sim.add_argument("--buffer", type=size_text_type(1, 1 << 30, also=("0", "none")), default=None,
+                     help="switch egress buffer per port, dropping above it (default 1M; with --pfc none: PFC "
+                          "bounds the queues)")
     sim.add_argument("--ecn", type=size_text_type(0, 1 << 30), default="64K",
                      help="queue above which switches mark CE (default 64K)")
     sim.add_argument("--trim", type=size_text_type(0, 1 << 30, also=("off",)), default="128K",
@@ -68,6 +69,7 @@ def add_parser(sub) -> None:
                      help="NICs do not pace their ports: the engine fills one 8-frame queue of all the NIC's ports "
                           "in rotation order (the control for pacing; default: a packet goes when a port is free, "
                           "as in a NIC)")
+    _add_roce(sim)
     sim.add_argument("--seed", type=SEED, default=1, help="the workload's and the flows' randomness (default 1)")
     sim.add_argument("--plots", metavar="DIR", help="write the completion-time CDF and utilisation-over-time PNGs")
     sim.add_argument("--quiet", action="store_true",
@@ -76,6 +78,28 @@ def add_parser(sub) -> None:
     args.json_arg(sim)
     sim.set_defaults(run=run, parser=sim)
     _add_sweep(sim)
+
+
+def _add_roce(sim: argparse.ArgumentParser) -> None:
+    """``mrc sim``'s RoCE options."""
+    roce = sim.add_argument_group("RoCEv2 beside MRC (docs/sim.md, \"RoCEv2 on the fabric\")")
+    roce.add_argument("--transport", choices=["mrc", "roce"], default="mrc",
+                      help="what every NIC runs: mrc (the engine; default) or roce (the RoCEv2 model: one ECMP "
+                           "path per QP, go-back-N, DCQCN)")
+    roce.add_argument("--roce-qps", type=bounded(int, 1, 64), default=1, metavar="N",
+                      help="RoCE QPs per flow, spread over the planes (default 1; NCCL-like: 16)")
+    roce.add_argument("--roce-split", action="store_true",
+                      help="split each WRITE over the flow's QPs in equal parts (default: WRITEs to the QPs in turn)")
+    roce.add_argument("--converge", type=TIME, default="500ms",
+                      help="how long routing takes to see a link go down or up, black-holing meanwhile "
+                           "(default 500ms)")
+    roce.add_argument("--pfc", metavar="XOFF[:XON]",
+                      help="PFC on every switch ingress: pause above XOFF bytes queued, resume at XON "
+                           "(default XOFF less a quarter), e.g. 96K:64K (default off)")
+    roce.add_argument("--roce-param", action="append", default=[], metavar="NAME=N",
+                      help="a RoCE model setting: timeout (4.096 us x 2^N, default 20, NCCL's), retry_cnt (default 7), "
+                           "dcqcn (1, default, or 0), ack_every, or a DCQCN parameter of struct mrc_roce_cfg "
+                           "(g, alpha_ns, timer_ns, byte_b, f, rai_bps, rhai_bps, min_bps, cnp_ns) (repeatable)")
 
 
 def _add_sweep(sim: argparse.ArgumentParser) -> None:

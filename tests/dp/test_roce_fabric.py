@@ -1,0 +1,153 @@
+"""RoCEv2 on the fabric simulator (csrc/sim/simfab_roce.c, simfab_pfc.c;
+mrc sim --transport roce): one ECMP path per QP, a failed link black-holed
+until routing converges, a QP on a dead port going to ERROR where MRC rides
+it out, PFC making an incast lossless, collectives over RoCE QPs, and
+refusals of bad settings."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from mrc._dp import ffi, lib
+
+from mrc import simfab as msim
+from mrc.errors import UsageError
+from mrc.simspec import parse_fault
+
+G100 = 100_000_000_000
+MS = 1_000_000
+
+
+def fab(transport="roce", **kw) -> msim.Fabric:
+    args = {"hosts": 2, "planes": 1, "leaves": 2, "spines": 4, "rate_bps": G100, "hop_ns": 1000,
+            "transport": transport}
+    args.update(kw)
+    return msim.Fabric(**args)
+
+
+def run(f: msim.Fabric, workload="incast", size=1 << 20, faults=(), until_ns=10**10, **kw) -> dict:
+    """One workload's result (default: one flow, host 1 to host 0)."""
+    kw.setdefault("incast", 1)
+    sim = msim.simulate(f, workload, size, faults=[parse_fault(x, f) for x in faults], until_ns=until_ns, **kw)
+    r = sim.result
+    sim.close()
+    return r
+
+
+def test_one_qp_takes_one_path_and_mrc_takes_them_all():
+    """Host 1 to host 0 across the spines: with each spine failed from the start in turn (routing
+    never catching up in the run), the one its data takes and the one its ACKs take stop the RoCE QP
+    (one spine or two); MRC finishes every time."""
+    roce = {"qps": 1, "converge_ns": 10**12, "timeout": 8, "retry_cnt": 2}  # 1.05 ms a retry
+    errors = []
+    for s in range(4):
+        r = run(fab(roce=roce), faults=[f"t1:0.{s}@0"])
+        errors.append(r["qp_errors"])
+        assert r["qp_errors"] == r["unfinished"]
+        m = run(fab("mrc"), faults=[f"t1:0.{s}@0"])
+        assert m["qp_errors"] == 0 and m["unfinished"] == 0
+    assert set(errors) == {0, 1} and 1 <= sum(errors) <= 2
+
+
+def test_a_failed_spine_black_holes_until_routing_converges():
+    roce = {"qps": 1, "timeout": 8, "retry_cnt": 7}
+    base = run(fab(roce={**roce, "converge_ns": 10**12}), faults=["t1:0.0@0"])
+    used = next(s for s in range(4)
+                if run(fab(roce={**roce, "converge_ns": 10**12}), faults=[f"t1:0.{s}@0"])["qp_errors"])
+    at = "@20us"
+    quick = run(fab(roce={**roce, "converge_ns": 0}), faults=[f"t1:0.{used}{at}"])
+    slow = run(fab(roce={**roce, "converge_ns": 3 * MS}), faults=[f"t1:0.{used}{at}"])
+    never = run(fab(roce={**roce, "converge_ns": 100 * MS}), faults=[f"t1:0.{used}{at}"])
+    clean = run(fab(roce=roce))
+    # routed away at once: the packets on the wire and in the queue are lost; the next ones, on another
+    # spine, arrive past the gap, and the responder's NAK brings go-back-N at once, without a timeout
+    assert quick["qp_errors"] == 0 and quick["timeouts"] == 0 and quick["down_drops"] > 0
+    assert quick["max_us"] < 2 * clean["max_us"]
+    # converging in 3 ms: every retry before then goes into the dead spine, the one after gets through
+    assert slow["qp_errors"] == 0 and slow["timeouts"] == 3 and slow["down_drops"] > quick["down_drops"]
+    assert 3 * MS < slow["max_us"] * 1000 < 4.5 * MS
+    # later than retry_cnt timeouts: the QP is in ERROR
+    assert never["qp_errors"] == 1 and never["unfinished"] == 1
+    assert clean["max_us"] < 200 and base["qp_errors"] in (0, 1)
+
+
+def test_a_dead_nic_port_errors_its_qps_and_mrc_rides_it_out():
+    kw = {"hosts": 8, "planes": 4, "leaves": 2, "spines": 4}
+    roce = {"qps": 4, "split": 1, "timeout": 8, "retry_cnt": 3}
+    r = run(fab(roce=roce, **kw), "permutation", size=4 << 20, faults=["host:0.1@10us"])
+    m = run(fab("mrc", **kw), "permutation", size=4 << 20, faults=["host:0.1@10us"])
+    # host 0's QP on plane 1 (the flow from it, and the one to it) never gets an answer again
+    assert r["qp_errors"] == 2 and r["unfinished"] == 2
+    assert m["qp_errors"] == 0 and m["unfinished"] == 0
+
+
+def test_pfc_makes_an_incast_lossless():
+    kw = {"hosts": 16, "planes": 2, "leaves": 2, "spines": 8}
+    lossy = run(fab(roce={"qps": 2, "split": 1}, buffer_bytes=128 << 10, **kw), workload="incast", size=4 << 20,
+                incast=8)
+    deep = run(fab(roce={"qps": 2, "split": 1}, buffer_bytes=0, **kw), workload="incast", size=4 << 20, incast=8)
+    pfc = run(fab(roce={"qps": 2, "split": 1, "pfc_xoff": 64 << 10, "pfc_xon": 48 << 10}, buffer_bytes=0, **kw),
+              workload="incast", size=4 << 20, incast=8)
+    assert lossy["drops"] > 0 and lossy["rtx_packets"] > 0 and lossy["pauses"] == 0
+    assert pfc["drops"] == 0 and pfc["rtx_packets"] == 0 and pfc["pauses"] > 0
+    assert pfc["done"] and pfc["qp_errors"] == 0
+    # each of the leaf's 16 ingresses (8 spines, 8 hosts) stops at its XOFF, plus what a hop's pause
+    # delay lets in (two hops at 100 Gb/s, two frames); without PFC nor a buffer limit the queue grows far
+    hwm = pfc["tiers"]["leaf_down"]["hwm_kb"] * 1024
+    assert hwm <= 16 * ((64 << 10) + 2 * 12_500 + 2 * 4300) and hwm < deep["tiers"]["leaf_down"]["hwm_kb"] * 1024 / 3
+    # the pauses spread back: the spines' and the leaves' uplinks, and the senders' NIC ports, paused
+    assert all(pfc["tiers"][t]["paused_us"] > 0 for t in ("nic", "leaf_up", "spine_down"))
+
+
+def test_collectives_over_roce_finish_and_repeat_exactly():
+    kw = {"hosts": 16, "planes": 4, "leaves": 2, "spines": 8}
+    for roce in ({"qps": 4, "split": 1}, {"qps": 4}, {"qps": 1}):
+        a = run(fab(roce=roce, **kw), workload="all-reduce", size=4 << 20)
+        b = run(fab(roce=roce, **kw), workload="all-reduce", size=4 << 20)
+        assert a["done"] and a["qp_errors"] == 0 and a["collective"]["time_us"] > 0, roce
+        for k in ("wall_s", "sim_pps", "sim_data_pps", "peak_rss_mb"):
+            a.pop(k), b.pop(k)
+        assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+    # a WRITE split over 4 QPs, one a plane, goes as fast as the NIC: well ahead of one QP a WRITE
+    split = run(fab(roce={"qps": 4, "split": 1}, **kw), workload="all-reduce", size=4 << 20)
+    one = run(fab(roce={"qps": 1}, **kw), workload="all-reduce", size=4 << 20)
+    assert split["collective"]["time_us"] < 0.5 * one["collective"]["time_us"]
+
+
+def test_a_collective_over_a_qp_in_error_does_not_finish():
+    kw = {"hosts": 8, "planes": 2, "leaves": 2, "spines": 4}
+    r = run(fab(roce={"qps": 2, "split": 1, "timeout": 8, "retry_cnt": 1}, **kw), workload="all-reduce",
+            size=4 << 20, faults=["host:3.0@5us"])
+    assert not r["done"] and r["qp_errors"] > 0 and r["unfinished"] > 0
+
+
+def test_bad_roce_settings_are_refused():
+    for bad in ({"transport": "infiniband"}, {"roce": {"qps": 0}}, {"roce": {"qps": 65}},
+                {"roce": {"timeout": 40}}, {"roce": {"retry_cnt": 8}}, {"roce": {"pfc_xoff": 5, "pfc_xon": 10}},
+                {"roce": {"window": 3}}, {"roce": {"g": 2}}, {"roce": {"split": 2}}):
+        with pytest.raises(UsageError):
+            fab(**bad)
+    # the C side refuses PFC without RoCE, and a RoCE setting out of range, whoever calls it
+    f = fab("mrc")
+    sim = msim.FabricSim(f)
+    cfg = ffi.new("struct mrc_fab_cfg *", {"hosts": 2, "planes": 1, "leaves": 2, "spines": 4, "rate_bps": G100,
+                                           "hop_ns": 1000, "max_qps": 4, "cq_depth": 64, "bucket_ns": 10_000,
+                                           "pfc_xoff": 1000})
+    out = ffi.new("struct mrc_fab **")
+    assert lib.mrc_fab_create(cfg, sim.attr.to_c(), out) == -22
+    cfg.transport, cfg.roce_qps, cfg.roce.timeout = lib.MRC_FAB_ROCE, 1, 0
+    assert lib.mrc_fab_create(cfg, sim.attr.to_c(), out) == -22
+    sim.close()
+
+
+def test_mrc_sim_cli_runs_roce_and_refuses_roce_options_without_it():
+    cmd = [sys.executable, "-m", "mrc", "sim", "--hosts", "16", "--planes", "2", "--size", "1M", "--quiet", "--json"]
+    r = subprocess.run(cmd + ["--transport", "roce", "--roce-qps", "2", "--pfc", "64K"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["fabric"]["transport"] == "roce" and out["fabric"]["roce"]["pfc_xon"] == 48 << 10
+    assert out["roce"]["done"] and "spray" not in out
+    bad = subprocess.run(cmd + ["--pfc", "64K"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--transport roce" in bad.stderr
