@@ -212,6 +212,10 @@ int main(int argc, char **argv)
     printf("{\"role\": \"%s\", \"iters\": %u, \"size\": %zu, \"checked_bytes\": %llu, \"wrong_bytes\": %llu, "
            "\"seconds\": %.3f}\n", server ? "client" : "server", iters, size, (unsigned long long)checked,
            (unsigned long long)wrong, s);
+    /* the writer's last WRITE completes when its ACK is back, which a cut can delay past the reader's last
+     * check: the reader keeps its QP until the writer has its completion and says so */
+    uint8_t bye = 1;
+    xfer(fd, &bye, 1, server ? 1 : 0);
     close(fd);
     ibv_destroy_qp(qp);
     ibv_destroy_cq(cq);
