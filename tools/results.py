@@ -25,6 +25,7 @@ from results_fabric import fabric  # noqa: E402  (tools/, beside this file)
 from results_fmt import fmt, get, routing_text, table  # noqa: E402
 from results_fmt import run_median as med
 from results_fmt import run_spread as spread
+from results_roce import roce  # noqa: E402
 from results_security import hostile, security_coll, security_congestion, security_fabric, security_latency  # noqa: E402
 from results_torch import ddp  # noqa: E402
 from results_verbs import verbs  # noqa: E402
@@ -436,6 +437,7 @@ SECTIONS = [
     ("congestion_bench", "Congestion on the fabric", congestion),
     ("sim_bench", "The engine at scale (mrc sim)", sim),
     ("ndp_permutation", "Beside a published result: NDP's permutation", ndp),
+    ("roce_vs_mrc", "MRC against RoCEv2 in simulation", roce),
     ("coll_bench", "Collectives and training over MRC", coll),
     ("ddp_bench", "PyTorch DDP over MRC", ddp),
     ("fabric_bench_security", "Authenticated MRC on the fabric", security_fabric),

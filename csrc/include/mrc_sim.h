@@ -210,6 +210,9 @@ int64_t mrc_fab_series(struct mrc_fab *f, uint64_t *out, uint64_t max);
  * the nodes so far in *n when a node has no route. */
 int mrc_fab_trace(struct mrc_fab *f, uint32_t src, uint32_t plane, const uint8_t *daddr, uint32_t *nodes,
                   uint32_t max, uint32_t *n);
+/* RoCE: the path of QP q of flow's data now: its plane, and the spine its source leaf's ECMP picks (-1:
+ * the destination is below the same leaf, or routing has no spine for it); -EINVAL without RoCE. */
+int mrc_fab_roce_path(struct mrc_fab *f, uint32_t flow, uint32_t q, uint32_t *plane, int32_t *spine);
 /* A bottleneck line to try the RoCE model on alone (csrc/sim/roce_line.c): senders, each a NIC port
  * at the QP's line rate hop_ns from one switch, whose egress port (port_bps) queues for the one
  * receiver: drops above buffer_bytes, marks CE with RED between kmin and kmax bytes (up to pmax),

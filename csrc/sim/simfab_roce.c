@@ -254,6 +254,21 @@ static int64_t roce_forward(struct mrc_fab *f, const struct fpkt *k, uint32_t at
     return (int64_t)(f->c.planes * H + (p * L + idx) * f->c.spines + (uint32_t)s) * 2;
 }
 
+int mrc_fab_roce_path(struct mrc_fab *f, uint32_t flow, uint32_t q, uint32_t *plane, int32_t *spine)
+{
+    if (f->c.transport != MRC_FAB_ROCE || flow >= f->nflows || q >= f->flows[flow].r->nq)
+        return -EINVAL;
+    const struct fflow *fl = &f->flows[flow];
+    struct fpkt k = {.src = (uint16_t)fl->c.src};
+    k.r.flow = flow;
+    k.r.q = q;
+    k.r.kind = R_DATA;
+    uint32_t p = qp_plane(f, fl, q), ls = host_leaf(f, fl->c.src), ld = host_leaf(f, fl->c.dst);
+    *plane = p;
+    *spine = ls == ld ? -1 : ecmp_spine(f, &k, node(NODE_LEAF, p, ls), fl->c.dst, ld);
+    return 0;
+}
+
 /* A data packet at its receiver: the responder's answer goes back at once. */
 static void at_receiver(struct mrc_fab *f, uint32_t h, struct fflow *fl, const struct fpkt *k)
 {

@@ -16,10 +16,12 @@ sweep is every combination of the axes::
       - {algorithm: nscc, md_by_sample: 1}
       - {algorithm: fixed}
     fault: [null, "t1:0.0@20us"]
+    transport: [mrc, roce]      # roce: the RoCEv2 model at every NIC (docs/sim.md)
+    roce: {qps: 16, split: 1, pfc_xoff: 98304}   # its settings (mrc.simspec.roce_params)
     seeds: 16                   # a count (seeds 1..16) or a list
 
 Keys: workload, hosts, planes, leaves, spines, rate, hop_delay, buffer, ecn,
-trim, mtu, size, msg, incast, victim_at, cc, fault, seeds. Each row of the
+trim, mtu, size, msg, incast, victim_at, cc, fault, transport, roce, seeds. Each row of the
 table: the cell's key, the commit, its parameters, ``status`` (ok or
 error), ``error`` and the run's figures (METRICS).
 """
@@ -43,10 +45,14 @@ from mrc.errors import UsageError
 #: grid keys and their defaults (a cell's parameters when the grid leaves them out)
 DEFAULTS = {"workload": "permutation", "hosts": 64, "planes": 8, "leaves": 0, "spines": 0, "rate": "100G",
             "hop_delay": "1us", "buffer": "1M", "ecn": "64K", "trim": "128K", "mtu": 4096, "size": "16M",
-            "msg": "1M", "incast": 7, "victim_at": "0", "cc": None, "fault": None}
+            "msg": "1M", "incast": 7, "victim_at": "0", "cc": None, "fault": None, "transport": "mrc",
+            "roce": None}
+#: keys that came after tables were kept: at their default they stay out of a cell's key, which so
+#: stays what it was
+LATER_KEYS = ("transport", "roce")
 #: the figures kept of each run (every one deterministic for a cell but the last two)
 METRICS = ("goodput_ratio", "wire_bound_ratio", "victim_ratio", "p50_us", "p99_us", "max_us", "max_gap_us",
-           "qp_errors", "unfinished", "drops", "trims", "marks", "timeouts", "rtx_packets", "packets",
+           "qp_errors", "unfinished", "drops", "trims", "marks", "pauses", "timeouts", "rtx_packets", "packets",
            "wall_s", "sim_pps")
 TIMING = ("wall_s", "sim_pps")
 #: the most cells one sweep takes (each is a whole simulation: more is a mistake in the grid)
@@ -102,7 +108,8 @@ def cells(grid: dict) -> list[dict]:
 
 def cell_key(cell: dict) -> str:
     """A cell's identity: a digest of its parameters (the same grid cell has the same key, always)."""
-    canon = json.dumps({k: cell[k] for k in PARAMS}, sort_keys=True, separators=(",", ":"))
+    canon = json.dumps({k: cell[k] for k in PARAMS if not (k in LATER_KEYS and cell[k] == DEFAULTS[k])},
+                       sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
@@ -123,7 +130,8 @@ def _build(cell: dict):
                          rate_bps=parse_rate(str(cell["rate"])), hop_ns=simspec.parse_time(str(cell["hop_delay"])),
                          buffer_bytes=parse_size(str(cell["buffer"])), ecn_bytes=parse_size(str(cell["ecn"])),
                          trim_bytes=0 if trim in ("0", "off") else parse_size(trim), mtu=cell["mtu"],
-                         seed=cell["seed"], cc=cell["cc"])
+                         seed=cell["seed"], cc=cell["cc"], transport=str(cell["transport"]),
+                         roce=cell["roce"] if isinstance(cell["roce"], dict) else _no_roce(cell["roce"]))
     size, msg = parse_size(str(cell["size"])), parse_size(str(cell["msg"]))
     if size <= 0 or msg <= 0:
         raise UsageError(f"size {cell['size']!r}, msg {cell['msg']!r}: both positive")
@@ -132,6 +140,13 @@ def _build(cell: dict):
     faults = [] if cell["fault"] in (None, "", "none") else [simspec.parse_fault(str(cell["fault"]), fab)]
     victim_at = simspec.parse_time(str(cell["victim_at"]))
     return fab, size, msg, faults, victim_at
+
+
+def _no_roce(v) -> dict:
+    """A grid's ``roce`` that is not a mapping: none (null) only."""
+    if v is not None:
+        raise UsageError(f"roce {v!r}: a mapping of RoCE settings, e.g. {{qps: 16, split: 1}}")
+    return {}
 
 
 def check_cell(cell: dict) -> None:

@@ -98,6 +98,9 @@ def test_a_killed_sweep_resumes_and_runs_only_what_is_missing(tmp_path):
     ({"hosts": list(range(2, 1002)), "seeds": 1000}, "more than 100,000"),
     ({"workload": "victim", "cc": {"gamma": -1}}, "cc gamma=-1"),
     ({"workload": "victim", "cc": "fast"}, "a mapping of congestion control fields"),
+    ({"transport": "carrier-pigeon"}, "--transport 'carrier-pigeon'"),
+    ({"transport": "roce", "roce": {"qps": 99}}, "roce qps=99"),
+    ({"transport": "roce", "roce": "fast"}, "a mapping of RoCE settings"),
     ([1, 2, 3], "a grid is a mapping"),
 ])
 def test_a_bad_grid_is_refused_in_one_line_before_anything_runs(tmp_path, grid, says):
@@ -140,6 +143,22 @@ def test_cells_are_keyed_by_their_parameters():
     assert [c["key"] for c in a] == [c["key"] for c in b] and len({c["key"] for c in a}) == 6
     other = sweep.cells(GRID | {"size": "8M"})
     assert not {c["key"] for c in a} & {c["key"] for c in other}
+
+
+def test_a_grid_runs_roce_beside_mrc_and_mrc_cells_keep_their_keys():
+    import hashlib
+
+    grid = {"workload": "permutation", "hosts": 16, "planes": 2, "size": "1M", "transport": ["mrc", "roce"],
+            "roce": {"qps": 2, "split": 1, "pfc_xoff": 65536}}
+    rows = {c["transport"]: (c, sweep.run_cell(c)) for c in sweep.cells(grid)}
+    assert all(r["status"] == "ok" and r["goodput_ratio"] > 0 for _, r in rows.values())
+    assert rows["roce"][1]["goodput_ratio"] != rows["mrc"][1]["goodput_ratio"]
+    # an MRC cell's key is what it was before the transport keys came (stored tables resume)
+    mrc = rows["mrc"][0]
+    old = json.dumps({k: mrc[k] for k in sweep.PARAMS if k not in ("transport", "roce")}, sort_keys=True,
+                     separators=(",", ":"))
+    assert sweep.cells({**grid, "transport": "mrc", "roce": None})[0]["key"] == \
+        hashlib.sha256(old.encode()).hexdigest()[:16]
 
 
 def test_a_table_cut_mid_row_or_of_another_kind_is_handled(tmp_path):
