@@ -5,6 +5,7 @@ MRC's published comparison with RoCEv2, measured.
     python bench/roce_vs_mrc.py --json                  # 256 NICs (a few minutes here)
     python bench/roce_vs_mrc.py --nics 64 --json        # smaller
     python bench/roce_vs_mrc.py --plot out/ --save bench/results
+    python bench/roce_vs_mrc.py --quick --json          # every scenario, small (CI: tests/dp)
 
 The fabric: 8 planes x 2 tiers, 100 Gb/s links, 1 us a hop, 32 NICs a leaf and
 as many spines (non-blocking), as the scale scenario of bench/sim_bench.py.
@@ -39,6 +40,11 @@ Scenarios (every figure from this run, deterministic for the seed):
                (port_down_ratio: MRC's)
   victim       a 7:1 incast plus a flow from an incast sender to another host:
                the victim's goodput over its fair share
+  anchor       roce_1qp's permutation beside a published ECMP one: NDP's
+               Figure 14 DCTCP curve (one ECMP path a flow on a k = 8 FatTree),
+               the per-flow rates at 200 ms, on the fabric's analog (the
+               FatTree's pods as leaves, its core switches as spines), the
+               median over 5 seeds
 
 Per contender and scenario: paths (per flow: MRC the EVs of its QP, RoCE its
 QPs' distinct plane and spine pairs crossing leaves), goodput_vs_bound
@@ -63,6 +69,14 @@ from mrc import simfab as msim  # noqa: E402
 from mrc import simspec  # noqa: E402
 
 PFC = {"pfc_xoff": 96 << 10, "pfc_xon": 72 << 10}
+#: ECMP's permutation as a published study ran it: the DCTCP curve of NDP's Figure 14 (Handley et al.,
+#: SIGCOMM 2017), per-flow Gb/s at 200 ms, the artifact's sim/EXAMPLES/permutation/dctcp_logfile.rates
+#: (github.com/nets-cs-pub-ro/NDP at 359f642): 128 flows, a k = 8 FatTree's hosts (the folder's run.sh
+#: names 432 nodes; the stored file holds 128 rates), 10 Gb/s, 9,000-byte packets, one ECMP path a flow
+DCTCP_ECMP = {"source": "NDP, SIGCOMM 2017, Figure 14, the DCTCP curve (github.com/nets-cs-pub-ro/NDP "
+                        "sim/EXAMPLES/permutation/dctcp_logfile.rates, 359f642)",
+              "flows": 128, "gbps": {"min": 0.893, "p10": 2.218, "p50": 4.889, "p90": 9.511, "max": 9.986,
+                                     "mean": 5.234}}
 CONTENDERS = {"mrc": {"transport": "mrc"},
               "roce_1qp": {"transport": "roce", "roce": {"qps": 1, **PFC}, "buffer_bytes": 0},
               "roce_16qp": {"transport": "roce", "roce": {"qps": 16, "split": 1, **PFC}, "buffer_bytes": 0}}
@@ -192,13 +206,14 @@ def t1(nics: int) -> dict:
     return out
 
 
-def flap(nics: int) -> dict:
-    """A link flap every compressed minute over a long permutation, against no flap."""
+def flap(nics: int, seconds: float = 0.5) -> dict:
+    """A link flap every compressed minute over a long permutation (seconds of traffic at a NIC's
+    line rate), against no flap."""
     nics = min(nics, 16)
     kw = {"rate_bps": 10_000_000_000, "leaves": 2, "spines": 8}
     roce = {"timeout": 10, "converge_ns": 500_000_000 // COMPRESS}  # 4.2 ms; 0.5 ms
     period_ms, down_ms = 60, 2
-    size = int(0.5 * 8 * kw["rate_bps"] / 8)  # half a second at a NIC's line rate: eight "minutes"
+    size = int(seconds * 8 * kw["rate_bps"] / 8)  # 0.5 s: eight compressed minutes
     plane, leaf, spine = busiest(nics, "permutation", roce=roce, **kw)
     link = f"link:{plane}.{leaf}.{spine}"
     out = {"flap": f"{link} down {down_ms} ms every {period_ms} ms", "compression": COMPRESS,
@@ -238,6 +253,41 @@ def port_down(nics: int) -> dict:
     return out
 
 
+def quantiles(v: list[float]) -> dict:
+    v, n = sorted(v), len(v)
+
+    def q(x: float) -> float:
+        return round(v[min(n - 1, int(x * n))], 3)
+    return {"min": q(0), "p10": q(0.1), "p50": q(0.5), "p90": q(0.9), "max": q(1.0), "mean": round(sum(v) / n, 3)}
+
+
+def anchor_ecmp(seeds: int = 5, t_ns: int = 200_000_000) -> dict:
+    """roce_1qp on the published setup's analog: 128 hosts, one plane of 10 Gb/s, the k = 8 FatTree's
+    8 pods as leaves of 16 hosts and its 16 core switches as spines (the same 16 paths between pods),
+    9,000-byte packets, 1.5 us a hop; flows that never end, each one's rate its bytes done by 200 ms
+    (the published rates are at 200 ms). The permutation and the hashes vary with the seed: the
+    quantiles are the median over the seeds."""
+    per_seed = []
+    for seed in range(1, seeds + 1):
+        f = simspec.Fabric(hosts=128, planes=1, leaves=8, spines=16, rate_bps=10**10, hop_ns=1500, mtu=8872,
+                           trim_bytes=0, buffer_bytes=0, seed=seed, transport="roce", roce={"qps": 1, **PFC})
+        sim = msim.FabricSim(f)
+        flows = simspec.flows_for("permutation", f, 1 << 40, seed=seed)
+        sim.add_flows(flows, 1 << 20)
+        sim.run(until_ns=t_ns)
+        fs = ffi.new("struct mrc_fab_flow_stats *")
+        rates = []
+        for i in range(len(flows)):
+            lib.mrc_fab_flow_stats(sim._f, i, fs, ffi.NULL)
+            rates.append(fs.done * 8 / (t_ns / 1e9) / 1e9)
+        sim.close()
+        per_seed.append(quantiles(rates))
+    med = {k: round(sorted(s[k] for s in per_seed)[len(per_seed) // 2], 3) for k in per_seed[0]}
+    pub = DCTCP_ECMP["gbps"]
+    return {"published": DCTCP_ECMP, "seeds": seeds, "t_ns": t_ns, "gbps": med, "per_seed": per_seed,
+            "over_published": {k: round(v / pub[k], 3) for k, v in med.items()}}
+
+
 def plot_cdf(fcts: dict, outdir: str) -> str:
     import matplotlib
 
@@ -265,6 +315,8 @@ def main() -> int:
     ap.add_argument("--nics", type=int, default=256, help="NICs (default 256; 16 to 8192)")
     ap.add_argument("--json", action="store_true", help="print JSON only (progress goes to stderr)")
     ap.add_argument("--plot", metavar="DIR", help="write the flow completion times' CDF (PNG)")
+    ap.add_argument("--quick", action="store_true",
+                    help="every scenario, small: 32 NICs, 50 ms of flaps, the anchor with one seed (CI)")
     import store  # bench/, beside this file
 
     store.add_argument(ap)
@@ -272,9 +324,12 @@ def main() -> int:
     if not 16 <= a.nics <= 8192:
         print(f"--nics {a.nics}: 16 to 8192", file=sys.stderr)
         return 2
+    if a.quick:
+        a.nics = 32
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     fcts: dict = {}
-    out: dict = {"nics": a.nics, "seed": 1, "contenders": CONTENDERS, "convergence_delays_ms": CONVERGENCE_MS,
+    out: dict = {"nics": a.nics, "quick": a.quick, "seed": 1, "contenders": CONTENDERS,
+                 "convergence_delays_ms": CONVERGENCE_MS,
                  "convergence_delays": [ms * 1_000_000 for ms in CONVERGENCE_MS], "scenarios": {}}
     sc = out["scenarios"]
     log("permutation ...")
@@ -286,11 +341,13 @@ def main() -> int:
     log("t1 ...")
     sc["t1"] = t1(a.nics)
     log("flap ...")
-    sc["flap"] = flap(a.nics)
+    sc["flap"] = flap(a.nics, 0.05 if a.quick else 0.5)
     log("port_down ...")
     sc["port_down"] = port_down(a.nics)
     log("victim ...")
     sc["victim"] = each(min(a.nics, 64), "victim", 64 << 20, msg=256 << 10)
+    log("anchor: ECMP's permutation beside NDP's published DCTCP curve ...")
+    out["anchors"] = {"ecmp_permutation": anchor_ecmp(1, 20_000_000) if a.quick else anchor_ecmp()}
     out["mrc_t1_ratio"] = sc["t1"]["runs"]["mrc"]["vs_no_fault"]
     out["port_down_ratio"] = sc["port_down"]["mrc"]["flow_ratio"]
     files = {}

@@ -36,11 +36,12 @@ CC_ALGORITHMS = {ffi.string(lib.mrc_cc_algorithm_name(i)).decode(): i for i in r
 
 TRANSPORTS = {"mrc": lib.MRC_FAB_MRC, "roce": lib.MRC_FAB_ROCE}
 ROCE_CFG_FIELDS = tuple(name for name, _ in ffi.typeof("struct mrc_roce_cfg").fields)
-#: a RoCE NIC as NCCL sets one up (NCCL_IB_TIMEOUT 18: 4.096 us x 2^18 = 1.07 s; NCCL_IB_RETRY_CNT 7),
-#: DCQCN on, routing converging 500 ms after a link changes (BGP with BFD: hundreds of milliseconds)
 #: the fabric's side of a RoCE run (the rest are struct mrc_roce_cfg fields)
 ROCE_FABRIC = ("qps", "split", "converge_ns", "pfc_xoff", "pfc_xon")
-ROCE_DEFAULTS = {"qps": 1, "converge_ns": 500_000_000, "timeout": 18, "retry_cnt": 7, "dcqcn": 1}
+#: a RoCE QP as NCCL sets one up (its IB_TIMEOUT 20: 4.096 us x 2^20 = 4.3 s; IB_RETRY_CNT 7; NCCL's
+#: net_ib source, 18 and 14 in older releases), DCQCN on, routing converging 500 ms after a link
+#: changes (BGP with BFD: hundreds of milliseconds)
+ROCE_DEFAULTS = {"qps": 1, "converge_ns": 500_000_000, "timeout": 20, "retry_cnt": 7, "dcqcn": 1}
 
 
 def roce_params(roce: dict | None) -> dict:

@@ -32,6 +32,24 @@ def _t1_rows(t1: dict) -> list[list]:
     return rows
 
 
+def _anchor(r: dict) -> list[str]:
+    """The RoCE model beside a published ECMP permutation (NDP's DCTCP curve)."""
+    an = (r.get("anchors") or {}).get("ecmp_permutation") or {}
+    if not an:
+        return []
+    pub = an.get("published") or {}
+    got, over = an.get("gbps") or {}, an.get("over_published") or {}
+    keys = ["min", "p10", "p50", "p90", "max", "mean"]
+    lines = ["", f"The RoCE model beside a published ECMP permutation: {pub.get('source')}; RoCE with one QP a "
+             "flow on the analog of that k = 8 FatTree (its 8 pods as leaves, its 16 core switches as spines), "
+             f"per-flow Gb/s at {fmt((an.get('t_ns') or 0) / 1e6)} ms, the median over {an.get('seeds')} seed(s) "
+             "(docs/sim.md, \"RoCEv2\"):", ""]
+    return lines + table(["", *keys], [["DCTCP, one ECMP path (published)",
+                                        *[fmt((pub.get("gbps") or {}).get(k), 3) for k in keys]],
+                                       ["RoCE model, one QP", *[fmt(got.get(k), 3) for k in keys]],
+                                       ["over the published", *[fmt(over.get(k), 3) for k in keys]]])
+
+
 def roce(runs: list[dict]) -> tuple[list[str], list[list]]:
     r = runs[-1]
     sc = r.get("scenarios") or {}
@@ -42,9 +60,10 @@ def roce(runs: list[dict]) -> tuple[list[str], list[list]]:
              f"({fmt(r.get('nics'))} NICs, 8 planes x 2 tiers, 100 Gb/s, 1 us a hop, non-blocking; docs/sim.md, "
              "\"RoCEv2\"). RoCE as deployed: lossless (PFC at 96 KiB), DCQCN, go-back-N with NCCL's timeout "
              "(4.3 s) and 7 retries, one ECMP path per QP, routing converging 500 ms after a failure; MRC with "
-             "its lossy trimming switches. The all-to-all and the victim run on 64 NICs; the flap case on 16 NICs "
-             f"at 10 Gb/s, time compressed {fmt(fl.get('compression'))}x ({fl.get('flap', '-')}, RoCE's timer "
-             "and routing compressed with it). goodput_vs_bound: goodput (or a collective's bus bandwidth) over "
+             "its lossy trimming switches. The all-to-all and the victim run on "
+             f"{fmt(min(r.get('nics') or 0, 64))} NICs; the flap case on 16 NICs at 10 Gb/s, time compressed "
+             f"{fmt(fl.get('compression'))}x ({fl.get('flap', '-')}, RoCE's timer and routing compressed with "
+             "it). goodput_vs_bound: goodput (or a collective's bus bandwidth) over "
              "the NICs' line rate less the headers.", ""]
     rows = [["paths per flow (RoCE: distinct plane and spine pairs crossing leaves)",
              *[fmt((sc.get("permutation") or {}).get(w, {}).get("paths"), 1) for w in WHO]]]
@@ -62,6 +81,7 @@ def roce(runs: list[dict]) -> tuple[list[str], list[list]]:
     rows.append(_row("incast 7:1 beside a victim flow: the victim's share of its fair rate", sc.get("victim") or {},
                      "victim_ratio"))
     lines += table(["", *[NAMES[w] for w in WHO]], rows)
+    lines += _anchor(r)
     perm = sc.get("permutation") or {}
     head = [[f"MRC over RoCEv2 in simulation ({fmt(r.get('nics'))} NICs): permutation goodput, MRC / RoCE 16 QPs; "
              "T1 reboot mid-all-reduce, MRC's time over no fault; one port of 8 down, MRC's flow over no fault",

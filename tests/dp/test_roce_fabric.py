@@ -151,3 +151,25 @@ def test_mrc_sim_cli_runs_roce_and_refuses_roce_options_without_it():
     assert out["roce"]["done"] and "spray" not in out
     bad = subprocess.run(cmd + ["--pfc", "64K"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--transport roce" in bad.stderr
+
+
+def test_the_comparison_bench_runs_small_and_renders(tmp_path):
+    """bench/roce_vs_mrc.py --quick: every scenario at 32 NICs, its JSON keys, and the results page's section."""
+    root = __import__("pathlib").Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, str(root / "bench" / "roce_vs_mrc.py"), "--quick", "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["nics"] == 32 and out["convergence_delays"] == [50_000_000, 500_000_000, 5_000_000_000]
+    for name, sc in out["scenarios"].items():
+        for who in ("mrc", "roce_1qp", "roce_16qp"):
+            row = sc.get(who) or sc.get("runs", {}).get(who) or sc.get("runs", {}).get(f"{who}@50ms")
+            assert {"goodput_vs_bound", "completion_us", "qp_errors"} <= set(row), (name, who)
+    assert out["scenarios"]["port_down"]["roce_1qp"]["qp_errors"] == 1  # its one QP was on the dead port
+    assert out["port_down_ratio"] > 0.8 and 1.0 <= out["mrc_t1_ratio"] < 1.2
+    assert 0.5 < out["anchors"]["ecmp_permutation"]["over_published"]["mean"] < 1.5
+    sys.path.insert(0, str(root / "tools"))
+    from results_roce import roce
+
+    lines, head = roce([out])
+    assert any("RoCEv2, 16 QPs split" in x for x in lines) and "MRC over RoCEv2 in simulation" in head[0][0]
