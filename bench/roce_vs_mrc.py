@@ -40,6 +40,8 @@ Scenarios (every figure from this run, deterministic for the seed):
                (port_down_ratio: MRC's)
   victim       a 7:1 incast plus a flow from an incast sender to another host:
                the victim's goodput over its fair share
+  scale        (--scale) the permutation at 8,192 NICs for each contender, each
+               in a process of its own: CPU seconds, peak RSS
   anchor       roce_1qp's permutation beside a published ECMP one: NDP's
                Figure 14 DCTCP curve (one ECMP path a flow on a k = 8 FatTree),
                the per-flow rates at 200 ms, on the fabric's analog (the
@@ -288,6 +290,30 @@ def anchor_ecmp(seeds: int = 5, t_ns: int = 200_000_000) -> dict:
             "over_published": {k: round(v / pub[k], 3) for k, v in med.items()}}
 
 
+def scale(nics: int, leaves: int, spines: int) -> dict:
+    """A 16 MiB permutation at nics NICs (8,192: 256 leaves, 32 spines, as bench/sim_bench.py's scale
+    scenario) for each contender, each in a process of its own (mrc sim --json): CPU seconds, peak RSS,
+    goodput over the bound, QP errors."""
+    import subprocess
+
+    out = {"nics": nics, "leaves": leaves, "spines": spines}
+    for who, spec in CONTENDERS.items():
+        cmd = [sys.executable, "-m", "mrc.tools.cli", "sim", "--hosts", str(nics), "--leaves", str(leaves),
+               "--spines", str(spines), "--workload", "permutation", "--size", "16M", "--json"]
+        if spec["transport"] == "roce":
+            r = spec["roce"]
+            cmd += ["--transport", "roce", "--roce-qps", str(r["qps"]), "--pfc", f"{r['pfc_xoff']}:{r['pfc_xon']}"]
+            cmd += ["--roce-split"] if r.get("split") else []
+        res = json.loads(subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True, timeout=7200).stdout)
+        r = res["spray" if who == "mrc" else "roce"]
+        mtu = res["fabric"]["mtu"]
+        eff = mtu / (mtu + simspec.DATA_HDRS + simspec.WIRE_EXTRA)
+        out[who] = {"wall_s": r["wall_s"], "peak_rss_mb": r["peak_rss_mb"], "qp_errors": r["qp_errors"],
+                    "failed": r["unfinished"], "goodput_vs_bound": round(r["goodput_ratio"] / eff, 4),
+                    "completion_us": r["max_us"], "p99_us": r["p99_us"]}
+    return out
+
+
 def plot_cdf(fcts: dict, outdir: str) -> str:
     import matplotlib
 
@@ -315,6 +341,8 @@ def main() -> int:
     ap.add_argument("--nics", type=int, default=256, help="NICs (default 256; 16 to 8192)")
     ap.add_argument("--json", action="store_true", help="print JSON only (progress goes to stderr)")
     ap.add_argument("--plot", metavar="DIR", help="write the flow completion times' CDF (PNG)")
+    ap.add_argument("--scale", action="store_true",
+                    help="also the permutation at 8,192 NICs for each contender (--quick: 256), its CPU time")
     ap.add_argument("--quick", action="store_true",
                     help="every scenario, small: 32 NICs, 50 ms of flaps, the anchor with one seed (CI)")
     import store  # bench/, beside this file
@@ -348,6 +376,9 @@ def main() -> int:
     sc["victim"] = each(min(a.nics, 64), "victim", 64 << 20, msg=256 << 10)
     log("anchor: ECMP's permutation beside NDP's published DCTCP curve ...")
     out["anchors"] = {"ecmp_permutation": anchor_ecmp(1, 20_000_000) if a.quick else anchor_ecmp()}
+    if a.scale:
+        log("scale: the permutation at 8,192 NICs, each contender in a process of its own ...")
+        sc["scale"] = scale(*((256, 8, 32) if a.quick else (8192, 256, 32)))
     out["mrc_t1_ratio"] = sc["t1"]["runs"]["mrc"]["vs_no_fault"]
     out["port_down_ratio"] = sc["port_down"]["mrc"]["flow_ratio"]
     files = {}
