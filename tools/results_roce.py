@@ -82,6 +82,12 @@ def roce(runs: list[dict]) -> tuple[list[str], list[list]]:
                  *[f"{(pd.get(w) or {}).get('qp_errors')}, {(pd.get(w) or {}).get('failed')}" for w in WHO]])
     rows.append(_row("incast 7:1 beside a victim flow: the victim's share of its fair rate", sc.get("victim") or {},
                      "victim_ratio"))
+    big = sc.get("scale") or {}
+    if big:
+        n = fmt(big.get("nics"))
+        rows.append(_row(f"permutation at {n} NICs (own process): CPU seconds (target <= 600)", big, "wall_s", 1))
+        rows.append(_row(f"permutation at {n} NICs: goodput over the bound", big, "goodput_vs_bound"))
+        rows.append(_row(f"permutation at {n} NICs: peak RSS (MB)", big, "peak_rss_mb", 1))
     lines += table(["", *[NAMES[w] for w in WHO]], rows)
     lines += _anchor(r)
     perm = sc.get("permutation") or {}
