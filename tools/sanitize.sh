@@ -7,7 +7,7 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 py="$(realpath "${1:-$here/.venv/bin/python}")"
 work="$(mktemp -d /tmp/mrc-asan.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
-cp -r "$here/csrc" "$here/mrc" "$here/tests" "$here/docs" "$here/bench" "$here/pyproject.toml" "$work/"
+cp -r "$here/csrc" "$here/mrc" "$here/tests" "$here/docs" "$here/bench" "$here/tools" "$here/pyproject.toml" "$work/"
 find "$work/mrc" -name '_dp*' -delete
 cd "$work"
 MRC_CFLAGS="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \

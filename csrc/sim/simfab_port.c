@@ -74,6 +74,27 @@ void fab_bucket_add(struct mrc_fab *f, uint32_t col, uint64_t bytes)
     f->series[b * w + col] += bytes;
 }
 
+/* The packet goes on the port's wire at start (ps), after what the FIFO holds: it reaches the next
+ * node a hop after its last bit; the head's arrival is an event, the others' are their predecessors'. */
+static void fifo_append(struct mrc_fab *f, uint64_t port, struct fpkt *k, uint64_t start)
+{
+    struct fport *pt = &f->ports[port];
+    pt->busy = start + (uint64_t)k->wire * f->ppb;
+    uint64_t at = pt->busy + f->c.hop_ns * 1000;
+    k->seq = f->seq++;
+    k->next = NULL;
+    if (pt->tail) {
+        pt->tail->next = k;
+        pt->tail->nat = at;
+        pt->tail->nseq = k->seq;
+    } else {
+        pt->head = k;
+        pt->head_at = at;
+        must(f, push_seq(f, at, k->seq, EVT_PKT, (uint32_t)port));
+    }
+    pt->tail = k;
+}
+
 /* The packet joins an egress port's FIFO now and arrives at next one hop
  * after it has left; switch ports apply the queue's rules first. */
 void fab_enqueue(struct mrc_fab *f, struct fpkt *k, uint64_t port, uint32_t next)
@@ -119,20 +140,7 @@ void fab_enqueue(struct mrc_fab *f, struct fpkt *k, uint64_t port, uint32_t next
         if (pfc_hold(f, k, port))
             return;
     }
-    pt->busy = start + (uint64_t)k->wire * f->ppb;
-    uint64_t at = pt->busy + f->c.hop_ns * 1000;
-    k->seq = f->seq++;
-    k->next = NULL;
-    if (pt->tail) {
-        pt->tail->next = k;
-        pt->tail->nat = at;
-        pt->tail->nseq = k->seq;
-    } else {
-        pt->head = k;
-        pt->head_at = at;
-        must(f, push_seq(f, at, k->seq, EVT_PKT, (uint32_t)port));
-    }
-    pt->tail = k;
+    fifo_append(f, port, k, start);
 }
 
 /* Everything a port holds is lost (its link failed): counted as cut. Its
@@ -240,21 +248,7 @@ static void resume_port(struct mrc_fab *f, uint64_t port)
     pt->held = 0;
     while (k) {
         struct fpkt *next = k->next;
-        uint64_t start = pt->busy > f->now ? pt->busy : f->now;
-        pt->busy = start + (uint64_t)k->wire * f->ppb;
-        uint64_t at = pt->busy + f->c.hop_ns * 1000;
-        k->seq = f->seq++;
-        k->next = NULL;
-        if (pt->tail) {
-            pt->tail->next = k;
-            pt->tail->nat = at;
-            pt->tail->nseq = k->seq;
-        } else {
-            pt->head = k;
-            pt->head_at = at;
-            must(f, push_seq(f, at, k->seq, EVT_PKT, (uint32_t)port));
-        }
-        pt->tail = k;
+        fifo_append(f, port, k, pt->busy > f->now ? pt->busy : f->now);
         k = next;
     }
     if (port_tier(f, port) == MRC_FAB_NIC) /* a NIC's port: its host sends again */
