@@ -272,10 +272,10 @@ int mrc_fab_roce_path(struct mrc_fab *f, uint32_t flow, uint32_t q, uint32_t *pl
 /* A data packet at its receiver: the responder's answer goes back at once. */
 static void at_receiver(struct mrc_fab *f, uint32_t h, struct fflow *fl, const struct fpkt *k)
 {
-    struct mrc_roce_cfg c = qp_cfg(f);
     struct mrc_roce_reply rep;
     uint32_t j = k->r.q;
-    int taken = mrc_roce_resp_rx(&fl->r->r[j], &c, k->r.psn, k->r.last, k->ce, f->now / 1000, &rep);
+    /* the responder reads its QP's settings (ack_every, cnp_ns): the requester's copy, the pair's own */
+    int taken = mrc_roce_resp_rx(&fl->r->r[j], &fl->r->q[j].c, k->r.psn, k->r.last, k->ce, f->now / 1000, &rep);
     fl->r->in[j] += taken && k->r.last;
     if (rep.cnp)
         send_pkt(f, h, fl, j, R_CNP, 0, ROCE_CNP_BYTES, 0);
