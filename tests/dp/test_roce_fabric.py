@@ -151,6 +151,23 @@ def test_mrc_sim_cli_runs_roce_and_refuses_roce_options_without_it():
     assert out["roce"]["done"] and "spray" not in out
     bad = subprocess.run(cmd + ["--pfc", "64K"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--transport roce" in bad.stderr
+    for flags, says in ((["--roce-param", "timeout=x"], "NAME=N"), (["--roce-param", "window=3"], "roce field"),
+                        (["--pfc", "0"], "XOFF above 0"), (["--pfc", "64K:96K"], "pfc_xon"),
+                        (["--roce-param", "timeout=99"], "timeout 1-31")):
+        r = subprocess.run(cmd + ["--transport", "roce", *flags], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (flags, r.stderr)
+
+
+def test_the_path_query_refuses_what_is_not_there():
+    p, s = ffi.new("uint32_t *"), ffi.new("int32_t *")
+    with msim.FabricSim(fab(roce={"qps": 2})) as sim:
+        sim.add_flows([(0, 1, 1 << 20)], 1 << 20)
+        assert lib.mrc_fab_roce_path(sim._f, 0, 1, p, s) == 0 and 0 <= s[0] < 4
+        assert lib.mrc_fab_roce_path(sim._f, 0, 2, p, s) == -22  # no QP 2
+        assert lib.mrc_fab_roce_path(sim._f, 1, 0, p, s) == -22  # no flow 1
+    with msim.FabricSim(fab("mrc")) as sim:
+        sim.add_flows([(0, 1, 1 << 20)], 1 << 20)
+        assert lib.mrc_fab_roce_path(sim._f, 0, 0, p, s) == -22  # MRC has no RoCE path
 
 
 def test_the_comparison_bench_runs_small_and_renders(tmp_path):
