@@ -42,11 +42,11 @@ Scenarios (every figure from this run, deterministic for the seed):
                the victim's goodput over its fair share
   scale        (--scale) the permutation at 8,192 NICs for each contender, each
                in a process of its own: CPU seconds, peak RSS
-  anchor       roce_1qp's permutation beside a published ECMP one: NDP's
-               Figure 14 DCTCP curve (one ECMP path a flow on a k = 8 FatTree),
-               the per-flow rates at 200 ms, on the fabric's analog (the
-               FatTree's pods as leaves, its core switches as spines), the
-               median over 5 seeds
+  anchors      the RoCE model beside published results (bench/roce_anchors.py):
+               roce_1qp's permutation beside NDP's Figure 14 DCTCP curve (one
+               ECMP path a flow on a k = 8 FatTree's analog, the median over 5
+               seeds), and DCQCN's climb after an incast beside the DCQCN
+               authors' ns-3 code
 
 Per contender and scenario: paths (per flow: MRC the EVs of its QP, RoCE its
 QPs' distinct plane and spine pairs crossing leaves), goodput_vs_bound
@@ -67,20 +67,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mrc._dp import ffi, lib  # noqa: E402
-from ndp_permutation import quantiles  # noqa: E402 (bench/, beside this file)
+from roce_anchors import PFC, anchor_dcqcn, anchor_ecmp  # noqa: E402 (bench/, beside this file)
 
 from mrc import simfab as msim  # noqa: E402
 from mrc import simspec  # noqa: E402
 
-PFC = {"pfc_xoff": 96 << 10, "pfc_xon": 72 << 10}
-#: ECMP's permutation as a published study ran it: the DCTCP curve of NDP's Figure 14 (Handley et al.,
-#: SIGCOMM 2017), per-flow Gb/s at 200 ms, the artifact's sim/EXAMPLES/permutation/dctcp_logfile.rates
-#: (github.com/nets-cs-pub-ro/NDP at 359f642): 128 flows, a k = 8 FatTree's hosts (the folder's run.sh
-#: names 432 nodes; the stored file holds 128 rates), 10 Gb/s, 9,000-byte packets, one ECMP path a flow
-DCTCP_ECMP = {"source": "NDP, SIGCOMM 2017, Figure 14, the DCTCP curve (github.com/nets-cs-pub-ro/NDP "
-                        "sim/EXAMPLES/permutation/dctcp_logfile.rates, 359f642)",
-              "flows": 128, "gbps": {"min": 0.893, "p1": 0.922, "p10": 2.218, "p50": 4.889, "p90": 9.511, "max": 9.986,
-                                     "mean": 5.234}}
 CONTENDERS = {"mrc": {"transport": "mrc"},
               "roce_1qp": {"transport": "roce", "roce": {"qps": 1, **PFC}, "buffer_bytes": 0},
               "roce_16qp": {"transport": "roce", "roce": {"qps": 16, "split": 1, **PFC}, "buffer_bytes": 0}}
@@ -257,33 +248,6 @@ def port_down(nics: int) -> dict:
     return out
 
 
-def anchor_ecmp(seeds: int = 5, t_ns: int = 200_000_000) -> dict:
-    """roce_1qp on the published setup's analog: 128 hosts, one plane of 10 Gb/s, the k = 8 FatTree's
-    8 pods as leaves of 16 hosts and its 16 core switches as spines (the same 16 paths between pods),
-    9,000-byte packets, 1.5 us a hop; flows that never end, each one's rate its bytes done by 200 ms
-    (the published rates are at 200 ms). The permutation and the hashes vary with the seed: the
-    quantiles are the median over the seeds."""
-    per_seed = []
-    for seed in range(1, seeds + 1):
-        f = simspec.Fabric(hosts=128, planes=1, leaves=8, spines=16, rate_bps=10**10, hop_ns=1500, mtu=8872,
-                           trim_bytes=0, buffer_bytes=0, seed=seed, transport="roce", roce={"qps": 1, **PFC})
-        sim = msim.FabricSim(f)
-        flows = simspec.flows_for("permutation", f, 1 << 40, seed=seed)
-        sim.add_flows(flows, 1 << 20)
-        sim.run(until_ns=t_ns)
-        fs = ffi.new("struct mrc_fab_flow_stats *")
-        rates = []
-        for i in range(len(flows)):
-            lib.mrc_fab_flow_stats(sim._f, i, fs, ffi.NULL)
-            rates.append(fs.done * 8 / (t_ns / 1e9) / 1e9)
-        sim.close()
-        per_seed.append(quantiles(rates))
-    med = {k: round(sorted(s[k] for s in per_seed)[len(per_seed) // 2], 3) for k in per_seed[0]}
-    pub = DCTCP_ECMP["gbps"]
-    return {"published": DCTCP_ECMP, "seeds": seeds, "t_ns": t_ns, "gbps": med, "per_seed": per_seed,
-            "over_published": {k: round(v / pub[k], 3) for k, v in med.items()}}
-
-
 def scale(nics: int, leaves: int, spines: int) -> dict:
     """A 16 MiB permutation at nics NICs (8,192: 256 leaves, 32 spines, as bench/sim_bench.py's scale
     scenario) for each contender, each in a process of its own (mrc sim --json): CPU seconds, peak RSS,
@@ -368,8 +332,9 @@ def main() -> int:
     sc["port_down"] = port_down(a.nics)
     log("victim ...")
     sc["victim"] = each(min(a.nics, 64), "victim", 64 << 20, msg=256 << 10)
-    log("anchor: ECMP's permutation beside NDP's published DCTCP curve ...")
-    out["anchors"] = {"ecmp_permutation": anchor_ecmp(1, 20_000_000) if a.quick else anchor_ecmp()}
+    log("anchors: ECMP's permutation beside NDP's DCTCP curve, DCQCN after an incast beside ns-3's ...")
+    out["anchors"] = {"ecmp_permutation": anchor_ecmp(1, 20_000_000) if a.quick else anchor_ecmp(),
+                      "dcqcn_recovery": anchor_dcqcn()}
     if a.scale:
         log("scale: the permutation at 8,192 NICs, each contender in a process of its own ...")
         sc["scale"] = scale(*((256, 8, 32) if a.quick else (8192, 256, 32)))

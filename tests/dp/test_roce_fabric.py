@@ -185,8 +185,10 @@ def test_the_comparison_bench_runs_small_and_renders(tmp_path):
     assert out["scenarios"]["port_down"]["roce_1qp"]["qp_errors"] == 1  # its one QP was on the dead port
     assert out["port_down_ratio"] > 0.8 and 1.0 <= out["mrc_t1_ratio"] < 1.2
     assert 0.5 < out["anchors"]["ecmp_permutation"]["over_published"]["mean"] < 1.5
+    assert 0.9 < out["anchors"]["dcqcn_recovery"]["slope_over_published"] < 1.1
     sys.path.insert(0, str(root / "tools"))
     from results_roce import roce
 
     lines, head = roce([out])
+    assert any("DCQCN-validation" in x for x in lines) and any("RoCE model, 55 us" in x for x in lines)
     assert any("RoCEv2, 16 QPs split" in x for x in lines) and "MRC over RoCEv2 in simulation" in head[0][0]

@@ -244,6 +244,28 @@ def test_dcqcn_two_flows_share_a_bottleneck():
     assert (a + b) * 8 / 24e-3 > 0.9 * 40 * G * 1024 / (1024 + 86)  # and the port stays busy
 
 
+def test_dcqcn_climbs_after_an_incast_as_its_authors_ns3_code_does():
+    """bench/roce_anchors.py's DCQCN anchor: two flows and a 15-sender burst into one port; after
+    the burst both flows climb back at the rate DCQCN's additive increase sets (R_AI per timer),
+    within 10 % of the climb the DCQCN authors' ns-3 code published (0.74 Gb/s per ms), and the
+    timers the sources name order the climb as R_AI / T does."""
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+    from roce_anchors import anchor_dcqcn
+
+    an = anchor_dcqcn()
+    assert 0.9 < an["slope_over_published"] < 1.1
+    by = an["slope_over_published_by_timer"]
+    assert by["50"] > by["55"] > by["60"]
+    for t, r in an["runs"].items():
+        assert r["dropped"] == 0 and r["burst_end_ms"] < 10
+        for f in r["flows"]:  # cut to near the floor, then R_AI per timer
+            assert f["floor_gbps"] < 2 and f["slope_gbps_per_ms"] == pytest.approx(0.04 / (int(t) / 1000), rel=0.02)
+        assert r["underutilized_ms"] > an["implied_underutilized_ms"]  # both flows cut, not one
+
+
 # ------------------------------------------------------------------ PFC
 def test_pfc_thresholds():
     p = ffi.new("struct mrc_roce_pfc *", {"xoff": 100, "xon": 50})
