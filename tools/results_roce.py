@@ -69,7 +69,8 @@ def _anchor_dcqcn(r: dict) -> list[str]:
              *[fmt(runs[t].get("pre_gbps_both"), 1) for t in ts]],
             ["the link below that after the burst, ms", fmt(pub.get("underutilized_ms")),
              *[fmt(runs[t].get("underutilized_ms"), 1) for t in ts]]]
-    lines = ["", f"DCQCN after an incast beside the DCQCN authors' ns-3 code, as {pub.get('source')} ran it: "
+    lines = ["", f"DCQCN after an incast beside the DCQCN authors' ns-3 code as a published validation ran it "
+             f"(source: {pub.get('source')}; the rates read off the figure's pixels). Its setup: "
              f"{pub.get('setup')}. Here the same on the bottleneck line, one 40 Gb/s port for F1, F2 and the "
              "burst (5 MB in 4 KB WRITEs from 15 senders), at each rate-increase timer the sources name: the "
              "DCQCN paper's 55 us (the default), the validation's 50 us, the ns-3 sample configuration's 60 us. "
