@@ -24,6 +24,12 @@ The fabric routes kernel traffic with FRR's BGP (mrc fabric up --routing
 bgp: plain IPv6, ECMP, BFD), as a datacenter fabric routes TCP; --routing
 static keeps the SRv6 encap through one spine per host pair.
 
+The control beside ratio_tcp: the copying blaster with k packets to a buffer
+(copy_buffers_gbps) sends MRC's packets as MRC does and does only what any
+sender of them must, each payload copied with its ICRC, with a receiver
+that only counts them. copy_buffers_over_tcp is what such a sender moves
+over TCP here; ratio_copy_buffers is MRC over it (its protocol's cost).
+
 With buffers of k packets, MRC is also measured before the switches are
 made wire-sized (mrc_whole_gbps; ratio_tcp_whole, over tcp_superpacket_gbps):
 both stacks' buffers then cross every hop whole.
@@ -31,7 +37,10 @@ both stacks' buffers then cross every hop whole.
 Same payload size: the hosts keep GSO (as a host keeps TSO on a real NIC),
 but every switch interface gets gso_max_segs 1 (mrc.fabric.apply.wire_sized),
 so the leaf cuts TCP's 64 KB super-packets and the fabric forwards packets of
-at most the MTU, as a real one does. Without it an emulated switch does one
+at most the MTU, as a real one does. The hosts then receive as a NIC driver
+does, with GRO (mrc.fabric.apply.host_gro): TCP's segments merge again at
+the receiving host, and with UDP GRO for forwarding so do a path's MRC
+packets, into buffers the receiver takes whole. Without it an emulated switch does one
 route lookup per 64 KB of TCP and one per 8 KB of MRC. For transparency, TCP
 is also measured first without it (tcp_superpacket_gbps).
 
@@ -221,9 +230,9 @@ def measure(t, src, dst, a, log) -> dict:
     tcp_super = stream_gbps(t, src, dst, a.seconds)
     log(f"  {tcp_super:.2f} Gb/s\nmrc, one QP over all planes, its buffers whole through the switches too ...")
     whole = mrc_rate(t, src, dst, a.seconds, k=k) if k != 1 else None  # the control beside tcp_super
-    nif = apply.wire_sized(t)
-    log(f"  {whole['gbps'] if whole else '-'} Gb/s\nswitches now forward wire-size packets ({nif} interfaces)\n"
-        "mrc, one QP over all planes ...")
+    nif, ngro = apply.wire_sized(t), apply.host_gro(t)
+    log(f"  {whole['gbps'] if whole else '-'} Gb/s\nswitches now forward wire-size packets ({nif} interfaces), "
+        f"hosts receive with GRO ({ngro} ports)\nmrc, one QP over all planes ...")
     m = mrc_rate(t, src, dst, a.seconds, k=k)
     payload, k = m["payload"], m["packets_per_buffer"]
     log(f"  {m['gbps']:.2f} Gb/s ({payload} B packets)\nraw ceiling, same packets ...")
@@ -231,9 +240,11 @@ def measure(t, src, dst, a, log) -> dict:
     log(f"  {raw:.2f} Gb/s\nraw ceiling, {k} packets to a kernel buffer ...")
     raw_k = raw_ceiling(t, src, dst, a.seconds, payload, k=k)[0] if k > 1 else raw
     log(f"  {raw_k:.2f} Gb/s\nthe copying blaster: each payload copied from a 64 MiB region first ...")
-    copy, copy_bytes, copy_cpu = raw_ceiling(t, src, dst, a.seconds, payload,
-                                             bytearray(os.urandom(1 << 20)) * (REGION >> 20))
-    log(f"  {copy:.2f} Gb/s\nmrc, 64 KiB writes, no fault ...")
+    source = bytearray(os.urandom(1 << 20)) * (REGION >> 20)
+    copy, copy_bytes, copy_cpu = raw_ceiling(t, src, dst, a.seconds, payload, source)
+    log(f"  {copy:.2f} Gb/s\nthe copying blaster, {k} packets to a kernel buffer ...")
+    copy_k = raw_ceiling(t, src, dst, a.seconds, payload, source, k=k)[0] if k > 1 else copy
+    log(f"  {copy_k:.2f} Gb/s\nmrc, 64 KiB writes, no fault ...")
     small = mrc_rate(t, src, dst, a.seconds / 2, msg=64 << 10, k=k)
     log(f"  {small['gbps']:.2f} Gb/s\nkernel TCP, one stream over plane 0 ...")
     tcp_use: dict = {}
@@ -257,13 +268,17 @@ def measure(t, src, dst, a, log) -> dict:
             "mptcp_gbps": round(mp, 3), "ratio_raw": round(m["gbps"] / raw, 3),
             "ratio_mptcp": round(m["gbps"] / mp, 3), "ratio_tcp": round(m["gbps"] / tcp, 3),
             "copy_gbps": round(copy, 3), "ratio_copy": round(m["gbps"] / copy, 3),
+            # the control beside ratio_tcp: MRC's packets, k to a buffer, each payload copied with its ICRC,
+            # no protocol, a receiver that only counts; over TCP, what any MRC sender here can be
+            "copy_buffers_gbps": round(copy_k, 3), "ratio_copy_buffers": round(m["gbps"] / copy_k, 3),
+            "copy_buffers_over_tcp": round(copy_k / tcp, 3),
             "tcp_hot_gbps": round(tcp_hot, 3), "ratio_tcp_hot": round(m["gbps"] / tcp_hot, 3),
             "data_verified": m["verified"] and small["verified"], "qp_errors": 0,
             "tcp_superpacket_gbps": round(tcp_super, 3), "ratio_tcp_superpacket": round(m["gbps"] / tcp_super, 3),
             # both with their buffers whole through every hop (None: MRC sends a packet per buffer)
             "mrc_whole_gbps": whole["gbps"] if whole else None,
             "ratio_tcp_whole": round(whole["gbps"] / tcp_super, 3) if whole else None,
-            "srv6": apply.srv6(t.name), "routing": a.routing, "bfd_ms": a.bfd_ms,
+            "srv6": apply.srv6(t.name), "routing": a.routing, "bfd_ms": a.bfd_ms, "host_gro_ports": ngro,
             "stall_ms": cut["max_stall_after_event_ms"], "stall_ms_whole_run": cut["max_stall_ms"],
             "stall_ms_no_fault": small["max_stall_ms"], "stall_ms_blackhole": hole["max_stall_after_event_ms"],
             "stall_msg_bytes": 64 << 10,

@@ -53,7 +53,8 @@ fault dropped was sent (each EV event of a loss carries that time).
         python bench/fault_campaign.py --markdown campaign.json [more.json ...]
 
 Needs root. The switch interfaces carry wire-size packets
-(mrc.fabric.apply.wire_sized), as in bench/fabric_bench.py. Faults come
+(mrc.fabric.apply.wire_sized) and the hosts receive with GRO
+(mrc.fabric.apply.host_gro), as in bench/fabric_bench.py. Faults come
 from a separate process under SCHED_IDLE (a link fails in the network, not
 on the hosts' CPUs); the times it reports are the fault markers. Plots need
 matplotlib (pip install matplotlib, or `pip install .[bench]`).
@@ -353,6 +354,7 @@ def main() -> int:
     apply.up(t, routing=a.routing, bfd_ms=a.bfd_ms)
     try:
         apply.wire_sized(t)
+        apply.host_gro(t)  # hosts receive with GRO, as a NIC driver does (bench/fabric_bench.py)
         if "mptcp" in protos:
             mptcp_setup(t, 0)
             mptcp_setup(t, t.hosts - 1)

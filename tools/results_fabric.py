@@ -20,6 +20,8 @@ def fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
              + (f"MRC and the second raw ceiling hand the kernel {r['packets_per_buffer']} packets of a path per "
                 "buffer (UDP_SEGMENT, docs/engine.md \"Buffers of k packets\"); the leaf cuts them into packets as "
                 "it cuts TCP's. " if (r.get("packets_per_buffer") or 1) > 1 else "")
+             + ("The hosts receive with GRO, as a NIC driver does (mrc.fabric.apply.host_gro): TCP's segments "
+                "and a path's MRC packets merge again at the receiving host. " if r.get("host_gro_ports") else "")
              + routing_text(r.get("routing"), r.get("bfd_ms")), ""]
     lines += table(["figure", "measured", "target"], [
         ["MRC / raw ceiling", f"{spread(runs, 'ratio_raw')} ({fmt(r.get('mrc_gbps'), 2)} vs "
@@ -31,6 +33,10 @@ def fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
          f">= {get(r, 'targets.ratio_mptcp')}"],
         ["MRC / kernel TCP, one plane", f"{spread(runs, 'ratio_tcp')} ({fmt(r.get('tcp_gbps'), 2)} Gb/s)",
          f">= {get(r, 'targets.ratio_tcp')}"],
+        *([[f"control: the copying blaster at {r['packets_per_buffer']} packets per buffer (no protocol) / kernel TCP",
+            f"{spread(runs, 'copy_buffers_over_tcp')} ({fmt(r.get('copy_buffers_gbps'), 2)} Gb/s)", "-"],
+           ["MRC / the copying blaster at the same packets per buffer", spread(runs, "ratio_copy_buffers"), "-"]]
+          if "copy_buffers_over_tcp" in r else []),
         ["MRC / kernel TCP with whole super-packets", f"{fmt(r.get('ratio_tcp_superpacket'))} "
                                                       f"({fmt(r.get('tcp_superpacket_gbps'), 2)} Gb/s)", "-"]]
         + ([["MRC / kernel TCP, one plane, the same 1 MiB buffer at each end every time",
@@ -44,7 +50,12 @@ def fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
     tg = f">= {get(r, 'targets.' + raw)} / {get(r, 'targets.ratio_mptcp')} / {get(r, 'targets.ratio_tcp')}"
     ceiling = (f"the raw ceiling at {r['packets_per_buffer']} packets per buffer" if raw == "ratio_raw_buffers"
                else "the raw ceiling")
-    head = [[f"fabric: one QP over 8 planes, over {ceiling} / MPTCP / kernel TCP",
+    why = ""
+    if "copy_buffers_over_tcp" in r:
+        why = (f"; control: a sender of the same packets that only copies each payload with its ICRC moves "
+               f"{med(runs, 'copy_buffers_over_tcp')} x TCP, and MRC {med(runs, 'ratio_copy_buffers')} x that sender "
+               "(per-byte copies on the 2 CPUs that also forward every hop bound both, not MRC's protocol)")
+    head = [[f"fabric: one QP over 8 planes, over {ceiling} / MPTCP / kernel TCP{why}",
              f"{med(runs, raw)} / {med(runs, 'ratio_mptcp')} / {med(runs, 'ratio_tcp')}", tg]]
     if r.get("ratio_copy"):
         lines += ["", "CPU per byte (bench/cpu.py, docs/engine.md \"A byte's way\"): cycles per delivered byte of "

@@ -511,3 +511,54 @@ def wire_sized(t: Topology, segs: int = 1) -> int:
         if r.returncode != 0:
             raise FabricError(f"setting gso_max_segs in {t.ns(node)} failed: {r.stderr.strip()}")
     return sum(len(v) for v in per_node.values())
+
+
+#: veth takes a packet through NAPI (and so GRO) only from a peer without TCP segmentation offload
+TSO_FEATURES = ("tx-tcp-segmentation", "tx-tcp-ecn-segmentation", "tx-tcp-mangleid-segmentation",
+                "tx-tcp6-segmentation", "tx-tcp-accecn-segmentation")
+GRO_FEATURES = ("rx-gro", "rx-udp-gro-forwarding")
+
+
+def _set_features(ifaces: dict[str, dict[str, bool]]) -> None:
+    """Set ethtool features by name in the calling thread's namespace; a feature the kernel does not
+    have is skipped, one it refuses raises FabricError."""
+    from pyroute2 import Ethtool
+
+    with Ethtool() as e:
+        for ifname, want in ifaces.items():
+            f = e.get_features(ifname)
+            for name, on in want.items():
+                if name in f.features and f.features[name].available:
+                    f.features[name].enable = on
+            e.set_features(ifname, f)
+            got = e.get_features(ifname).features
+            wrong = [n for n, on in want.items() if n in got and got[n].available and got[n].enable != on]
+            if wrong:
+                raise FabricError(f"{ifname}: the kernel kept {', '.join(wrong)} as they were")
+
+
+def host_gro(t: Topology) -> int:
+    """Let every host port receive as a NIC driver does: through NAPI, with GRO.
+
+    A veth hands each packet up on its own unless GRO is on, and then only
+    from a peer without TSO. On a wire-sized fabric (``wire_sized``) the
+    leaf cuts TCP's super-packets and MRC's buffers of k packets into
+    packets; with GRO the receiving host merges a flow's packets again, as a
+    real host's driver does: TCP's segments, and with UDP GRO for forwarding
+    (``rx-udp-gro-forwarding``) a path's MRC packets into a buffer, which the
+    engine's buffer socket takes whole and cuts (docs/engine.md, "Buffers of
+    k packets"). The switch side of each host link drops TSO, which it does
+    not use (its packets are cut already). Returns the number of host ports
+    set."""
+    require_root("host GRO")
+    hosts, switches = set(t.host_nodes()), set(t.switch_nodes())
+    todo: dict[str, dict[str, dict[str, bool]]] = {}
+    for link in t.links():
+        for (node, ifname), (peer, pif) in (((link.a_node, link.a_if), (link.b_node, link.b_if)),
+                                            ((link.b_node, link.b_if), (link.a_node, link.a_if))):
+            if node in hosts and peer in switches:
+                todo.setdefault(node, {})[ifname] = dict.fromkeys(GRO_FEATURES, True)
+                todo.setdefault(peer, {})[pif] = dict.fromkeys(TSO_FEATURES, False)
+    for node, ifaces in todo.items():
+        ns.run_in(t.ns(node), lambda ifaces=ifaces: _set_features(ifaces))
+    return sum(len(v) for n, v in todo.items() if n in hosts)

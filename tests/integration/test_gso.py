@@ -230,3 +230,36 @@ def test_a_hostile_buffer_of_tiny_garbage_segments_is_cut_dropped_and_harms_noth
         assert after["rx_packets"] - before["rx_packets"] >= 128  # cut into its segments, each counted
         r = stream(p.ca, p.qa, p.ms, p.remote, 16 << 20, msg=1 << 20, depth=8, window=4 << 20)
         assert p.verify(4 << 20) and r["gbps"] > 0
+
+
+@pytest.fixture(scope="module")
+def wire_sized_fabric():
+    """As gso_fabric, with switches that forward wire-size packets (the benches' fabric)."""
+    built = _built(Topology(planes=2, spines=1, leaves=1, hosts=2, name=unique_name("w")))
+    t = next(built)
+    try:
+        apply.wire_sized(t)
+        yield t
+    finally:
+        built.close()  # removes the fabric, also after a failure
+
+
+def test_buffers_cut_at_the_leaf_merge_again_at_a_host_with_gro(wire_sized_fabric):
+    """The wire-sized leaf cuts every buffer into packets and the receiving host takes them one by
+    one; with host_gro its ports merge a path's packets again (UDP GRO for forwarding) and the
+    engine takes them in buffers, every byte checked, sealed or not."""
+    t = wire_sized_fabric
+
+    def transfer(security: str) -> tuple[int, int]:
+        with qp_pair(t, 0, 1, 16 << 20, security=security, packets_per_buffer=K) as p:
+            r = stream(p.ca, p.qa, p.ms, p.remote, 64 << 20, msg=1 << 20, depth=16, window=16 << 20)
+            assert p.verify(16 << 20) and r["gbps"] > 0
+            return (sum(p.ca.engine.port_gso(i)[0] for i in range(t.planes)),
+                    sum(p.cb.engine.port_gso(i)[1] for i in range(t.planes)))
+
+    sent, taken = transfer("off")
+    assert sent > 0 and taken == 0  # cut at the leaf, and nothing merges them
+    assert apply.host_gro(t) == t.hosts * t.planes
+    for security in ("off", "encrypt"):
+        sent, taken = transfer(security)
+        assert sent > 0 and taken > 0, security
