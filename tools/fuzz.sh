@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 secs="${1:-20}"
 [ "$#" -gt 0 ] && shift
 case "$secs" in ''|*[!0-9]*) echo "tools/fuzz.sh: SECONDS must be a whole number, not '$secs'" >&2; exit 2 ;; esac
-all="parse responder requester setup secured"
+all="parse responder requester setup secured buffers"
 which="${1:-$all}"
 [ "$#" -gt 0 ] && shift
 for h in $which; do
@@ -58,7 +58,7 @@ if [ "$secs" = 0 ]; then  # replay the files given
     exit 0
 fi
 
-if [ ! -d "$out/seeds/secured" ]; then
+if [ ! -d "$out/seeds/buffers" ]; then  # the newest harness: older corpora lack it
     echo "== seed corpus from the in-memory link"
     "$py" tools/fuzz_seeds.py "$out/seeds" || exit 2
 fi

@@ -105,13 +105,25 @@ def setup_messages() -> dict[str, str]:
             "refusal": json.dumps({"error": "no \u00e9 \ud83d\ude00", "errno": 13}), "topology": json.dumps(topo)}
 
 
+def buffer_frame(pkts: list[bytes], flags: int = 3) -> bytes:
+    """A seed for fuzz_buffers: flags, gso_size, gso_type (UDP_L4), then a frame whose segments are the
+    packets (all as long as the first but the last): Ethernet, IPv6 and UDP headers, as the buffer socket
+    takes it (the harness writes the port's and the peer's addresses)."""
+    seg = len(pkts[0])
+    body = b"".join(pkts)
+    ip = struct.pack("!IHBB16s16s", 6 << 28, 8 + len(body), 17, 64, bytes(16), bytes(16))
+    udp = struct.pack("!HHHH", 49152, wire.UDP_PORT, 8 + seg, 0)
+    eth = bytes(12) + b"\x86\xdd"
+    return struct.pack("<BHB", flags, seg, 5) + eth + ip + udp + body
+
+
 def main(out_dir: str) -> int:
     runs = {"clean": scenario("clean"),
             "lossy": scenario("lossy", loss_ppm=80_000, jitter_ns=20_000, dup_ppm=30_000, trim_ppm=40_000),
             "ecn": scenario("ecn", rate_bps=2_000_000_000, ecn_queue_bytes=8_000, trim_queue_bytes=30_000),
             "plane_down": scenario("plane_down", down_plane=1),
             "no_receive": scenario("no_receive", recv=False)}
-    for h in ("parse", "responder", "requester", "setup", "secured"):
+    for h in ("parse", "responder", "requester", "setup", "secured", "buffers"):
         os.makedirs(os.path.join(out_dir, h), exist_ok=True)
     for name, msg in setup_messages().items():
         with open(os.path.join(out_dir, "setup", name), "w") as f:
@@ -127,6 +139,12 @@ def main(out_dir: str) -> int:
                 f.write(bytes([first]) + records(resp, FIX_ICRC | PATCH_QP | PATCH_KEY | PATCH_VA, aux=2))
         with open(os.path.join(out_dir, "requester", name), "wb") as f:
             f.write(records(req, FIX_ICRC | PATCH_QP))
+        data = [p["packet"] for p in resp if len(p["packet"]) == max(len(q["packet"]) for q in resp)]
+        if data:  # a buffer of the full-size packets, and the same with a short last one
+            with open(os.path.join(out_dir, "buffers", name), "wb") as f:
+                f.write(buffer_frame(data[:7]))
+            with open(os.path.join(out_dir, "buffers", f"{name}-short"), "wb") as f:
+                f.write(buffer_frame(data[:3] + [min((p["packet"] for p in resp), key=len)]))
         seen = set()
         for p in pkts:
             key = (p["packet"][0], p["trimmed"])

@@ -223,8 +223,7 @@ void io_gso_queue(struct io *io, struct io_port *p, const struct mrc_peer_plane 
 }
 
 /* ------------------------------------------------------------------ receive */
-/* One buffer: its headers checked once, then each segment to the core. */
-static void rx_buffer(struct io *io, struct io_port *p, struct mrc_ep *ep, const uint8_t *f, uint32_t len,
+void io_gso_rx_buffer(struct io *io, struct io_port *p, struct mrc_ep *ep, const uint8_t *f, uint32_t len,
                       const struct virtio_net_hdr *vh, uint64_t now)
 {
     struct mrc_meta m;
@@ -254,9 +253,9 @@ int io_gso_rx_port(struct io *io, struct io_port *p, struct mrc_ep *ep, uint64_t
         if (!io_ring_whole(h, GRX_FRAME) || h->tp_mac < sizeof(*h) + sizeof(struct virtio_net_hdr))
             p->st.rx_foreign++;
         else
-            rx_buffer(io, p, ep, (const uint8_t *)h + h->tp_mac, h->tp_snaplen,
-                      (const struct virtio_net_hdr *)((const uint8_t *)h + h->tp_mac - sizeof(struct virtio_net_hdr)),
-                      now);
+            io_gso_rx_buffer(io, p, ep, (const uint8_t *)h + h->tp_mac, h->tp_snaplen,
+                             (const struct virtio_net_hdr *)((const uint8_t *)h + h->tp_mac -
+                                                             sizeof(struct virtio_net_hdr)), now);
         io_ring_give(h, &p->ghead, GRX_FRAMES);
         n++;
     }

@@ -24,4 +24,12 @@ void io_gso_queue(struct io *io, struct io_port *p, const struct mrc_peer_plane 
                   const uint8_t *pkt);
 void io_gso_flush(struct io *io);
 int io_gso_rx_port(struct io *io, struct io_port *p, struct mrc_ep *ep, uint64_t now, int max);
+/* One frame of the buffer socket (its Ethernet, IPv6 and UDP headers first) with its virtio-net header:
+ * the headers checked once (io_rx_head), then, when the header says UDP segments of gso_size bytes, each
+ * segment to the core with the buffer's metadata, the last one shorter if the payload ends so; any other
+ * header, or gso_size 0, makes the frame one datagram. Every segment lies inside the frame; each is
+ * counted in the port's rx_packets, and the core checks and drops it on its own. */
+struct virtio_net_hdr;
+void io_gso_rx_buffer(struct io *io, struct io_port *p, struct mrc_ep *ep, const uint8_t *f, uint32_t len,
+                      const struct virtio_net_hdr *vh, uint64_t now);
 #endif
