@@ -485,7 +485,12 @@ def _run_block(bench: str, title: str, runs: list[dict], lines: list[str]) -> li
     out = [f"`{command(bench, last)}`", "",
            f"{where(last)}; " + (f"{len(runs)} runs, " if len(runs) > 1 else "")
            + "stored as " + ", ".join(f"`bench/results/{r['_stem']}.json`" for r in runs) + ".", ""]
-    out += [f"Note: {r['note']}." for r in runs if r.get("note")] + [""] * any(r.get("note") for r in runs)
+    notes: dict[str, list[str]] = {}  # one note once, with the runs it is about when not all of them
+    for r in runs:
+        if r.get("note"):
+            notes.setdefault(r["note"], []).append(r["_stem"])
+    out += [f"Note ({', '.join(stems)}): {n}." if len(runs) > 1 and len(stems) < len(runs) else f"Note: {n}."
+            for n, stems in notes.items()] + [""] * bool(notes)
     out += lines + [""]
     imgs = images(last)
     out += [f"![{title}](../bench/results/{img})" for img in imgs] + ([""] if imgs else [])

@@ -52,9 +52,10 @@ def fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
                else "the raw ceiling")
     why = ""
     if "copy_buffers_over_tcp" in r:
-        why = (f"; control: a sender of the same packets that only copies each payload with its ICRC moves "
-               f"{med(runs, 'copy_buffers_over_tcp')} x TCP, and MRC {med(runs, 'ratio_copy_buffers')} x that sender "
-               "(per-byte copies on the 2 CPUs that also forward every hop bound both, not MRC's protocol)")
+        why = (f"; control: a sender of MRC's packets at {r['packets_per_buffer']} per buffer that only copies each "
+               f"payload with its ICRC, to a receiver that only counts, moves {med(runs, 'copy_buffers_over_tcp')} x "
+               f"TCP, and MRC {med(runs, 'ratio_copy_buffers')} x that sender: the rest of the way to 1.2 is MRC's "
+               "own work, on a sending CPU that also runs every hop's forwarding and the receiver's ring copy")
     head = [[f"fabric: one QP over 8 planes, over {ceiling} / MPTCP / kernel TCP{why}",
              f"{med(runs, raw)} / {med(runs, 'ratio_mptcp')} / {med(runs, 'ratio_tcp')}", tg]]
     if r.get("ratio_copy"):
