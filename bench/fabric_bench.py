@@ -149,6 +149,9 @@ def mrc_rate(t, src, dst, seconds, cut=None, msg=1 << 20, mode="cut", security="
             r["verified"] = p.verify()  # every slot was written last from the same source bytes
             r["payload"] = p.qa.attr_mtu
             r["packets_per_buffer"] = p.ca.packets_per_buffer
+            sent = [(s["tx_packets"], s["gso_tx_buffers"]) for s in p.ca.port_stats()]
+            bufs = sum(b for _, b in sent)  # buffers of 2 or more; the rest went one a buffer
+            r["packets_per_kernel_buffer"] = round(sum(n for n, _ in sent) / bufs, 2) if bufs else 1.0
             return r
     finally:
         if faults:
@@ -265,6 +268,7 @@ def measure(t, src, dst, a, log) -> dict:
     return {"payload": payload, "packets_per_buffer": k, "raw_gbps": round(raw, 3),
             "raw_buffers_gbps": round(raw_k, 3), "ratio_raw_buffers": round(m["gbps"] / raw_k, 3),
             "mrc_gbps": m["gbps"], "tcp_gbps": round(tcp, 3),
+            "mrc_packets_per_buffer": m["packets_per_kernel_buffer"],
             "mptcp_gbps": round(mp, 3), "ratio_raw": round(m["gbps"] / raw, 3),
             "ratio_mptcp": round(m["gbps"] / mp, 3), "ratio_tcp": round(m["gbps"] / tcp, 3),
             "copy_gbps": round(copy, 3), "ratio_copy": round(m["gbps"] / copy, 3),

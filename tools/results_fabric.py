@@ -35,7 +35,9 @@ def fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
          f">= {get(r, 'targets.ratio_tcp')}"],
         *([[f"control: the copying blaster at {r['packets_per_buffer']} packets per buffer (no protocol) / kernel TCP",
             f"{spread(runs, 'copy_buffers_over_tcp')} ({fmt(r.get('copy_buffers_gbps'), 2)} Gb/s)", "-"],
-           ["MRC / the copying blaster at the same packets per buffer", spread(runs, "ratio_copy_buffers"), "-"]]
+           ["MRC / the copying blaster at the same packets per buffer", spread(runs, "ratio_copy_buffers"), "-"],
+           *([["MRC's packets per kernel buffer sent (its stream's average)",
+               spread(runs, "mrc_packets_per_buffer", 2), "-"]] if "mrc_packets_per_buffer" in r else [])]
           if "copy_buffers_over_tcp" in r else []),
         ["MRC / kernel TCP with whole super-packets", f"{fmt(r.get('ratio_tcp_superpacket'))} "
                                                       f"({fmt(r.get('tcp_superpacket_gbps'), 2)} Gb/s)", "-"]]

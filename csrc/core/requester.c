@@ -219,7 +219,8 @@ static void tx_probes(struct mrc_ep *ep, struct qp *q, uint64_t now, struct txb 
 /* A new packet of the current WQE goes at q->next_psn on ev: its message
  * numbers when it is the message's first, its window entry, whether it asks
  * for an ACK. Returns the window entry. */
-static struct pent *new_packet(struct qp *q, struct wqe *w, uint32_t len, uint32_t ev, uint64_t now, int *ackreq)
+static struct pent *new_packet(struct qp *q, struct wqe *w, uint32_t len, uint32_t ev, uint64_t now, uint32_t next,
+                               int *ackreq)
 {
     if (q->cur_off == 0) {
         w->psn_first = q->next_psn;
@@ -233,13 +234,35 @@ static struct pent *new_packet(struct qp *q, struct wqe *w, uint32_t len, uint32
     struct pent *pe = pe_at(q, q->next_psn);
     *pe = (struct pent){.sent_ns = now, .wqe = q->sq_cur, .off = q->cur_off, .ev = ev, .len = (uint16_t)len,
                         .st = PE_INFLIGHT, .nrtx = 0};
-    /* ask for an ACK when this packet fills the congestion or PSN window:
-     * otherwise the receiver would wait for ack_bytes and we for the RTO */
+    /* ask for an ACK when this packet fills the congestion or PSN window (leaves no room for the next
+     * send, `next` bytes: a packet, or a whole burst): otherwise the receiver would wait for ack_bytes
+     * and we for the RTO */
     uint64_t half = q->ccs.cwnd / 2 < q->a.ack_bytes / 2 ? q->ccs.cwnd / 2 : q->a.ack_bytes / 2;
-    int full = q->inflight + 2ull * len > q->ccs.cwnd || psn_sub(q->next_psn, q->una_psn) + 1 >= q->win;
+    uint32_t more = len && next > len ? (next + len - 1) / len : 1; /* packets the next send takes */
+    int full = q->inflight + len + next > q->ccs.cwnd || psn_sub(q->next_psn, q->una_psn) + 1 + more > q->win;
     *ackreq = full && q->since_ackreq + len >= half; /* at most one per half window */
     q->since_ackreq = *ackreq ? 0 : q->since_ackreq + len;
     return pe;
+}
+
+/* With buffers of k packets (ep->gso_k), what a new burst of full packets needs the windows to hold:
+ * all of it, so that it leaves as one kernel buffer and not as two, the second after the next ACK.
+ * It waits for that when the windows can hold a burst at all, the message has a burst's worth left,
+ * something is in flight (its ACK comes) and no port is paced (a paced port sends no bursts). */
+static uint32_t burst_bytes(const struct mrc_ep *ep, const struct qp *q, uint32_t len)
+{
+    const struct wqe *w = &q->sq[q->sq_cur];
+    uint64_t burst = (uint64_t)ep->gso_k * len;
+    if (ep->gso_k < 2 || ep->port_paced || len != q->a.mtu || w->total - q->cur_off < burst ||
+        burst > q->ccs.cwnd || ep->gso_k > q->win)
+        return len;
+    return (uint32_t)burst;
+}
+
+static int burst_waits(const struct mrc_ep *ep, const struct qp *q, uint32_t len)
+{
+    uint32_t need = q->burst_left || q->inflight == 0 ? len : burst_bytes(ep, q, len);
+    return need > len && (q->inflight + need > q->ccs.cwnd || psn_sub(q->next_psn, q->una_psn) + need / len > q->win);
 }
 
 /* 3. New data while the PSN window, the congestion window and max_wimm allow. */
@@ -249,11 +272,11 @@ static void tx_new_data(struct mrc_ep *ep, struct qp *q, uint64_t now, struct tx
     while (b->n < b->max && (next = next_data_len(q)) >= 0) {
         struct wqe *w = &q->sq[q->sq_cur];
         uint32_t len = (uint32_t)next, ev;
-        if (*b->used + ROOM_HDR + len > b->buflen || !cwnd_allows(q, len) ||
+        if (*b->used + ROOM_HDR + len > b->buflen || !cwnd_allows(q, len) || burst_waits(ep, q, len) ||
             ev_pick_burst(ep, q, now, len == q->a.mtu, &ev) < 0)
             break;
         int ackreq;
-        struct pent *pe = new_packet(q, w, len, ev, now, &ackreq);
+        struct pent *pe = new_packet(q, w, len, ev, now, q->burst_left ? len : burst_bytes(ep, q, len), &ackreq);
         uint16_t sum = 0;
         int plen = build_data(q, q->next_psn, pe, ackreq, 0, b->buf + *b->used, b->buflen - *b->used,
                               ep->tx_sums ? &sum : NULL);
