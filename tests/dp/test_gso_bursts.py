@@ -134,3 +134,37 @@ def test_a_paced_port_sends_its_packets_one_ev_turn_each():
     assert evs and max(runs(evs)) == 1
     a.close()
     b.close()
+
+
+def test_a_burst_waits_for_a_window_that_holds_all_of_it():
+    """With a congestion window of 10 packets, each round of the sender's output is whole bursts of
+    k: a burst that does not fit waits for the next ACK instead of leaving as two kernel buffers,
+    and every byte still arrives (the packet that fills the window asks for the ACK)."""
+    k = 7
+    a, b = ManualContext(planes=2, seed=3), ManualContext(planes=2, seed=4)
+    a.set_gso(k)
+    qa = a.create_qp(QPAttr(planes=2, mtu=MTU, cc={"max_cwnd": 10 * MTU}))
+    qb = b.create_qp(QPAttr(planes=2, mtu=MTU))
+    qa.connect(qb.qpn, 0, rq_psn=qb.sq_psn)
+    qb.connect(qa.qpn, 0, rq_psn=qa.sq_psn)
+    nbytes = 70 * MTU
+    src, dst = bytearray(i * 11 & 0xFF for i in range(nbytes)), bytearray(nbytes)
+    ms, md = a.reg_mr(src), b.reg_mr(dst, remote_write=True)
+    qa.post_write(ms, 0, nbytes, md.addr, md.rkey, wr_id=1)
+    rounds, now = [], 1000
+    for _ in range(1000):
+        out = [(p, m) for p, m in a.poll_tx(now_ns=now, max_packets=1024) if m["is_data"]]
+        if out:
+            rounds.append([m["ev"] for _, m in out])
+        for p, _ in out:
+            b.input(p, now_ns=now)
+        now += 20_000  # within the receiver's SACK delay: only ACK requests and ack_bytes answer
+        for p, _ in b.poll_tx(now_ns=now):
+            a.input(p, now_ns=now)
+        if dst == src:
+            break
+    assert dst == src
+    assert sum(len(r) for r in rounds) == 70 and len(rounds) > 3  # the window made it take rounds
+    assert all(n == k for r in rounds for n in runs(r)), rounds  # whole bursts in every round
+    a.close()
+    b.close()
