@@ -139,7 +139,8 @@ def main(out_dir: str) -> int:
                 f.write(bytes([first]) + records(resp, FIX_ICRC | PATCH_QP | PATCH_KEY | PATCH_VA, aux=2))
         with open(os.path.join(out_dir, "requester", name), "wb") as f:
             f.write(records(req, FIX_ICRC | PATCH_QP))
-        data = [p["packet"] for p in resp if len(p["packet"]) == max(len(q["packet"]) for q in resp)]
+        full = max((len(p["packet"]) for p in resp), default=0)
+        data = [p["packet"] for p in resp if len(p["packet"]) == full]
         if data:  # a buffer of the full-size packets, and the same with a short last one
             with open(os.path.join(out_dir, "buffers", name), "wb") as f:
                 f.write(buffer_frame(data[:7]))
