@@ -6,7 +6,7 @@ finds no receive. The packets each side received become records in the
 harnesses' format (csrc/fuzz/fuzz.h). The setup harness starts from the
 messages of the connection-setup exchange (mrc.cm) and a topology file.
 
-    python tools/fuzz_seeds.py OUT_DIR     # writes OUT_DIR/{parse,responder,requester,setup,secured}/*
+    python tools/fuzz_seeds.py OUT_DIR     # writes OUT_DIR/{parse,responder,requester,setup,secured,buffers}/*
 """
 from __future__ import annotations
 
@@ -117,6 +117,14 @@ def buffer_frame(pkts: list[bytes], flags: int = 3) -> bytes:
     return struct.pack("<BHB", flags, seg, 5) + eth + ip + udp + body
 
 
+def empty_datagram(pad: int = 16) -> bytes:
+    """A seed for fuzz_buffers: a frame that is no buffer (gso_type 0) whose UDP datagram is empty,
+    padding after it: counted one packet and refused by the core, never uncounted."""
+    ip = struct.pack("!IHBB16s16s", 6 << 28, 8, 17, 64, bytes(16), bytes(16))
+    udp = struct.pack("!HHHH", 49152, wire.UDP_PORT, 8, 0)
+    return struct.pack("<BHB", 1, 0, 0) + bytes(12) + b"\x86\xdd" + ip + udp + bytes(pad)
+
+
 def main(out_dir: str) -> int:
     runs = {"clean": scenario("clean"),
             "lossy": scenario("lossy", loss_ppm=80_000, jitter_ns=20_000, dup_ppm=30_000, trim_ppm=40_000),
@@ -128,6 +136,8 @@ def main(out_dir: str) -> int:
     for name, msg in setup_messages().items():
         with open(os.path.join(out_dir, "setup", name), "w") as f:
             f.write(msg)
+    with open(os.path.join(out_dir, "buffers", "empty-datagram"), "wb") as f:
+        f.write(empty_datagram())
     n = 0
     for name, pkts in runs.items():
         resp = [p for p in pkts if p["to_responder"]]

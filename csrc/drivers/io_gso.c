@@ -232,11 +232,14 @@ void io_gso_rx_buffer(struct io *io, struct io_port *p, struct mrc_ep *ep, const
         return;
     uint32_t plen = len - IO_HDRS, seg = vh->gso_size;
     if ((vh->gso_type & ~VIRTIO_NET_HDR_GSO_ECN) != VIRTIO_NET_HDR_GSO_UDP_L4 || seg == 0) {
-        seg = (uint32_t)ulen - MRC_UDP_HLEN; /* not a buffer of segments: one datagram */
-        plen = seg;
-    } else {
-        p->gso_rx_buffers++;
+        /* not a buffer of segments: one datagram, counted even when empty
+         * (the core counts it malformed) */
+        p->st.rx_packets++;
+        p->st.rx_bytes += (uint32_t)ulen + MRC_ETH_HLEN + MRC_IPV6_HLEN;
+        mrc_ep_input(ep, f + IO_HDRS, (uint32_t)ulen - MRC_UDP_HLEN, &m, now);
+        return;
     }
+    p->gso_rx_buffers++;
     for (uint32_t off = 0; off < plen; off += seg) {
         uint32_t n = plen - off < seg ? plen - off : seg;
         p->st.rx_packets++;
