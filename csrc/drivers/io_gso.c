@@ -9,8 +9,9 @@
  * ICRC are the core's). The socket writes what a UDP socket cannot be told:
  * the EV rides in the buffer's mark to the port's egress program
  * (csrc/bpf/host_gso.bpf.c), which writes the flow label and source port
- * and moves the checksum to the final destination. A message of one packet
- * takes the same way.
+ * and moves the checksum to the final destination. A packet too short to
+ * start a buffer (half a raw frame or less) that joins none goes by the raw
+ * socket, as with k = 1.
  *
  * Receive: a buffer longer than a raw ring frame (IO_FRAME) comes to a
  * second AF_PACKET socket per port, with its virtio-net header, whose ring
@@ -197,9 +198,13 @@ void io_gso_flush(struct io *io)
 
 /* Queue one packet: it joins the last message if that one is of the same
  * port, path, EV and traffic class, has room, and its packets are as long as
- * this one (a shorter packet joins and ends it); else it starts one. */
-void io_gso_queue(struct io *io, struct io_port *p, const struct mrc_peer_plane *pp, const struct mrc_txdesc *d,
-                  const uint8_t *pkt)
+ * this one (a shorter packet joins and ends it); else a packet long enough
+ * to start one starts one. A packet that can neither (an ACK, a small
+ * message, a short last one after another path's) is left to the raw
+ * socket (returns -1): one datagram gains nothing from the UDP socket and
+ * pays its route lookup and the egress program. */
+int io_gso_queue(struct io *io, struct io_port *p, const struct mrc_peer_plane *pp, const struct mrc_txdesc *d,
+                 const uint8_t *pkt)
 {
     struct gsoq *g = &io->gso;
     uint32_t port = (uint32_t)(p - io->ports), path = ev_entropy(d->ev) % pp->npaths;
@@ -209,17 +214,20 @@ void io_gso_queue(struct io *io, struct io_port *p, const struct mrc_peer_plane 
         m->count++;
         m->bytes += d->len;
         m->open = d->len == m->seg;
+    } else if (d->len < GSO_MIN_PKT) {
+        return -1;
     } else {
         if (g->n == IO_BATCH)
             io_gso_flush(io);
         m = &g->m[g->n++];
         *m = (struct gso_msg){.first = g->pkts, .count = 1, .bytes = d->len, .seg = d->len, .ev = d->ev,
                               .path = path, .peer = d->peer, .port = (uint8_t)port, .tclass = d->tclass,
-                              .open = d->len >= GSO_MIN_PKT};
+                              .open = 1};
     }
     g->iov[g->pkts++] = (struct iovec){(void *)pkt, d->len};
     if (g->pkts == IO_BATCH)
         io_gso_flush(io);
+    return 0;
 }
 
 /* ------------------------------------------------------------------ receive */

@@ -20,8 +20,10 @@ struct mrc_peer_plane;
 
 int io_gso_open(struct io *io, uint32_t k);
 void io_gso_close(struct io *io);
-void io_gso_queue(struct io *io, struct io_port *p, const struct mrc_peer_plane *pp, const struct mrc_txdesc *d,
-                  const uint8_t *pkt);
+/* 0: queued in a message of the UDP socket; -1: the packet can neither join one nor start one (too short),
+ * the raw socket's to send. */
+int io_gso_queue(struct io *io, struct io_port *p, const struct mrc_peer_plane *pp, const struct mrc_txdesc *d,
+                 const uint8_t *pkt);
 void io_gso_flush(struct io *io);
 int io_gso_rx_port(struct io *io, struct io_port *p, struct mrc_ep *ep, uint64_t now, int max);
 /* One frame of the buffer socket (its Ethernet, IPv6 and UDP headers first) with its virtio-net header:

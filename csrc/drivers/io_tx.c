@@ -133,10 +133,9 @@ void io_queue_tx(struct io *io, const struct mrc_txdesc *d, const uint8_t *pkt)
     }
     struct io_port *p = &io->ports[pi];
     const struct mrc_peer_plane *pp = &io->peers[d->peer].plane[plane];
-    if (io->gso.k >= 2 && !(d->ev & MRC_GSO_MARK)) { /* (an EV with the mark's bit cannot ride in the mark) */
-        io_gso_queue(io, p, pp, d, pkt);
+    /* (an EV with the mark's bit cannot ride in the mark) */
+    if (io->gso.k >= 2 && !(d->ev & MRC_GSO_MARK) && io_gso_queue(io, p, pp, d, pkt) == 0)
         return;
-    }
     struct txq *t = &io->tx;
     frame_headers(t->hdr[t->n], p, pp, d, pkt);
     t->iov[t->n][1] = (struct iovec){(void *)pkt, d->len};

@@ -142,6 +142,38 @@ def test_a_transfer_in_buffers_of_k_arrives_whole(gso_fabric, security):
         assert sent > 0 and taken > 0 and taken <= sent
 
 
+def udp_socket_sends(t: Topology, host: str) -> int:
+    """MRC datagrams the host's kernel UDP stack sent since the counter was made: netfilter's output
+    hook sees a UDP socket's sends, never the raw socket's (AF_PACKET goes straight to the port)."""
+    out = ns.command(t.ns(host), ["nft", "list", "counter", "inet", "mrcudp", "sends"], capture_output=True,
+                     text=True, check=True).stdout
+    return int(out.split("packets", 1)[1].split()[0])
+
+
+def test_acks_and_small_messages_go_by_the_raw_socket_at_k(gso_fabric):
+    """What cannot start a buffer (a 64 B message, every ACK) leaves by the raw socket as at k = 1,
+    without the UDP socket's route lookup and egress program; full-size data goes by the UDP socket."""
+    t = gso_fabric
+    rules = (f"table inet mrcudp {{\n counter sends {{}}\n chain out {{\n type filter hook output priority 0;\n"
+             f" udp dport {wire.UDP_PORT} counter name sends\n }}\n}}\n")
+    made = []
+    try:
+        for h in ("h0", "h1"):
+            ns.command(t.ns(h), ["nft", "-f", "-"], input=rules, text=True, check=True)
+            made.append(h)
+        with qp_pair(t, 0, 1, 16 << 20, packets_per_buffer=K) as p:
+            stream(p.ca, p.qa, p.ms, p.remote, 64 * 500, msg=64, depth=1, window=64 * 500)
+            assert p.verify(64 * 500)
+            assert udp_socket_sends(t, "h0") == 0 and udp_socket_sends(t, "h1") == 0
+            stream(p.ca, p.qa, p.ms, p.remote, 16 << 20, msg=1 << 20, depth=8, window=16 << 20)
+            assert p.verify(16 << 20)
+            assert udp_socket_sends(t, "h0") > 0  # the data, in buffers (a control: the counter counts)
+            assert udp_socket_sends(t, "h1") == 0  # the receiver's ACKs, all raw
+    finally:
+        for h in made:
+            ns.command(t.ns(h), ["nft", "delete", "table", "inet", "mrcudp"], check=True)
+
+
 def write_pcap(path: str, frames: list[bytes]) -> str:
     """A classic pcap of Ethernet frames, whole."""
     with open(path, "wb") as f:
