@@ -105,16 +105,17 @@ def setup_messages() -> dict[str, str]:
             "refusal": json.dumps({"error": "no \u00e9 \ud83d\ude00", "errno": 13}), "topology": json.dumps(topo)}
 
 
-def buffer_frame(pkts: list[bytes], flags: int = 3) -> bytes:
+def buffer_frame(pkts: list[bytes], flags: int = 3, gso_size: int | None = None) -> bytes:
     """A seed for fuzz_buffers: flags, gso_size, gso_type (UDP_L4), then a frame whose segments are the
     packets (all as long as the first but the last): Ethernet, IPv6 and UDP headers, as the buffer socket
-    takes it (the harness writes the port's and the peer's addresses)."""
+    takes it (the harness writes the port's and the peer's addresses). ``gso_size``: a header that lies
+    about where the segments end (default: the truth)."""
     seg = len(pkts[0])
     body = b"".join(pkts)
     ip = struct.pack("!IHBB16s16s", 6 << 28, 8 + len(body), 17, 64, bytes(16), bytes(16))
     udp = struct.pack("!HHHH", 49152, wire.UDP_PORT, 8 + seg, 0)
     eth = bytes(12) + b"\x86\xdd"
-    return struct.pack("<BHB", flags, seg, 5) + eth + ip + udp + body
+    return struct.pack("<BHB", flags, seg if gso_size is None else gso_size, 5) + eth + ip + udp + body
 
 
 def empty_datagram(pad: int = 16) -> bytes:
@@ -156,6 +157,10 @@ def main(out_dir: str) -> int:
                 f.write(buffer_frame(data[:7]))
             with open(os.path.join(out_dir, "buffers", f"{name}-short"), "wb") as f:
                 f.write(buffer_frame(data[:3] + [min((p["packet"] for p in resp), key=len)]))
+            # headers that lie: a size that does not divide the buffer, 0, more than the buffer
+            for lie, size in (("odd", len(data[0]) - 1), ("zero", 0), ("huge", 0xFFFF)):
+                with open(os.path.join(out_dir, "buffers", f"{name}-{lie}"), "wb") as f:
+                    f.write(buffer_frame(data[:7], gso_size=size))
         seen = set()
         for p in pkts:
             key = (p["packet"][0], p["trimmed"])
