@@ -93,18 +93,38 @@ def state_lock(name: str):
         return
     os.makedirs(STATE_DIR, exist_ok=True)
     path = os.path.join(STATE_DIR, f"{name}.lock")
+    fd = _lock_file(name, path)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError as e:
-        raise FabricError(f"fabric {name} cannot be locked for a change: {path}: {e.strerror} (it must be "
-                          "a plain file or absent: remove it)") from e
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         depth[name] = 1
         yield
     finally:
         depth.pop(name, None)
+        if not os.path.exists(state_path(name)):  # no such fabric (any more): its lock goes too
+            with suppress(FileNotFoundError):
+                os.unlink(path)
         os.close(fd)  # and the lock with it
+
+
+def _lock_file(name: str, path: str) -> int:
+    """The lock file at ``path``, open and locked: the file the path names once locked (a holder
+    that found no fabric removes it as it lets go, so a waiter may wake on a removed file, and then
+    takes the new one)."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as e:
+            raise FabricError(f"fabric {name} cannot be locked for a change: {path}: {e.strerror} (it must "
+                              "be a plain file or absent: remove it)") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 def _one_at_a_time(fn):

@@ -259,3 +259,54 @@ def test_a_lock_path_that_is_not_a_file_is_a_clear_error_and_changes_nothing(tmp
         assert apply.load_state(topo.name)["faults"] == {"x": {"down": True}}
         assert not (tmp_path / "elsewhere").exists()  # a link is not followed
         lock.rmdir() if lock.is_dir() and not lock.is_symlink() else lock.unlink()
+
+
+def test_a_change_on_no_fabric_leaves_no_lock_and_the_next_changes_still_take_turns(tmp_path, monkeypatch):
+    """A change asked of a fabric that does not exist (`mrc fabric fail ... --name nosuchfab`) left
+    /run/mrc/fabrics/nosuchfab.lock behind for good. Its holder now removes it as it lets go; a
+    change that waited on the removed file then takes the path's new one, so it never runs beside a
+    change that came later and locked the new file."""
+    import threading
+    import time
+
+    from mrc.fabric import apply
+
+    monkeypatch.setattr(apply, "STATE_DIR", str(tmp_path))
+    lock = tmp_path / "nofab.lock"
+    with apply.state_lock("nofab"):
+        assert lock.exists()
+    assert not lock.exists()
+
+    held, release = threading.Event(), threading.Event()
+    active, most = [0], [0]
+    count = threading.Lock()
+
+    def first():
+        with apply.state_lock("nofab"):
+            held.set()
+            release.wait(5)
+
+    def change():
+        with apply.state_lock("nofab"):
+            with count:
+                active[0] += 1
+                most[0] = max(most[0], active[0])
+            time.sleep(0.3)
+            with count:
+                active[0] -= 1
+
+    a = threading.Thread(target=first)
+    a.start()
+    assert held.wait(5)
+    waiter = threading.Thread(target=change)  # blocks on the file the first holder will remove
+    waiter.start()
+    time.sleep(0.2)
+    release.set()
+    a.join(5)
+    time.sleep(0.05)
+    later = threading.Thread(target=change)  # opens the path anew
+    later.start()
+    for th in (waiter, later):
+        th.join(5)
+    assert most[0] == 1
+    assert not lock.exists()
