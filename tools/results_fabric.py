@@ -46,8 +46,8 @@ def fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
             ["data verified, QP errors", f"{r.get('data_verified')}, {fmt(r.get('qp_errors'))}", "True, 0"]]
            if "ratio_tcp_hot" in r else []) + [
         ["longest completion stall after a T0-T1 link cut, 64 KiB writes",
-         f"{fmt(r.get('stall_ms'), 2)} ms (no fault: {fmt(r.get('stall_ms_no_fault'), 2)} ms, link black-holed by "
-         f"nftables: {fmt(r.get('stall_ms_blackhole'), 2)} ms)", f"<= {get(r, 'targets.stall_ms')} ms"]])
+         f"{spread(runs, 'stall_ms', 2)} ms (no fault: {spread(runs, 'stall_ms_no_fault', 2)} ms, link black-holed "
+         f"by nftables: {spread(runs, 'stall_ms_blackhole', 2)} ms)", f"<= {get(r, 'targets.stall_ms')} ms"]])
     raw = "ratio_raw_buffers" if (r.get("packets_per_buffer") or 1) > 1 else "ratio_raw"
     tg = f">= {get(r, 'targets.' + raw)} / {get(r, 'targets.ratio_mptcp')} / {get(r, 'targets.ratio_tcp')}"
     ceiling = (f"the raw ceiling at {r['packets_per_buffer']} packets per buffer" if raw == "ratio_raw_buffers"
