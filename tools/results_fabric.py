@@ -54,10 +54,14 @@ def fabric(runs: list[dict]) -> tuple[list[str], list[list]]:
                else "the raw ceiling")
     why = ""
     if "copy_buffers_over_tcp" in r:
+        target = get(r, "targets.ratio_tcp")
+        control = med(runs, "copy_buffers_over_tcp")
+        short = isinstance(target, (int, float)) and float(control) < target
         why = (f"; control: a sender of MRC's packets at {r['packets_per_buffer']} per buffer that only copies each "
-               f"payload with its ICRC, to a receiver that only counts, moves {med(runs, 'copy_buffers_over_tcp')} x "
-               f"TCP, and MRC {med(runs, 'ratio_copy_buffers')} x that sender: the rest of the way to 1.2 is MRC's "
-               "own work, on a sending CPU that also runs every hop's forwarding and the receiver's ring copy")
+               f"payload with its ICRC, to a receiver that only counts, moves {control} x TCP"
+               + (f" (short of {target} with no protocol at all: the target is beyond this VM)" if short else "")
+               + f", and MRC {med(runs, 'ratio_copy_buffers')} x that sender: the rest is MRC's own work, on a "
+               "sending CPU that also runs every hop's forwarding and the receiver's ring copy")
     head = [[f"fabric: one QP over 8 planes, over {ceiling} / MPTCP / kernel TCP{why}",
              f"{med(runs, raw)} / {med(runs, 'ratio_mptcp')} / {med(runs, 'ratio_tcp')}", tg]]
     if r.get("ratio_copy"):
