@@ -275,7 +275,7 @@ static void tx_new_data(struct mrc_ep *ep, struct qp *q, uint64_t now, struct tx
         if (*b->used + ROOM_HDR + len > b->buflen || !cwnd_allows(q, len) || burst_waits(ep, q, len) ||
             ev_pick_burst(ep, q, now, len == q->a.mtu, &ev) < 0)
             break;
-        int ackreq;
+        int ackreq; /* burst_left as the pick left it: what follows this packet, not what it needed */
         struct pent *pe = new_packet(q, w, len, ev, now, q->burst_left ? len : burst_bytes(ep, q, len), &ackreq);
         uint16_t sum = 0;
         int plen = build_data(q, q->next_psn, pe, ackreq, 0, b->buf + *b->used, b->buflen - *b->used,

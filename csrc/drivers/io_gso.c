@@ -234,19 +234,14 @@ int io_gso_queue(struct io *io, struct io_port *p, const struct mrc_peer_plane *
 void io_gso_rx_buffer(struct io *io, struct io_port *p, struct mrc_ep *ep, const uint8_t *f, uint32_t len,
                       const struct virtio_net_hdr *vh, uint64_t now)
 {
-    struct mrc_meta m;
-    int ulen = io_rx_head(io, p, f, len, &m);
-    if (ulen < 0)
-        return;
     uint32_t plen = len - IO_HDRS, seg = vh->gso_size;
     if ((vh->gso_type & ~VIRTIO_NET_HDR_GSO_ECN) != VIRTIO_NET_HDR_GSO_UDP_L4 || seg == 0) {
-        /* not a buffer of segments: one datagram, counted even when empty
-         * (the core counts it malformed) */
-        p->st.rx_packets++;
-        p->st.rx_bytes += (uint32_t)ulen + MRC_ETH_HLEN + MRC_IPV6_HLEN;
-        mrc_ep_input(ep, f + IO_HDRS, (uint32_t)ulen - MRC_UDP_HLEN, &m, now);
+        io_rx_frame(io, p, ep, f, len, now); /* not a buffer of segments: one datagram, as the raw ring's */
         return;
     }
+    struct mrc_meta m;
+    if (io_rx_head(io, p, f, len, &m) < 0)
+        return;
     p->gso_rx_buffers++;
     for (uint32_t off = 0; off < plen; off += seg) {
         uint32_t n = plen - off < seg ? plen - off : seg;

@@ -197,19 +197,6 @@ int io_has_path(const struct io *io, uint16_t peer, uint32_t plane)
 }
 
 /* ------------------------------------------------------------------ rx */
-/* One received frame: unwrap Ethernet/IPv6/UDP and hand MRC to the core. */
-static void rx_frame(struct io *io, struct io_port *p, struct mrc_ep *ep, const uint8_t *f, uint32_t len,
-                     uint64_t now)
-{
-    struct mrc_meta m;
-    int ulen = io_rx_head(io, p, f, len, &m);
-    if (ulen < 0)
-        return;
-    p->st.rx_packets++;
-    p->st.rx_bytes += len;
-    mrc_ep_input(ep, f + IO_HDRS, (uint32_t)ulen - MRC_UDP_HLEN, &m, now);
-}
-
 /* Take up to max frames from the port's receive ring (no system call). */
 static int rx_port(struct io *io, struct io_port *p, struct mrc_ep *ep, uint64_t now, int max)
 {
@@ -219,7 +206,7 @@ static int rx_port(struct io *io, struct io_port *p, struct mrc_ep *ep, uint64_t
         if (!io_ring_whole(h, RX_FRAME))
             p->st.rx_foreign++; /* truncated: larger than any MRC frame */
         else
-            rx_frame(io, p, ep, (const uint8_t *)h + h->tp_mac, h->tp_snaplen, now);
+            io_rx_frame(io, p, ep, (const uint8_t *)h + h->tp_mac, h->tp_snaplen, now);
         io_ring_give(h, &p->rhead, RX_FRAMES);
         n++;
     }

@@ -1,6 +1,7 @@
 /* What both receive sides of a port share (io_packet.c's raw ring,
  * io_gso.c's ring of buffers): the socket filter, and the check of a frame's
- * Ethernet, IPv6 and UDP headers with the peer it comes from.
+ * Ethernet, IPv6 and UDP headers with the peer it comes from, and the
+ * taking of one datagram.
  * Lock: as io_packet.c's. */
 #define _GNU_SOURCE
 #include <linux/filter.h>
@@ -66,3 +67,13 @@ int io_rx_head(struct io *io, struct io_port *p, const uint8_t *f, uint32_t len,
     return (int)ulen;
 }
 
+void io_rx_frame(struct io *io, struct io_port *p, struct mrc_ep *ep, const uint8_t *f, uint32_t len, uint64_t now)
+{
+    struct mrc_meta m;
+    int ulen = io_rx_head(io, p, f, len, &m);
+    if (ulen < 0)
+        return;
+    p->st.rx_packets++;
+    p->st.rx_bytes += len;
+    mrc_ep_input(ep, f + IO_HDRS, (uint32_t)ulen - MRC_UDP_HLEN, &m, now);
+}

@@ -33,4 +33,7 @@ int io_attach_filter(int fd, int big);
 /* A received frame's Ethernet, IPv6 and UDP headers for port p: ours, from a
  * known peer. Fills m and returns the UDP length, or -1 (counted as foreign). */
 int io_rx_head(struct io *io, struct io_port *p, const uint8_t *f, uint32_t len, struct mrc_meta *m);
+/* One received frame that is one datagram: its headers checked (io_rx_head), counted in the port's
+ * rx_packets, and its MRC packet handed to the core, which checks it (an empty one too). */
+void io_rx_frame(struct io *io, struct io_port *p, struct mrc_ep *ep, const uint8_t *f, uint32_t len, uint64_t now);
 #endif
